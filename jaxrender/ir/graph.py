@@ -1,0 +1,507 @@
+"""The typed SSA graph behind the kernel language.
+
+A kernel is a tree of :class:`Block` s. A block is an ordered list of
+:class:`Node` s plus its parameters and results; structured control flow
+(loops, branches, dynamic dispatch) is a node that owns nested blocks, in the
+manner of MLIR's ``scf`` dialect. Inner blocks may use any value of an
+enclosing block (closures), which keeps graph-to-graph transforms (jvp,
+transpose, batching) simple: they map blocks to blocks.
+
+Every node is created through :meth:`Block.emit`, which folds constants,
+applies algebraic simplifications and value-numbers pure operations (looking
+through enclosing blocks, whose values dominate). Side-effecting nodes
+(scatter-add, checks, and region nodes that contain them) are never merged or
+removed.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import struct
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+F32, I32, U32, BOOL = "f32", "i32", "u32", "bool"
+DTYPES = (F32, I32, U32, BOOL)
+INT_TYPES = (I32, U32)
+NUMPY_DTYPE = {F32: np.float32, I32: np.int32, U32: np.uint32, BOOL: np.bool_}
+
+# Pure elementwise operations: name -> number of operands.
+UNARY_FLOAT_OPS = (
+    "sqrt", "rsqrt", "exp", "exp2", "log", "log2", "sin", "cos", "tan", "asin",
+    "acos", "atan", "erf", "floor", "ceil", "trunc", "round",
+)
+PURE_OPS = {
+    "add": 2, "sub": 2, "mul": 2, "div": 2, "rem": 2, "neg": 1, "fma": 3,
+    "min": 2, "max": 2, "abs": 1, "copysign": 2, "pow": 2, "atan2": 2,
+    "lt": 2, "le": 2, "gt": 2, "ge": 2, "eq": 2, "ne": 2,
+    "and": 2, "or": 2, "xor": 2, "not": 1, "shl": 2, "shr": 2, "mulhi": 2,
+    "select": 3, "cast": 1, "bitcast": 1, "isnan": 1, "isfinite": 1,
+    **{name: 1 for name in UNARY_FLOAT_OPS},
+}
+# Operations that read the launch environment; pure within one work item.
+ENV_OPS = ("item_index", "launch_size", "buffer_len", "gather", "batch_index")
+# Operations with an effect on memory or on the launch's status.
+EFFECT_OPS = ("scatter_add", "check")
+REGION_OPS = ("loop", "if", "dispatch")
+
+_ids = itertools.count()
+
+
+class IRError(Exception):
+    """Misuse of the kernel language detected while tracing."""
+
+
+class Node:
+    """One SSA operation. ``type`` is a dtype name, or None for a region node
+    whose results are read through ``proj`` nodes."""
+
+    __slots__ = ("id", "op", "type", "args", "attrs", "regions", "block", "effect")
+
+    def __init__(self, op: str, type_: str | None, args: tuple, attrs: tuple,
+                 regions: tuple, block: "Block", effect: bool):
+        self.id = next(_ids)
+        self.op = op
+        self.type = type_
+        self.args = args
+        self.attrs = attrs
+        self.regions = regions
+        self.block = block
+        self.effect = effect
+
+    def __repr__(self) -> str:
+        return f"%{self.id}:{self.type} = {self.op}{self.attrs}({', '.join('%%%d' % a.id for a in self.args)})"
+
+    @property
+    def const_value(self):
+        return self.attrs[0] if self.op == "const" else None
+
+
+class Block:
+    """An ordered region of nodes with parameters and results."""
+
+    def __init__(self, parent: "Block | None", kind: str = "root"):
+        self.parent = parent
+        self.kind = kind
+        self.nodes: list[Node] = []
+        self.params: list[Node] = []
+        self.results: list[Node] = []
+        self._table: dict[tuple, Node] = {}
+        self.depth = 0 if parent is None else parent.depth + 1
+        self.meta: dict = {}
+
+    # -- scope -----------------------------------------------------------
+    def root(self) -> "Block":
+        b = self
+        while b.parent is not None:
+            b = b.parent
+        return b
+
+    def encloses(self, other: "Block") -> bool:
+        """True when ``other`` is this block or nested inside it."""
+        b = other
+        while b is not None:
+            if b is self:
+                return True
+            b = b.parent
+        return False
+
+    def has_effects(self) -> bool:
+        return any(n.effect for n in self.nodes)
+
+    def add_param(self, type_: str) -> Node:
+        n = Node("param", type_, (), (len(self.params),), (), self, False)
+        self.params.append(n)
+        return n
+
+    # -- emission --------------------------------------------------------
+    def _lookup(self, key: tuple) -> Node | None:
+        b = self
+        while b is not None:
+            hit = b._table.get(key)
+            if hit is not None:
+                return hit
+            b = b.parent
+        return None
+
+    def const(self, type_: str, value: Any) -> Node:
+        value = canonical_const(type_, value)
+        root = self.root()
+        key = ("const", type_, const_key(type_, value))
+        hit = root._table.get(key)
+        if hit is None:
+            hit = Node("const", type_, (), (value,), (), root, False)
+            root.nodes.insert(0, hit)  # constants dominate everything
+            root._table[key] = hit
+        return hit
+
+    def emit(self, op: str, type_: str | None, args: Sequence[Node] = (),
+             attrs: tuple = (), regions: tuple = (), effect: bool = False) -> Node:
+        args = tuple(args)
+        for a in args:
+            if not isinstance(a, Node):
+                raise IRError(f"{op}: operand {a!r} is not an IR value")
+            if not a.block.encloses(self):
+                raise IRError(
+                    f"{op}: operand %{a.id} was defined inside a loop, branch or "
+                    "dispatch body that has already ended; return it from that "
+                    "body (as loop state or a branch result) to use it outside")
+        if op in PURE_OPS:
+            simplified = simplify(self, op, type_, args, attrs)
+            if simplified is not None:
+                return simplified
+        pure = not effect and op not in REGION_OPS and op != "param"
+        key = None
+        if pure:
+            key = (op, type_, tuple(a.id for a in args), attrs)
+            hit = self._lookup(key)
+            if hit is not None:
+                return hit
+        node = Node(op, type_, args, attrs, regions, self, effect)
+        self.nodes.append(node)
+        if key is not None:
+            self._table[key] = node
+        return node
+
+
+# ---------------------------------------------------------------------------
+# Constants
+# ---------------------------------------------------------------------------
+
+def canonical_const(type_: str, value: Any):
+    """Round a Python/numpy scalar to the exact value the dtype holds."""
+    if type_ == F32:
+        return float(np.float32(value))
+    if type_ == I32:
+        v = int(value) & 0xFFFFFFFF
+        return v - (1 << 32) if v >= (1 << 31) else v
+    if type_ == U32:
+        return int(value) & 0xFFFFFFFF
+    if type_ == BOOL:
+        return bool(value)
+    raise IRError(f"unknown dtype {type_!r}")
+
+
+def const_key(type_: str, value):
+    if type_ == F32:  # distinguish -0.0 and NaN payloads
+        return struct.unpack("<I", struct.pack("<f", value))[0]
+    return value
+
+
+def f32_bits(x: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def bits_f32(b: int) -> float:
+    return struct.unpack("<f", struct.pack("<I", b & 0xFFFFFFFF))[0]
+
+
+# ---------------------------------------------------------------------------
+# Constant folding: must agree bit for bit with the lowering for exact ops.
+# ---------------------------------------------------------------------------
+
+def _f(x):
+    return np.float32(x)
+
+
+def _float_unary(op: str, x: float) -> float:
+    with np.errstate(all="ignore"):
+        if op == "sqrt":
+            return float(np.sqrt(_f(x)))
+        if op == "rsqrt":
+            return float(_f(1.0) / np.sqrt(_f(x)))
+        if op == "floor":
+            return float(np.floor(_f(x)))
+        if op == "ceil":
+            return float(np.ceil(_f(x)))
+        if op == "trunc":
+            return float(np.trunc(_f(x)))
+        if op == "round":
+            return float(np.rint(_f(x)))
+        # Transcendentals: float64 result rounded to f32 (within the
+        # lowering's ulp bound; the exact bits may differ from libm's).
+        if op == "erf":
+            return float(np.float32(math.erf(x)))
+        fn = {"exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2,
+              "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin,
+              "acos": np.arccos, "atan": np.arctan}[op]
+        return float(np.float32(fn(np.float64(x))))
+
+
+def fold(op: str, type_: str, vals: list, attrs: tuple, arg_types: list):
+    """Evaluate an op on constants; returns a Python scalar or None."""
+    t0 = arg_types[0] if arg_types else None
+    with np.errstate(all="ignore"):
+        if op == "cast":
+            return _cast_scalar(vals[0], t0, type_)
+        if op == "bitcast":
+            return _bitcast_scalar(vals[0], t0, type_)
+        if op == "select":
+            return vals[1] if vals[0] else vals[2]
+        if t0 == F32:
+            a = [_f(v) for v in vals]
+            if op in UNARY_FLOAT_OPS:
+                return _float_unary(op, vals[0])
+            r = {
+                "add": lambda: a[0] + a[1], "sub": lambda: a[0] - a[1],
+                "mul": lambda: a[0] * a[1], "div": lambda: a[0] / a[1],
+                "rem": lambda: np.fmod(a[0], a[1]), "neg": lambda: -a[0],
+                "fma": lambda: _f(np.float64(a[0]) * np.float64(a[1]) + np.float64(a[2])) if _fma_exact_in_f64(a) else None,
+                "min": lambda: np.fmin(a[0], a[1]), "max": lambda: np.fmax(a[0], a[1]),
+                "abs": lambda: np.abs(a[0]), "copysign": lambda: np.copysign(a[0], a[1]),
+                "pow": lambda: _f(math.pow(float(a[0]), float(a[1]))) if _pow_ok(a) else None,
+                "atan2": lambda: _f(math.atan2(float(a[0]), float(a[1]))),
+                "lt": lambda: a[0] < a[1], "le": lambda: a[0] <= a[1],
+                "gt": lambda: a[0] > a[1], "ge": lambda: a[0] >= a[1],
+                "eq": lambda: a[0] == a[1], "ne": lambda: a[0] != a[1],
+                "isnan": lambda: np.isnan(a[0]), "isfinite": lambda: np.isfinite(a[0]),
+            }.get(op)
+            if r is None:
+                return None
+            out = r()
+            if out is None:
+                return None
+            return bool(out) if type_ == BOOL else float(out)
+        if t0 in INT_TYPES or t0 == BOOL:
+            return _fold_int(op, type_, vals, t0)
+    return None
+
+
+def _fma_exact_in_f64(a) -> bool:
+    # A product of two f32 is exact in f64; the sum then rounds once to f64 and
+    # again to f32. Double rounding can differ from a true fma only in rare
+    # ties; we fold only when the f64 sum is exact (checked by reversal).
+    p = np.float64(a[0]) * np.float64(a[1])
+    s = p + np.float64(a[2])
+    return bool(s - p == np.float64(a[2])) and bool(s - np.float64(a[2]) == p)
+
+
+def _pow_ok(a) -> bool:
+    return not (float(a[0]) < 0 and float(a[1]) != int(float(a[1]))) and not (float(a[0]) == 0 and float(a[1]) < 0)
+
+
+def _wrap(type_: str, v: int):
+    return canonical_const(type_, v)
+
+
+def _fold_int(op, type_, vals, t0):
+    if t0 == BOOL:
+        a = [bool(v) for v in vals]
+        r = {"and": lambda: a[0] and a[1], "or": lambda: a[0] or a[1],
+             "xor": lambda: a[0] != a[1], "not": lambda: not a[0],
+             "eq": lambda: a[0] == a[1], "ne": lambda: a[0] != a[1]}.get(op)
+        return None if r is None else r()
+    a = [int(v) for v in vals]
+    if op == "div":
+        if a[1] == 0:
+            return 0
+        q = abs(a[0]) // abs(a[1])
+        return _wrap(type_, q if (a[0] >= 0) == (a[1] >= 0) else -q)
+    if op == "rem":
+        if a[1] == 0:
+            return 0
+        q = abs(a[0]) // abs(a[1])
+        q = q if (a[0] >= 0) == (a[1] >= 0) else -q
+        return _wrap(type_, a[0] - q * a[1])
+    if op in ("shl", "shr"):
+        s = a[1] & 31
+        if op == "shl":
+            return _wrap(type_, a[0] << s)
+        return _wrap(type_, a[0] >> s)  # Python >> is arithmetic on signed, logical on u32 values
+    r = {
+        "add": lambda: a[0] + a[1], "sub": lambda: a[0] - a[1], "mul": lambda: a[0] * a[1],
+        "neg": lambda: -a[0], "min": lambda: min(a[0], a[1]), "max": lambda: max(a[0], a[1]),
+        "abs": lambda: abs(a[0]), "and": lambda: a[0] & a[1], "or": lambda: a[0] | a[1],
+        "xor": lambda: a[0] ^ a[1], "not": lambda: ~a[0],
+        "mulhi": lambda: (a[0] * a[1]) >> 32,
+        "lt": lambda: a[0] < a[1], "le": lambda: a[0] <= a[1], "gt": lambda: a[0] > a[1],
+        "ge": lambda: a[0] >= a[1], "eq": lambda: a[0] == a[1], "ne": lambda: a[0] != a[1],
+    }.get(op)
+    if r is None:
+        return None
+    out = r()
+    return out if type_ == BOOL else _wrap(type_, out)
+
+
+def _cast_scalar(v, src, dst):
+    if dst == BOOL:
+        return bool(v != 0)
+    if src == BOOL:
+        return canonical_const(dst, 1 if v else 0)
+    if dst == F32:
+        return float(np.float32(v))
+    if src == F32:  # float -> int: truncate, saturate, NaN -> 0 (as lowered)
+        if math.isnan(v):
+            return 0
+        lo, hi = (-(1 << 31), (1 << 31) - 1) if dst == I32 else (0, (1 << 32) - 1)
+        return int(min(max(math.trunc(v), lo), hi)) if math.isfinite(v) else (hi if v > 0 else lo)
+    return canonical_const(dst, v)  # int <-> int: reinterpret modulo 2**32
+
+
+def _bitcast_scalar(v, src, dst):
+    if src == F32:
+        bits = f32_bits(v)
+    else:
+        bits = int(v) & 0xFFFFFFFF
+    if dst == F32:
+        return bits_f32(bits)
+    return canonical_const(dst, bits)
+
+
+# ---------------------------------------------------------------------------
+# Algebraic simplification
+# ---------------------------------------------------------------------------
+
+def _is_const(n: Node, value=None) -> bool:
+    if n.op != "const":
+        return False
+    if value is None:
+        return True
+    v = n.attrs[0]
+    if n.type == F32:
+        return f32_bits(v) == f32_bits(float(value))
+    return v == value
+
+
+def simplify(block: Block, op: str, type_: str, args: tuple, attrs: tuple) -> Node | None:
+    """Fold constants and apply identities that are exact in IEEE arithmetic."""
+    if all(a.op == "const" for a in args):
+        v = fold(op, type_, [a.attrs[0] for a in args], attrs, [a.type for a in args])
+        if v is not None:
+            return block.const(type_, v)
+    t = args[0].type if args else None
+    isint = t in INT_TYPES
+    if op == "select":
+        c, x, y = args
+        if c.op == "const":
+            return x if c.attrs[0] else y
+        if x is y:
+            return x
+        return None
+    if op == "cast" and t == type_:
+        return args[0]
+    if op == "bitcast" and t == type_:
+        return args[0]
+    if len(args) == 2:
+        a, b = args
+        if op == "add":
+            # x + (-0.0) == x exactly; x + 0.0 is not (-0.0 + 0.0 = +0.0).
+            if isint and _is_const(b, 0):
+                return a
+            if isint and _is_const(a, 0):
+                return b
+            if t == F32 and _is_const(b, -0.0):
+                return a
+            if t == F32 and _is_const(a, -0.0):
+                return b
+        elif op == "sub":
+            if (isint and _is_const(b, 0)) or (t == F32 and _is_const(b, 0.0)):
+                return a
+            if isint and a is b:
+                return block.const(type_, 0)
+        elif op == "mul":
+            if _is_const(b, 1):
+                return a
+            if _is_const(a, 1):
+                return b
+            if isint and (_is_const(a, 0) or _is_const(b, 0)):
+                return block.const(type_, 0)
+        elif op == "div":
+            if _is_const(b, 1):
+                return a
+        elif op in ("and", "or") and t in (BOOL, *INT_TYPES):
+            if a is b:
+                return a
+            allones = True if t == BOOL else (-1 if t == I32 else 0xFFFFFFFF)
+            zero = False if t == BOOL else 0
+            if op == "and":
+                if _is_const(a, zero) or _is_const(b, zero):
+                    return block.const(type_, zero)
+                if _is_const(a, allones):
+                    return b
+                if _is_const(b, allones):
+                    return a
+            else:
+                if _is_const(a, allones) or _is_const(b, allones):
+                    return block.const(type_, allones)
+                if _is_const(a, zero):
+                    return b
+                if _is_const(b, zero):
+                    return a
+        elif op == "xor":
+            if isint and a is b:
+                return block.const(type_, 0)
+            if _is_const(b, 0 if isint else False):
+                return a
+        elif op in ("shl", "shr") and _is_const(b, 0):
+            return a
+        elif op in ("min", "max") and a is b and (isint or t == F32):
+            return a
+        elif op in ("eq", "le", "ge") and isint and a is b:
+            return block.const(BOOL, True)
+        elif op in ("ne", "lt", "gt") and isint and a is b:
+            return block.const(BOOL, False)
+    if op == "not" and args[0].op == "not":
+        return args[0].args[0]
+    if op == "neg" and args[0].op == "neg":
+        return args[0].args[0]
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Traversal helpers
+# ---------------------------------------------------------------------------
+
+def walk(block: Block) -> Iterable[Node]:
+    """All nodes of a block and its nested blocks, in program order."""
+    for n in block.nodes:
+        yield n
+        for r in n.regions:
+            yield from walk(r)
+
+
+def format_block(block: Block, indent: int = 0, outer_ids: bool = False) -> str:
+    """A stable textual form of the graph (used for hashing and debugging).
+
+    Node ids are renumbered in program order so that two traces of the same
+    program print identically. With ``outer_ids``, values captured from
+    enclosing blocks print by identity (``^id``), so two regions compare
+    equal only when they compute the same thing from the same outer values."""
+    names: dict[int, str] = {}
+    counter = itertools.count()
+    inside = {n.id for n in walk(block)} | {p.id for p in block.params}
+    if outer_ids:
+        for n in walk(block):
+            for r in n.regions:
+                inside.update(p.id for p in r.params)
+
+    def name(n: Node) -> str:
+        if outer_ids and n.id not in inside:
+            return f"^{n.id}"
+        if n.id not in names:
+            names[n.id] = f"%{next(counter)}"
+        return names[n.id]
+
+    lines: list[str] = []
+
+    def emit_block(b: Block, ind: int) -> None:
+        pad = "  " * ind
+        if b.params:
+            lines.append(pad + "params " + ", ".join(f"{name(p)}:{p.type}" for p in b.params))
+        for n in b.nodes:
+            attrs = "" if not n.attrs else "[" + ", ".join(_fmt_attr(x) for x in n.attrs) + "]"
+            lines.append(f"{pad}{name(n)}:{n.type} = {n.op}{attrs}(" + ", ".join(name(a) for a in n.args) + ")")
+            for i, r in enumerate(n.regions):
+                lines.append(f"{pad}  region {i} ({r.kind}):")
+                emit_block(r, ind + 2)
+        lines.append(pad + "yield " + ", ".join(name(r) for r in b.results))
+
+    emit_block(block, indent)
+    return "\n".join(lines)
+
+
+def _fmt_attr(x) -> str:
+    if isinstance(x, float):
+        return f"f32:{f32_bits(x):08x}"
+    return repr(x)

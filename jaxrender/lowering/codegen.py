@@ -1,0 +1,440 @@
+"""IR graph -> LLVM IR for one work item, plus the parallel launch around it.
+
+The module produced here holds:
+
+* ``item``: the kernel body for one work item (inlined into the worker),
+* ``worker``: pulls tiles of work items from a shared atomic counter until
+  none is left (dynamic scheduling suits divergent kernels),
+* ``handler``: the XLA typed-FFI entry point (see :mod:`.ffi`), which checks
+  the buffers, zeroes the accumulators, runs ``worker`` on pthreads and turns
+  a failed in-kernel ``check`` into an XLA error.
+
+Per-item results depend only on the item index, so outputs are bit-identical
+for any thread count. Float scatter-adds are atomic; their summation order
+(and so the last bits of the sum) depends on scheduling.
+"""
+from __future__ import annotations
+
+from llvmlite import ir as ll
+
+from ..ir.graph import BOOL, F32, I32, U32, Block, Node
+from ..ir.kernel import Kernel, _width
+from .abi import InfoLayout
+
+f32, i32, i64, i1, i8 = ll.FloatType(), ll.IntType(32), ll.IntType(64), ll.IntType(1), ll.IntType(8)
+ptr = ll.PointerType()
+LLTYPE = {F32: f32, I32: i32, U32: i32, BOOL: i1}
+
+# Transcendental ops call the C math library (resolved in-process).
+LIBM = {"exp": "expf", "exp2": "exp2f", "log": "logf", "log2": "log2f", "sin": "sinf",
+        "cos": "cosf", "tan": "tanf", "asin": "asinf", "acos": "acosf", "atan": "atanf",
+        "erf": "erff", "pow": "powf", "atan2": "atan2f"}
+INTRINSIC_UNARY = {"sqrt": "llvm.sqrt.f32", "floor": "llvm.floor.f32", "ceil": "llvm.ceil.f32",
+                   "trunc": "llvm.trunc.f32", "round": "llvm.roundeven.f32", "abs": "llvm.fabs.f32"}
+FCMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+
+
+class CodegenError(Exception):
+    pass
+
+
+class ItemCodegen:
+    """Emits the graph of one kernel into an LLVM function body."""
+
+    def __init__(self, kernel: Kernel, module: ll.Module, layout: InfoLayout, ctx_type: ll.Type):
+        self.k = kernel
+        self.m = module
+        self.layout = layout
+        self.ctx_type = ctx_type
+        self.vals: dict[int, ll.Value] = {}
+        self._decls: dict[str, ll.Function] = {}
+        self.in_specs = list(kernel.inputs.values())
+        self.out_specs = list(kernel.item_outputs.values())
+        self.acc_specs = list(kernel.accumulators.values())
+
+    # -- helpers -------------------------------------------------------
+    def decl(self, name: str, ret: ll.Type, args: list[ll.Type]) -> ll.Function:
+        fn = self._decls.get(name)
+        if fn is None:
+            fn = self.m.globals.get(name) or ll.Function(self.m, ll.FunctionType(ret, args), name)
+            self._decls[name] = fn
+        return fn
+
+    def ctx_field(self, b: ll.IRBuilder, ctx, idx: int, what: str):
+        p = b.gep(ctx, [i32(0), i32(idx)], inbounds=True, source_etype=self.ctx_type)
+        return b.load(p, name=what, typ=self.ctx_type.elements[idx])
+
+    # -- the item function ---------------------------------------------
+    def build_item(self) -> ll.Function:
+        fn = ll.Function(self.m, ll.FunctionType(ll.VoidType(), [ptr, i64]), "item")
+        fn.linkage = "internal"
+        fn.attributes.add("alwaysinline")
+        ctx, g = fn.args
+        b = ll.IRBuilder(fn.append_basic_block("entry"))
+        self.b, self.fn = b, fn
+        L = self.layout
+        info = self.ctx_field(b, ctx, 0, "info")
+
+        def info_at(k: int, name: str):
+            v = b.load(b.gep(info, [i64(k)], inbounds=True, source_etype=i64), name=name, typ=i64)
+            v.set_metadata("invariant.load", self.m.add_metadata([]))
+            return v
+
+        n_local = info_at(0, "n_local")
+        self.n_local = n_local
+        if L.nb:
+            bidx = b.udiv(g, n_local, name="batch")
+            local = b.urem(g, n_local, name="local")
+            # Multi-index of the batch element, last dim fastest.
+            rem = bidx
+            midx = [None] * L.nb
+            for k in reversed(range(L.nb)):
+                size = info_at(L.batch_shape + k, f"bdim{k}")
+                midx[k] = b.urem(rem, size)
+                rem = b.udiv(rem, size)
+        else:
+            bidx, local, midx = i64(0), g, []
+        self.local = local
+        # Input bases, lengths and clamp bounds.
+        self.in_base, self.in_rows, self.in_maxrow = [], [], []
+        for i, spec in enumerate(self.in_specs):
+            data = self.ctx_field_ptr(b, ctx, 1, i, f"in{i}")
+            off = i64(0)
+            for k in range(L.nb):
+                stride = info_at(L.stride(i, k), f"stride{i}_{k}")
+                off = b.add(off, b.mul(midx[k], stride))
+            base = b.gep(data, [off], inbounds=True, source_etype=LLTYPE[spec.dtype]) if L.nb else data
+            rows = info_at(L.rows(i), f"rows{i}")
+            is_empty = b.icmp_unsigned("==", rows, i64(0))
+            maxrow = b.select(is_empty, i64(0), b.sub(rows, i64(1)))
+            self.in_base.append(base)
+            self.in_rows.append(rows)
+            self.in_maxrow.append(maxrow)
+        self.acc_base, self.acc_rows = [], []
+        for j, spec in enumerate(self.acc_specs):
+            data = self.ctx_field_ptr(b, ctx, 3, j, f"acc{j}")
+            rows = info_at(L.acc_rows(j), f"accrows{j}")
+            width = _width(spec.item_shape)
+            base = b.gep(data, [b.mul(bidx, b.mul(rows, i64(width)))], inbounds=True,
+                         source_etype=LLTYPE[spec.dtype]) if L.nb else data
+            self.acc_base.append(base)
+            self.acc_rows.append(rows)
+        self.err_ptr = b.gep(ctx, [i32(0), i32(5)], inbounds=True, source_etype=self.ctx_type)
+        # Body.
+        self.lower_block(self.k.block)
+        # Per-item outputs.
+        results = [self.vals[r.id] for r in self.k.block.results]
+        pos = 0
+        for j, spec in enumerate(self.out_specs):
+            data = self.ctx_field_ptr(b, ctx, 2, j, f"out{j}")
+            width = _width(spec.item_shape)
+            base = b.gep(data, [b.mul(g, i64(width))], inbounds=True, source_etype=LLTYPE[spec.dtype])
+            for c in range(width):
+                p = b.gep(base, [i64(c)], inbounds=True, source_etype=LLTYPE[spec.dtype])
+                b.store(results[pos], p)
+                pos += 1
+        b.ret_void()
+        return fn
+
+    def ctx_field_ptr(self, b, ctx, field: int, i: int, name: str):
+        p = b.gep(ctx, [i32(0), i32(field), i32(i)], inbounds=True, source_etype=self.ctx_type)
+        return b.load(p, name=name, typ=ptr)
+
+    # -- blocks --------------------------------------------------------
+    def lower_block(self, block: Block) -> list:
+        for n in block.nodes:
+            self.lower_node(n)
+        return [self.vals[r.id] for r in block.results]
+
+    def lower_node(self, n: Node) -> None:
+        op = n.op
+        if op == "proj":
+            self.vals[n.id] = self.vals[(n.args[0].id, n.attrs[0])]
+            return
+        a = [self.vals[x.id] for x in n.args]
+        t = n.type
+        at = n.args[0].type if n.args else None
+        if op == "const":
+            v = n.attrs[0]
+            if t == F32:
+                self.vals[n.id] = ll.Constant(f32, v)
+            elif t == BOOL:
+                self.vals[n.id] = ll.Constant(i1, int(v))
+            else:
+                self.vals[n.id] = ll.Constant(i32, int(v) & 0xFFFFFFFF)
+            return
+        if op in ("loop", "if", "dispatch"):
+            getattr(self, "lower_" + op)(n, a)
+            return
+        self.vals[n.id] = self.lower_simple(n, op, a, t, at)
+
+    def lower_simple(self, n: Node, op: str, a: list, t: str, at: str):
+        b = self.b
+        fl = at == F32
+        signed = at == I32
+        if op == "item_index":
+            return b.trunc(self.local, i32)
+        if op == "launch_size":
+            return b.trunc(self.n_local, i32)
+        if op == "buffer_len":
+            return b.trunc(self.in_rows[n.attrs[0]], i32)
+        if op == "gather":
+            return self.lower_gather(n, a[0])
+        if op == "scatter_add":
+            self.lower_scatter(n, a[0], a[1])
+            return None
+        if op == "check":
+            self.lower_check(n, a[0])
+            return None
+        if op in ("add", "sub", "mul"):
+            return getattr(b, ("f" if fl else "") + op)(a[0], a[1])
+        if op == "div":
+            if fl:
+                return b.fdiv(a[0], a[1])
+            return self.int_divrem(a[0], a[1], signed, rem=False)
+        if op == "rem":
+            if fl:
+                return b.frem(a[0], a[1])
+            return self.int_divrem(a[0], a[1], signed, rem=True)
+        if op == "neg":
+            return b.fneg(a[0]) if fl else b.sub(i32(0), a[0])
+        if op == "fma":
+            return b.call(self.decl("llvm.fma.f32", f32, [f32] * 3), a)
+        if op in ("min", "max"):
+            if fl:
+                return b.call(self.decl(f"llvm.{op}num.f32", f32, [f32, f32]), a)
+            pred = "<" if op == "min" else ">"
+            c = b.icmp_signed(pred, a[0], a[1]) if signed else b.icmp_unsigned(pred, a[0], a[1])
+            return b.select(c, a[0], a[1])
+        if op == "abs":
+            if fl:
+                return b.call(self.decl("llvm.fabs.f32", f32, [f32]), a)
+            neg = b.icmp_signed("<", a[0], i32(0))
+            return b.select(neg, b.sub(i32(0), a[0]), a[0])
+        if op == "copysign":
+            return b.call(self.decl("llvm.copysign.f32", f32, [f32, f32]), a)
+        if op in FCMP:
+            if fl:
+                return b.fcmp_unordered("!=", a[0], a[1]) if op == "ne" else b.fcmp_ordered(FCMP[op], a[0], a[1])
+            if at == BOOL or not signed:
+                return b.icmp_unsigned(FCMP[op], a[0], a[1])
+            return b.icmp_signed(FCMP[op], a[0], a[1])
+        if op in ("and", "or", "xor"):
+            return {"and": b.and_, "or": b.or_, "xor": b.xor}[op](a[0], a[1])
+        if op == "not":
+            return b.not_(a[0])
+        if op in ("shl", "shr"):
+            s = b.and_(a[1], i32(31))
+            if op == "shl":
+                return b.shl(a[0], s)
+            return b.ashr(a[0], s) if signed else b.lshr(a[0], s)
+        if op == "mulhi":
+            ext = b.sext if signed else b.zext
+            p = b.mul(ext(a[0], i64), ext(a[1], i64))
+            return b.trunc(b.lshr(p, i64(32)) if not signed else b.ashr(p, i64(32)), i32)
+        if op == "select":
+            return b.select(a[0], a[1], a[2])
+        if op == "cast":
+            return self.lower_cast(a[0], at, t)
+        if op == "bitcast":
+            if (at == F32) == (t == F32):
+                return a[0]
+            return b.bitcast(a[0], LLTYPE[t])
+        if op == "isnan":
+            return b.fcmp_unordered("uno", a[0], a[0])
+        if op == "isfinite":
+            ab = b.call(self.decl("llvm.fabs.f32", f32, [f32]), a)
+            return b.fcmp_ordered("<", ab, ll.Constant(f32, float("inf")))
+        if op == "rsqrt":
+            s = b.call(self.decl("llvm.sqrt.f32", f32, [f32]), a)
+            return b.fdiv(ll.Constant(f32, 1.0), s)
+        if op in INTRINSIC_UNARY:
+            name = INTRINSIC_UNARY[op]
+            return b.call(self.decl(name, f32, [f32]), a)
+        if op in LIBM:
+            name = LIBM[op]
+            return b.call(self.decl(name, f32, [f32] * len(a)), a)
+        raise CodegenError(f"no lowering for op {op!r}")
+
+    def int_divrem(self, x, y, signed: bool, rem: bool):
+        """Division/remainder with x/0 == 0 and INT_MIN/-1 wrapping (no UB)."""
+        b = self.b
+        zero = b.icmp_unsigned("==", y, i32(0))
+        if signed:
+            m1 = b.icmp_signed("==", y, i32(-1))
+            bad = b.or_(zero, m1)
+            safe = b.select(bad, i32(1), y)
+            q = b.srem(x, safe) if rem else b.sdiv(x, safe)
+            q = b.select(m1, i32(0) if rem else b.sub(i32(0), x), q)
+        else:
+            safe = b.select(zero, i32(1), y)
+            q = b.urem(x, safe) if rem else b.udiv(x, safe)
+        return b.select(zero, i32(0), q)
+
+    def lower_cast(self, v, src: str, dst: str):
+        b = self.b
+        if dst == BOOL:
+            if src == F32:
+                return b.fcmp_unordered("!=", v, ll.Constant(f32, 0.0))
+            return b.icmp_unsigned("!=", v, i32(0))
+        if src == BOOL:
+            return b.uitofp(v, f32) if dst == F32 else b.zext(v, i32)
+        if dst == F32:
+            return b.sitofp(v, f32) if src == I32 else b.uitofp(v, f32)
+        if src == F32:
+            name = "llvm.fptosi.sat.i32.f32" if dst == I32 else "llvm.fptoui.sat.i32.f32"
+            return b.call(self.decl(name, i32, [f32]), [v])
+        return v  # i32 <-> u32 share a representation
+
+    def row_index(self, node_arg: Node, v):
+        return self.b.sext(v, i64) if node_arg.type == I32 else self.b.zext(v, i64)
+
+    def lower_gather(self, n: Node, row):
+        b = self.b
+        inp, comp, width = n.attrs
+        r = self.row_index(n.args[0], row)
+        neg = b.icmp_signed("<", r, i64(0))
+        r = b.select(neg, i64(0), r)
+        big = b.icmp_signed(">", r, self.in_maxrow[inp])
+        r = b.select(big, self.in_maxrow[inp], r)
+        et = LLTYPE[n.type]
+        off = b.add(b.mul(r, i64(width)), i64(comp)) if width > 1 else (b.add(r, i64(comp)) if comp else r)
+        p = b.gep(self.in_base[inp], [off], inbounds=True, source_etype=et)
+        return b.load(p, typ=et)
+
+    def lower_scatter(self, n: Node, row, value):
+        b = self.b
+        acc, comp, width = n.attrs
+        r = self.row_index(n.args[0], row)
+        ok = b.and_(b.icmp_signed(">=", r, i64(0)), b.icmp_signed("<", r, self.acc_rows[acc]))
+        with b.if_then(ok, likely=True):
+            et = f32 if n.args[1].type == F32 else i32
+            off = b.add(b.mul(r, i64(width)), i64(comp))
+            p = b.gep(self.acc_base[acc], [off], inbounds=True, source_etype=et)
+            b.atomic_rmw("fadd" if et == f32 else "add", p, value, "monotonic")
+
+    def lower_check(self, n: Node, ok):
+        b = self.b
+        with b.if_then(b.not_(ok), likely=False):
+            b.atomic_rmw("umax", self.err_ptr, i32(n.attrs[0]), "monotonic")
+
+    # -- structured control flow ----------------------------------------
+    def lower_loop(self, n: Node, init: list) -> None:
+        b = self.b
+        cond, body = n.regions
+        pre = b.block
+        header = self.fn.append_basic_block("loop.header")
+        body_bb = self.fn.append_basic_block("loop.body")
+        exit_bb = self.fn.append_basic_block("loop.exit")
+        b.branch(header)
+        b.position_at_end(header)
+        phis = [b.phi(LLTYPE[x.type]) for x in n.args]
+        for p, v in zip(phis, init):
+            p.add_incoming(v, pre)
+        for prm, ph in zip(cond.params, phis):
+            self.vals[prm.id] = ph
+        (c,) = self.lower_block(cond)
+        b.cbranch(c, body_bb, exit_bb)
+        b.position_at_end(body_bb)
+        for prm, ph in zip(body.params, phis):
+            self.vals[prm.id] = ph
+        new = self.lower_block(body)
+        latch = b.block
+        b.branch(header)
+        for p, v in zip(phis, new):
+            p.add_incoming(v, latch)
+        b.position_at_end(exit_bb)
+        for k, ph in enumerate(phis):
+            self.vals[(n.id, k)] = ph
+
+    def _merge(self, n: Node, incoming: list[tuple[list, ll.Block]], merge_bb) -> None:
+        b = self.b
+        b.position_at_end(merge_bb)
+        nres = len(n.regions[0].results)
+        for k in range(nres):
+            ph = b.phi(LLTYPE[n.regions[0].results[k].type])
+            for vals, blk in incoming:
+                ph.add_incoming(vals[k], blk)
+            self.vals[(n.id, k)] = ph
+
+    def lower_if(self, n: Node, a: list) -> None:
+        b = self.b
+        then_r, else_r = n.regions
+        then_bb = self.fn.append_basic_block("if.then")
+        else_bb = self.fn.append_basic_block("if.else")
+        merge_bb = self.fn.append_basic_block("if.end")
+        b.cbranch(a[0], then_bb, else_bb)
+        incoming = []
+        for region, bb in ((then_r, then_bb), (else_r, else_bb)):
+            b.position_at_end(bb)
+            vals = self.lower_block(region)
+            incoming.append((vals, b.block))
+            b.branch(merge_bb)
+        self._merge(n, incoming, merge_bb)
+
+    def lower_dispatch(self, n: Node, a: list) -> None:
+        b = self.b
+        (table,) = n.attrs
+        bbs = [self.fn.append_basic_block(f"case{k}") for k in range(len(n.regions))]
+        merge_bb = self.fn.append_basic_block("dispatch.end")
+        sw = b.switch(a[0], bbs[table[-1]])  # out-of-range index: clamp to last
+        for inst, region_idx in enumerate(table[:-1]):
+            sw.add_case(i32(inst), bbs[region_idx])
+        incoming = []
+        for region, bb in zip(n.regions, bbs):
+            b.position_at_end(bb)
+            vals = self.lower_block(region)
+            incoming.append((vals, b.block))
+            b.branch(merge_bb)
+        self._merge(n, incoming, merge_bb)
+
+
+def context_type(kernel: Kernel) -> ll.LiteralStructType:
+    """Launch context: info*, input/output/accumulator pointers, the tile
+    counter, the error code, and the tile size / total item count."""
+    ni = len(kernel.inputs)
+    no = len(kernel.item_outputs)
+    na = len(kernel.accumulators)
+    return ll.LiteralStructType([
+        ptr,                                  # 0 launch info
+        ll.ArrayType(ptr, max(ni, 1)),        # 1 inputs
+        ll.ArrayType(ptr, max(no, 1)),        # 2 item outputs
+        ll.ArrayType(ptr, max(na, 1)),        # 3 accumulators
+        i64,                                  # 4 next tile (atomic)
+        i32,                                  # 5 error code (atomic max)
+        i64,                                  # 6 tile size
+        i64,                                  # 7 total work items
+    ])
+
+
+def build_worker(module: ll.Module, item_fn: ll.Function, ctx_type) -> ll.Function:
+    fn = ll.Function(module, ll.FunctionType(ptr, [ptr]), "worker")
+    fn.linkage = "internal"
+    (ctx,) = fn.args
+    b = ll.IRBuilder(fn.append_basic_block("entry"))
+    tile = b.load(b.gep(ctx, [i32(0), i32(6)], inbounds=True, source_etype=ctx_type), typ=i64)
+    total = b.load(b.gep(ctx, [i32(0), i32(7)], inbounds=True, source_etype=ctx_type), typ=i64)
+    counter = b.gep(ctx, [i32(0), i32(4)], inbounds=True, source_etype=ctx_type)
+    grab = fn.append_basic_block("grab")
+    run = fn.append_basic_block("run")
+    body = fn.append_basic_block("body")
+    done = fn.append_basic_block("done")
+    b.branch(grab)
+    b.position_at_end(grab)
+    t = b.atomic_rmw("add", counter, i64(1), "monotonic")
+    start = b.mul(t, tile)
+    b.cbranch(b.icmp_unsigned(">=", start, total), done, run)
+    b.position_at_end(run)
+    end = b.add(start, tile)
+    end = b.select(b.icmp_unsigned(">", end, total), total, end)
+    b.branch(body)
+    b.position_at_end(body)
+    g = b.phi(i64)
+    g.add_incoming(start, run)
+    b.call(item_fn, [ctx, g])
+    g2 = b.add(g, i64(1))
+    g.add_incoming(g2, body)
+    b.cbranch(b.icmp_unsigned("<", g2, end), body, grab)
+    b.position_at_end(done)
+    b.ret(ll.Constant(ptr, None))
+    return fn

@@ -1,0 +1,149 @@
+"""Compile kernels for the host CPU and hand XLA a callable FFI target.
+
+``compile_kernel(kernel, nb)`` returns the name of a registered XLA FFI
+target running ``kernel`` with ``nb`` batch dimensions. Compilation is
+cached in memory (per process) and on disk (object code, see :mod:`.cache`);
+:data:`stats` counts what each request cost, so tests can prove that a warm
+process does not compile.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import threading
+from dataclasses import dataclass
+
+import llvmlite
+import llvmlite.binding as llvm
+from llvmlite import ir as ll
+
+from ..ir.kernel import Kernel
+from . import cache
+from .abi import InfoLayout
+from .codegen import ItemCodegen, build_worker, context_type
+from .ffi import build_handler
+
+# Bump when the generated code's meaning changes without the IR text changing.
+CODEGEN_VERSION = "1"
+
+stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0}
+
+
+class CompileError(RuntimeError):
+    pass
+
+
+_lock = threading.Lock()
+_target_machine = None
+
+
+def target_machine():
+    global _target_machine
+    if _target_machine is None:
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        target = llvm.Target.from_default_triple()
+        _target_machine = target.create_target_machine(
+            cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
+            opt=3, reloc="pic", codemodel="jitdefault")
+    return _target_machine
+
+
+def target_description() -> str:
+    target_machine()
+    return "|".join([llvm.get_process_triple(), llvm.get_host_cpu_name(),
+                     llvm.get_host_cpu_features().flatten(), llvmlite.__version__,
+                     ".".join(map(str, llvm.llvm_version_info)), CODEGEN_VERSION])
+
+
+def num_threads() -> int:
+    """Worker threads per launch: ``$JAXRENDER_NUM_THREADS`` or the usable cores."""
+    env = os.environ.get("JAXRENDER_NUM_THREADS")
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            raise ValueError(f"JAXRENDER_NUM_THREADS must be a positive integer, got {env!r}") from None
+        if n < 1:
+            raise ValueError(f"JAXRENDER_NUM_THREADS must be a positive integer, got {env!r}")
+        return n
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+def generate_llvm_ir(kernel: Kernel, nb: int) -> str:
+    """The complete LLVM module (text) for ``kernel`` with ``nb`` batch dims."""
+    m = ll.Module(name=f"jaxrender.{kernel.name}")
+    m.triple = llvm.get_process_triple()
+    layout = InfoLayout(nb, len(kernel.inputs), len(kernel.item_outputs), len(kernel.accumulators))
+    ctx_t = context_type(kernel)
+    gen = ItemCodegen(kernel, m, layout, ctx_t)
+    item = gen.build_item()
+    worker = build_worker(m, item, ctx_t)
+    build_handler(m, kernel, layout, ctx_t, worker, "jaxrender_handler")
+    return str(m)
+
+
+@dataclass
+class CompiledKernel:
+    key: str
+    target_name: str
+    engine: object          # keeps the machine code alive while XLA may call it
+    handler_address: int
+
+
+_compiled: dict[str, CompiledKernel] = {}
+
+
+def _optimize_and_emit(text: str) -> bytes:
+    try:
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+    except RuntimeError as exc:  # a code generator bug, not user error
+        raise CompileError(f"jaxrender generated invalid LLVM IR: {exc}") from exc
+    tm = target_machine()
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    return tm.emit_object(mod)
+
+
+def compile_kernel(kernel: Kernel, nb: int = 0) -> CompiledKernel:
+    """Compile (or fetch from cache) and register ``kernel`` as an XLA FFI target."""
+    text = generate_llvm_ir(kernel, nb)
+    key = hashlib.sha256((target_description() + "\n" + text).encode()).hexdigest()
+    with _lock:
+        hit = _compiled.get(key)
+        if hit is not None:
+            stats["memory_hits"] += 1
+            return hit
+        obj = cache.load(key)
+        if obj is not None:
+            stats["disk_hits"] += 1
+        else:
+            obj = _optimize_and_emit(text)
+            stats["compiled"] += 1
+            cache.store(key, obj)
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine())
+        engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        engine.finalize_object()
+        addr = engine.get_function_address("jaxrender_handler")
+        if not addr:
+            raise CompileError(f"kernel {kernel.name}: handler symbol missing from object code")
+        name = f"jaxrender_{kernel.name}_{key[:20]}"
+        _register_ffi_target(name, addr)
+        ck = CompiledKernel(key, name, engine, addr)
+        _compiled[key] = ck
+        return ck
+
+
+def _register_ffi_target(name: str, address: int) -> None:
+    import jax  # imported here: lowering/ is usable without JAX for inspection
+
+    new_capsule = ctypes.pythonapi.PyCapsule_New
+    new_capsule.restype = ctypes.py_object
+    new_capsule.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    jax.ffi.register_ffi_target(name, new_capsule(address, None, None), platform="cpu", api_version=1)

@@ -1,0 +1,238 @@
+"""The XLA typed-FFI handler, generated in LLVM IR (no C compiler involved).
+
+Offsets follow ``xla/ffi/api/c_api.h`` (x86-64) as recorded in DESIGN.md:
+call frame: extension_start @8, api @16, stage @32, args @40, rets @80;
+args/rets: size @+16, buffer pointer array @+32; buffer: data @24, rank @32,
+dims @40; ``api->XLA_FFI_Error_Create`` @48.
+
+The handler answers XLA's metadata query, validates that every buffer has
+exactly the number of elements the launch info promises (a mismatch is an
+XLA error, never an out-of-bounds access), zeroes accumulators, runs the
+worker on ``num_threads`` pthreads, and converts a failed in-kernel
+``check`` into an XLA error whose message reaches Python.
+"""
+from __future__ import annotations
+
+from llvmlite import ir as ll
+
+from ..ir.kernel import Kernel, _width
+from .abi import InfoLayout
+from .codegen import LLTYPE, i1, i8, i32, i64, ptr
+
+ERRC_INVALID_ARGUMENT = 3
+ERRC_INTERNAL = 13
+MAX_THREADS = 256
+ERROR_CREATE_ARGS = ll.LiteralStructType([i64, ptr, ptr, i32])
+ERROR_CREATE_ARGS_SIZE = 28  # offsetof(errc) + sizeof(errc), XLA's struct traits
+
+
+class _Emitter:
+    def __init__(self, module: ll.Module, fn: ll.Function):
+        self.m, self.fn = module, fn
+        self.b = ll.IRBuilder(fn.append_basic_block("entry"))
+        self._strings: dict[str, ll.GlobalVariable] = {}
+
+    def load_at(self, base, offset: int, typ):
+        p = self.b.gep(base, [i64(offset)], inbounds=True, source_etype=i8)
+        return self.b.load(p, typ=typ)
+
+    def store_at(self, value, base, offset: int):
+        p = self.b.gep(base, [i64(offset)], inbounds=True, source_etype=i8)
+        self.b.store(value, p)
+
+    def alloca(self, ty):
+        return _opaque(self.b.alloca(ty))
+
+    def cstring(self, text: str):
+        g = self._strings.get(text)
+        if g is None:
+            data = bytearray(text.encode("utf-8")) + b"\0"
+            ty = ll.ArrayType(i8, len(data))
+            g = ll.GlobalVariable(self.m, ty, f"msg{len(self._strings)}")
+            g.global_constant = True
+            g.linkage = "private"
+            g.initializer = ll.Constant(ty, data)
+            self._strings[text] = _opaque(g)
+        return self._strings[text]
+
+    def for_range(self, n, body) -> None:
+        """Emit ``for (i64 i = 0; i < n; ++i) body(i)``."""
+        b = self.b
+        pre = b.block
+        head = self.fn.append_basic_block("for.head")
+        loop = self.fn.append_basic_block("for.body")
+        after = self.fn.append_basic_block("for.end")
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(i64)
+        i.add_incoming(i64(0), pre)
+        b.cbranch(b.icmp_signed("<", i, n), loop, after)
+        b.position_at_end(loop)
+        body(i)
+        nxt = b.add(i, i64(1))
+        i.add_incoming(nxt, b.block)
+        b.branch(head)
+        b.position_at_end(after)
+
+
+def build_handler(module: ll.Module, kernel: Kernel, layout: InfoLayout, ctx_type,
+                  worker: ll.Function, symbol: str) -> ll.Function:
+    fn = ll.Function(module, ll.FunctionType(ptr, [ptr]), symbol)
+    (frame,) = fn.args
+    e = _Emitter(module, fn)
+    b = e.b
+    null = ll.Constant(ptr, None)
+
+    # Metadata query / non-execute stages.
+    ext = e.load_at(frame, 8, ptr)
+    has_ext = b.icmp_unsigned("!=", ext, null)
+    with b.if_then(has_ext):
+        ext_type = e.load_at(ext, 8, i32)
+        with b.if_then(b.icmp_signed("==", ext_type, i32(1))):
+            meta = e.load_at(ext, 24, ptr)
+            e.store_at(i32(0), meta, 24)
+            e.store_at(i32(1), meta, 28)
+            e.store_at(i32(0), meta, 32)
+        b.ret(null)
+    stage = e.load_at(frame, 32, i32)
+    with b.if_then(b.icmp_signed("!=", stage, i32(3))):
+        b.ret(null)
+
+    api = e.load_at(frame, 16, ptr)
+    error_create = _IndirectCallee(e.load_at(api, 48, ptr), ll.FunctionType(ptr, [ptr]))
+
+    def fail(text: str, errc: int = ERRC_INVALID_ARGUMENT):
+        args = e.alloca(ERROR_CREATE_ARGS)
+        b.store(ll.Constant(ERROR_CREATE_ARGS, [i64(ERROR_CREATE_ARGS_SIZE), null, null, i32(errc)]), args)
+        msg_slot = b.gep(args, [i32(0), i32(2)], inbounds=True, source_etype=ERROR_CREATE_ARGS)
+        b.store(e.cstring(text), msg_slot)
+        b.ret(b.call(error_create, [args]))
+
+    ni, no, na = layout.ni, layout.no, layout.na
+    name = kernel.name
+    nargs = e.load_at(frame, 40 + 16, i64)
+    nrets = e.load_at(frame, 80 + 16, i64)
+    bad_count = b.or_(b.icmp_signed("!=", nargs, i64(1 + ni)), b.icmp_signed("!=", nrets, i64(no + na)))
+    with b.if_then(bad_count, likely=False):
+        fail(f"jaxrender kernel '{name}': XLA passed the wrong number of buffers "
+             f"(expected {1 + ni} arguments and {no + na} results)")
+    args = e.load_at(frame, 40 + 32, ptr)
+    rets = e.load_at(frame, 80 + 32, ptr)
+
+    def buffer(array, k):
+        p = b.gep(array, [i64(k)], inbounds=True, source_etype=ptr)
+        return b.load(p, typ=ptr)
+
+    def elements(buf):
+        rank = e.load_at(buf, 32, i64)
+        dims = e.load_at(buf, 40, ptr)
+        acc = e.alloca(i64)
+        b.store(i64(1), acc)
+        e.for_range(rank, lambda k: b.store(
+            b.mul(b.load(acc, typ=i64), b.load(b.gep(dims, [k], source_etype=i64), typ=i64)), acc))
+        return b.load(acc, typ=i64)
+
+    info_buf = buffer(args, 0)
+    info = e.load_at(info_buf, 24, ptr)
+    # The launch info arrives as int32 pairs (JAX may lack int64 arrays).
+    with b.if_then(b.icmp_signed("!=", elements(info_buf), i64(2 * layout.size)), likely=False):
+        fail(f"jaxrender kernel '{name}': launch info has the wrong size")
+
+    def info_at(k):
+        return b.load(b.gep(info, [i64(k)], inbounds=True, source_etype=i64), typ=i64)
+
+    ctx = e.alloca(ctx_type)
+
+    def ctx_slot(*idx):
+        return b.gep(ctx, [i32(0)] + [i32(x) for x in idx], inbounds=True, source_etype=ctx_type)
+
+    b.store(info, ctx_slot(0))
+    in_names = list(kernel.inputs)
+    for i in range(ni):
+        buf = buffer(args, 1 + i)
+        with b.if_then(b.icmp_signed("!=", elements(buf), info_at(layout.in_elems(i))), likely=False):
+            fail(f"jaxrender kernel '{name}': input '{in_names[i]}' has a different number of "
+                 "elements than the launch was prepared for")
+        b.store(e.load_at(buf, 24, ptr), ctx_slot(1, i))
+    out_names = list(kernel.item_outputs) + list(kernel.accumulators)
+    out_specs = list(kernel.item_outputs.values()) + list(kernel.accumulators.values())
+    memset = module.globals.get("llvm.memset.p0.i64") or ll.Function(
+        module, ll.FunctionType(ll.VoidType(), [ptr, i8, i64, i1]), "llvm.memset.p0.i64")
+    for j in range(no + na):
+        buf = buffer(rets, j)
+        n = elements(buf)
+        with b.if_then(b.icmp_signed("!=", n, info_at(layout.out_elems(j))), likely=False):
+            fail(f"jaxrender kernel '{name}': result '{out_names[j]}' has a different number of "
+                 "elements than the launch was prepared for")
+        data = e.load_at(buf, 24, ptr)
+        if j < no:
+            b.store(data, ctx_slot(2, j))
+        else:
+            b.store(data, ctx_slot(3, j - no))
+            nbytes = b.mul(n, i64(LLTYPE[out_specs[j].dtype].width // 8))
+            b.call(memset, [data, i8(0), nbytes, i1(0)])
+
+    total = info_at(1)
+    tile = info_at(2)
+    tile = b.select(b.icmp_signed("<", tile, i64(1)), i64(1), tile)
+    b.store(i64(0), ctx_slot(4))
+    b.store(i32(0), ctx_slot(5))
+    b.store(tile, ctx_slot(6))
+    b.store(total, ctx_slot(7))
+    ntiles = b.udiv(b.add(total, b.sub(tile, i64(1))), tile)
+    nthreads = info_at(3)
+    nthreads = b.select(b.icmp_signed(">", nthreads, ntiles), ntiles, nthreads)
+    nthreads = b.select(b.icmp_signed(">", nthreads, i64(MAX_THREADS)), i64(MAX_THREADS), nthreads)
+    helpers = b.sub(nthreads, i64(1))
+
+    pthread_create = module.globals.get("pthread_create") or ll.Function(
+        module, ll.FunctionType(i32, [ptr, ptr, ptr, ptr]), "pthread_create")
+    pthread_join = module.globals.get("pthread_join") or ll.Function(
+        module, ll.FunctionType(i32, [i64, ptr]), "pthread_join")
+    tids_t, started_t = ll.ArrayType(i64, MAX_THREADS), ll.ArrayType(i8, MAX_THREADS)
+    tids, started = e.alloca(tids_t), e.alloca(started_t)
+
+    def spawn(t):
+        slot = b.gep(tids, [i64(0), t], inbounds=True, source_etype=tids_t)
+        rc = b.call(pthread_create, [slot, null, worker, ctx])
+        ok = b.zext(b.icmp_signed("==", rc, i32(0)), i8)
+        b.store(ok, b.gep(started, [i64(0), t], inbounds=True, source_etype=started_t))
+
+    def join(t):
+        ok = b.load(b.gep(started, [i64(0), t], inbounds=True, source_etype=started_t), typ=i8)
+        with b.if_then(b.icmp_unsigned("!=", ok, i8(0))):
+            tid = b.load(b.gep(tids, [i64(0), t], inbounds=True, source_etype=tids_t), typ=i64)
+            b.call(pthread_join, [tid, null])
+
+    # Threads that fail to start are simply not counted: the calling thread
+    # (and the others) drain the shared tile counter regardless.
+    e.for_range(helpers, spawn)
+    b.call(worker, [ctx])
+    e.for_range(helpers, join)
+
+    code = b.load(ctx_slot(5), typ=i32)
+    for k, msg in enumerate(kernel.messages, start=1):
+        with b.if_then(b.icmp_signed("==", code, i32(k)), likely=False):
+            fail(f"jaxrender kernel '{name}': check failed: {msg}", ERRC_INVALID_ARGUMENT)
+    b.ret(null)
+    return fn
+
+
+def _opaque(value):
+    """llvmlite's IR layer gives allocas and globals typed pointer types;
+    everything here uses opaque ``ptr``, which is what LLVM itself has."""
+    value.type = ptr
+    return value
+
+
+class _IndirectCallee:
+    """A function pointer value that llvmlite's ``IRBuilder.call`` accepts
+    (it reads the callee's signature from ``function_type``)."""
+
+    def __init__(self, value, function_type: ll.FunctionType):
+        self.value = value
+        self.function_type = function_type
+        self.type = value.type
+
+    def get_reference(self) -> str:
+        return self.value.get_reference()

@@ -1,0 +1,234 @@
+"""Turn a traced kernel into a JAX primitive.
+
+``launch(kernel, launch_shape, **inputs)`` binds ``kernel_call_p``: one XLA
+custom call (typed FFI) whose handler is the kernel's generated machine
+code. It works eagerly and under ``jax.jit``, ``jax.vmap`` (a batch axis
+becomes more work items of the same launch) and ``lax.scan``.
+
+Example::
+
+    import jax.numpy as jnp
+    from jaxrender import ir
+    from jaxrender.primitives import launch
+
+    k = ir.trace(lambda x: {"y": x[ir.item_index()] * 2.0},
+                 {"x": ir.In("f32")}, {"y": ir.Out("f32")})
+    y = launch(k, (4,), x=jnp.arange(4.0))["y"]     # [0, 2, 4, 6]
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend.core import Primitive
+from jax.interpreters import batching, mlir
+
+from ..ir.graph import NUMPY_DTYPE
+from ..ir.kernel import Accum, In, Kernel, Out
+from ..lowering.abi import InfoLayout
+
+kernel_call_p = Primitive("jaxrender_kernel")
+kernel_call_p.multiple_results = True
+
+DEFAULT_TILE = 64
+
+
+class KernelHandle:
+    """Hashable wrapper so a Kernel can be a static primitive parameter."""
+
+    __slots__ = ("kernel", "_fp")
+
+    def __init__(self, kernel: Kernel):
+        self.kernel = kernel
+        self._fp = kernel.fingerprint
+
+    def __hash__(self) -> int:
+        return hash(self._fp)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, KernelHandle) and other._fp == self._fp
+
+    def __repr__(self) -> str:
+        return f"<kernel {self.kernel.name} {self._fp[:12]}>"
+
+
+def _prod(xs) -> int:
+    return int(math.prod(xs))
+
+
+def _validate(kernel: Kernel, launch_shape, accum_rows: Mapping[str, int], inputs: Mapping[str, Any]):
+    """Check names, dtypes and shapes; returns the arrays in kernel order."""
+    if not isinstance(launch_shape, tuple) or not all(isinstance(d, (int, np.integer)) and d >= 0 for d in launch_shape):
+        raise ValueError(f"kernel {kernel.name!r}: launch_shape must be a tuple of non-negative ints, "
+                         f"got {launch_shape!r}")
+    if _prod(launch_shape) >= 2 ** 31:
+        raise ValueError(f"kernel {kernel.name!r}: launch of {_prod(launch_shape)} work items is too large "
+                         "(at most 2**31 - 1 per batch element)")
+    unknown = set(inputs) - set(kernel.inputs)
+    if unknown:
+        raise ValueError(f"kernel {kernel.name!r}: unknown input(s) {sorted(unknown)}; "
+                         f"expected {list(kernel.inputs)}")
+    arrays = []
+    for name, spec in kernel.inputs.items():
+        if name not in inputs:
+            raise ValueError(f"kernel {kernel.name!r}: missing input {name!r}")
+        x = inputs[name]
+        want = np.dtype(NUMPY_DTYPE[spec.dtype])
+        if isinstance(x, (bool, int, float)) and spec.scalar:
+            x = jnp.asarray(x, dtype=want)  # a Python number takes the declared dtype
+        if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+            x = np.asarray(x)
+        if np.dtype(x.dtype) != want:
+            raise ValueError(f"kernel {kernel.name!r}: input {name!r} must have dtype {want.name}, "
+                             f"got {np.dtype(x.dtype).name}")
+        if spec.scalar:
+            if tuple(x.shape) != ():
+                raise ValueError(f"kernel {kernel.name!r}: input {name!r} must be a scalar (shape ()), "
+                                 f"got shape {tuple(x.shape)}")
+        else:
+            want_shape = ("rows",) + spec.item_shape
+            if len(x.shape) != len(want_shape) or tuple(x.shape[1:]) != spec.item_shape:
+                raise ValueError(f"kernel {kernel.name!r}: input {name!r} must have shape "
+                                 f"(rows, {', '.join(map(str, spec.item_shape))}) "
+                                 f"[rank {len(want_shape)}], got {tuple(x.shape)}"
+                                 if spec.item_shape else
+                                 f"kernel {kernel.name!r}: input {name!r} must be 1-D (rows,), got shape {tuple(x.shape)}")
+            if x.shape[0] >= 2 ** 31:
+                raise ValueError(f"kernel {kernel.name!r}: input {name!r} has too many rows")
+        arrays.append(x)
+    rows = []
+    for name, spec in kernel.accumulators.items():
+        if name not in accum_rows:
+            raise ValueError(f"kernel {kernel.name!r}: accumulator {name!r} needs its row count in accum_rows")
+        r = accum_rows[name]
+        if not isinstance(r, (int, np.integer)) or r < 0:
+            raise ValueError(f"kernel {kernel.name!r}: accum_rows[{name!r}] must be a non-negative int, got {r!r}")
+        rows.append(int(r))
+    extra = set(accum_rows) - set(kernel.accumulators)
+    if extra:
+        raise ValueError(f"kernel {kernel.name!r}: accum_rows names unknown accumulator(s) {sorted(extra)}")
+    return arrays, tuple(rows)
+
+
+def launch(kernel: Kernel, launch_shape: tuple[int, ...], accum_rows: Mapping[str, int] | None = None,
+           **inputs: Any) -> dict[str, jax.Array]:
+    """Run ``kernel`` over ``launch_shape`` work items; returns its outputs by name.
+
+    Inputs are validated (names, dtypes, shapes) before anything is traced
+    or launched; a mismatch raises ``ValueError`` naming the argument.
+    ``Out`` results have shape ``launch_shape + item_shape``; ``Accum``
+    results ``(accum_rows[name],) + item_shape``."""
+    launch_shape = tuple(int(d) for d in launch_shape) if isinstance(launch_shape, (tuple, list)) else launch_shape
+    arrays, rows = _validate(kernel, launch_shape, accum_rows or {}, inputs)
+    outs = kernel_call_p.bind(*arrays, kernel=KernelHandle(kernel), launch_shape=launch_shape,
+                              accum_rows=rows, batch_shape=(), in_batch=tuple(() for _ in arrays))
+    names = list(kernel.item_outputs) + list(kernel.accumulators)
+    return dict(zip(names, outs))
+
+
+# ---------------------------------------------------------------------------
+# Primitive rules
+# ---------------------------------------------------------------------------
+
+def _out_avals(kernel: Kernel, launch_shape, accum_rows, batch_shape):
+    avals = []
+    for spec in kernel.item_outputs.values():
+        avals.append(jax.core.ShapedArray(batch_shape + launch_shape + spec.item_shape, NUMPY_DTYPE[spec.dtype]))
+    for r, spec in zip(accum_rows, kernel.accumulators.values()):
+        avals.append(jax.core.ShapedArray(batch_shape + (r,) + spec.item_shape, NUMPY_DTYPE[spec.dtype]))
+    return avals
+
+
+def _abstract_eval(*args, kernel, launch_shape, accum_rows, batch_shape, in_batch):
+    return _out_avals(kernel.kernel, launch_shape, accum_rows, batch_shape)
+
+
+kernel_call_p.def_abstract_eval(_abstract_eval)
+
+
+def _impl(*args, **params):
+    from jax._src import dispatch
+    return dispatch.apply_primitive(kernel_call_p, *args, **params)
+
+
+kernel_call_p.def_impl(_impl)
+
+
+def _launch_info(kernel: Kernel, arrays_shapes, launch_shape, accum_rows, batch_shape, in_batch,
+                 threads: int) -> np.ndarray:
+    nb = len(batch_shape)
+    layout = InfoLayout(nb, len(kernel.inputs), len(kernel.item_outputs), len(kernel.accumulators))
+    info = np.zeros(layout.size, np.int64)
+    n_local = _prod(launch_shape)
+    n_batch = _prod(batch_shape)
+    info[0] = n_local
+    info[1] = n_local * n_batch
+    info[2] = DEFAULT_TILE
+    info[3] = threads
+    info[layout.batch_shape:layout.batch_shape + nb] = batch_shape
+    for i, (spec, shape, flags) in enumerate(zip(kernel.inputs.values(), arrays_shapes, in_batch)):
+        nbi = sum(flags)
+        dims = list(shape)
+        info[layout.rows(i)] = 1 if spec.scalar else dims[nbi]
+        if not spec.scalar and dims[nbi] == 0:
+            dims[nbi] = 1  # empty inputs are padded to one zero row (see _ffi_call)
+        info[layout.in_elems(i)] = _prod(dims)
+        # Element stride of each batch dim this input carries (row-major).
+        pos = 0
+        for k in range(nb):
+            if flags[k]:
+                info[layout.stride(i, k)] = _prod(dims[pos + 1:])
+                pos += 1
+    for j, r in enumerate(accum_rows):
+        info[layout.acc_rows(j)] = r
+    avals = _out_avals(kernel, launch_shape, accum_rows, batch_shape)
+    for j, a in enumerate(avals):
+        info[layout.out_elems(j)] = _prod(a.shape)
+    return info
+
+
+def _ffi_call(*args, kernel, launch_shape, accum_rows, batch_shape, in_batch):
+    from ..lowering.cpu import compile_kernel, num_threads
+    k = kernel.kernel
+    compiled = compile_kernel(k, len(batch_shape))
+    padded = []
+    for spec, x, flags in zip(k.inputs.values(), args, in_batch):
+        nbi = sum(flags)
+        if not spec.scalar and x.shape[nbi] == 0:
+            # Reads from an empty buffer are clamped to a zero row; give it one.
+            x = jnp.zeros(x.shape[:nbi] + (1,) + x.shape[nbi + 1:], x.dtype)
+        padded.append(x)
+    info = _launch_info(k, [a.shape for a in args], launch_shape, accum_rows, batch_shape, in_batch,
+                        num_threads())
+    out_types = [jax.ShapeDtypeStruct(a.shape, a.dtype)
+                 for a in _out_avals(k, launch_shape, accum_rows, batch_shape)]
+    if not out_types:
+        return []
+    call = jax.ffi.ffi_call(compiled.target_name, out_types, has_side_effect=False)
+    # JAX without x64 has no int64 arrays: ship the int64 words as int32 pairs
+    # (little-endian), which the handler reads back as int64.
+    return call(jnp.asarray(info.view(np.int32)), *padded)
+
+
+mlir.register_lowering(kernel_call_p, mlir.lower_fun(_ffi_call, multiple_results=True), platform="cpu")
+
+
+def _batch(args, dims, *, kernel, launch_shape, accum_rows, batch_shape, in_batch):
+    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    new_args, new_flags = [], []
+    for a, d, flags in zip(args, dims, in_batch):
+        if d is None:
+            new_args.append(a)
+            new_flags.append((False,) + flags)
+        else:
+            new_args.append(jnp.moveaxis(a, d, 0))
+            new_flags.append((True,) + flags)
+    outs = kernel_call_p.bind(*new_args, kernel=kernel, launch_shape=launch_shape, accum_rows=accum_rows,
+                              batch_shape=(size,) + batch_shape, in_batch=tuple(new_flags))
+    return outs, [0] * len(outs)
+
+
+batching.primitive_batchers[kernel_call_p] = _batch

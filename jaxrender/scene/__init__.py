@@ -1,0 +1,1 @@
+"""Scene description, Mitsuba XML/dict loading, meshes, images, BVH build."""
