@@ -17,7 +17,7 @@ from llvmlite import ir as ll
 
 from ..ir.kernel import Kernel, _width
 from .abi import InfoLayout
-from .codegen import LLTYPE, i1, i8, i32, i64, ptr
+from .codegen import i1, i8, i32, i64, ptr
 
 ERRC_INVALID_ARGUMENT = 3
 ERRC_INTERNAL = 13
@@ -169,7 +169,7 @@ def build_handler(module: ll.Module, kernel: Kernel, layout: InfoLayout, ctx_typ
             b.store(data, ctx_slot(2, j))
         else:
             b.store(data, ctx_slot(3, j - no))
-            nbytes = b.mul(n, i64(LLTYPE[out_specs[j].dtype].width // 8))
+            nbytes = b.mul(n, i64(4))  # every dtype we store is 32-bit
             b.call(memset, [data, i8(0), nbytes, i1(0)])
 
     total = info_at(1)

@@ -114,17 +114,24 @@ def _validate(kernel: Kernel, launch_shape, accum_rows: Mapping[str, int], input
 
 
 def launch(kernel: Kernel, launch_shape: tuple[int, ...], accum_rows: Mapping[str, int] | None = None,
-           **inputs: Any) -> dict[str, jax.Array]:
+           *, num_threads: int | None = None, **inputs: Any) -> dict[str, jax.Array]:
     """Run ``kernel`` over ``launch_shape`` work items; returns its outputs by name.
 
     Inputs are validated (names, dtypes, shapes) before anything is traced
     or launched; a mismatch raises ``ValueError`` naming the argument.
     ``Out`` results have shape ``launch_shape + item_shape``; ``Accum``
-    results ``(accum_rows[name],) + item_shape``."""
+    results ``(accum_rows[name],) + item_shape``. ``num_threads`` defaults to
+    ``$JAXRENDER_NUM_THREADS`` or the usable cores; per-item outputs do not
+    depend on it."""
+    from ..lowering.cpu import num_threads as default_threads
+    threads = default_threads() if num_threads is None else int(num_threads)
+    if threads < 1:
+        raise ValueError(f"num_threads must be >= 1, got {num_threads!r}")
     launch_shape = tuple(int(d) for d in launch_shape) if isinstance(launch_shape, (tuple, list)) else launch_shape
     arrays, rows = _validate(kernel, launch_shape, accum_rows or {}, inputs)
     outs = kernel_call_p.bind(*arrays, kernel=KernelHandle(kernel), launch_shape=launch_shape,
-                              accum_rows=rows, batch_shape=(), in_batch=tuple(() for _ in arrays))
+                              accum_rows=rows, batch_shape=(), in_batch=tuple(() for _ in arrays),
+                              num_threads=threads)
     names = list(kernel.item_outputs) + list(kernel.accumulators)
     return dict(zip(names, outs))
 
@@ -142,7 +149,7 @@ def _out_avals(kernel: Kernel, launch_shape, accum_rows, batch_shape):
     return avals
 
 
-def _abstract_eval(*args, kernel, launch_shape, accum_rows, batch_shape, in_batch):
+def _abstract_eval(*args, kernel, launch_shape, accum_rows, batch_shape, in_batch, num_threads):
     return _out_avals(kernel.kernel, launch_shape, accum_rows, batch_shape)
 
 
@@ -190,8 +197,8 @@ def _launch_info(kernel: Kernel, arrays_shapes, launch_shape, accum_rows, batch_
     return info
 
 
-def _ffi_call(*args, kernel, launch_shape, accum_rows, batch_shape, in_batch):
-    from ..lowering.cpu import compile_kernel, num_threads
+def _ffi_call(*args, kernel, launch_shape, accum_rows, batch_shape, in_batch, num_threads):
+    from ..lowering.cpu import compile_kernel
     k = kernel.kernel
     compiled = compile_kernel(k, len(batch_shape))
     padded = []
@@ -202,7 +209,7 @@ def _ffi_call(*args, kernel, launch_shape, accum_rows, batch_shape, in_batch):
             x = jnp.zeros(x.shape[:nbi] + (1,) + x.shape[nbi + 1:], x.dtype)
         padded.append(x)
     info = _launch_info(k, [a.shape for a in args], launch_shape, accum_rows, batch_shape, in_batch,
-                        num_threads())
+                        num_threads)
     out_types = [jax.ShapeDtypeStruct(a.shape, a.dtype)
                  for a in _out_avals(k, launch_shape, accum_rows, batch_shape)]
     if not out_types:
@@ -216,7 +223,7 @@ def _ffi_call(*args, kernel, launch_shape, accum_rows, batch_shape, in_batch):
 mlir.register_lowering(kernel_call_p, mlir.lower_fun(_ffi_call, multiple_results=True), platform="cpu")
 
 
-def _batch(args, dims, *, kernel, launch_shape, accum_rows, batch_shape, in_batch):
+def _batch(args, dims, *, kernel, launch_shape, accum_rows, batch_shape, in_batch, num_threads):
     size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
     new_args, new_flags = [], []
     for a, d, flags in zip(args, dims, in_batch):
@@ -227,7 +234,8 @@ def _batch(args, dims, *, kernel, launch_shape, accum_rows, batch_shape, in_batc
             new_args.append(jnp.moveaxis(a, d, 0))
             new_flags.append((True,) + flags)
     outs = kernel_call_p.bind(*new_args, kernel=kernel, launch_shape=launch_shape, accum_rows=accum_rows,
-                              batch_shape=(size,) + batch_shape, in_batch=tuple(new_flags))
+                              batch_shape=(size,) + batch_shape, in_batch=tuple(new_flags),
+                              num_threads=num_threads)
     return outs, [0] * len(outs)
 
 
