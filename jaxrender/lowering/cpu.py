@@ -38,15 +38,22 @@ _lock = threading.Lock()
 _target_machine = None
 
 
+def _new_target_machine():
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    target = llvm.Target.from_default_triple()
+    return target.create_target_machine(
+        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
+        opt=3, reloc="pic", codemodel="jitdefault")
+
+
 def target_machine():
+    """The shared target machine for optimising and emitting object code.
+    (An execution engine takes ownership of the machine it is given, so
+    engines get their own, see :func:`load_object`.)"""
     global _target_machine
     if _target_machine is None:
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
-        target = llvm.Target.from_default_triple()
-        _target_machine = target.create_target_machine(
-            cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-            opt=3, reloc="pic", codemodel="jitdefault")
+        _target_machine = _new_target_machine()
     return _target_machine
 
 
@@ -111,8 +118,37 @@ def _optimize_and_emit(text: str) -> bytes:
     return tm.emit_object(mod)
 
 
+def object_code(kernel: Kernel, nb: int = 0) -> tuple[str, bytes]:
+    """``(key, object code)`` for ``kernel``: from the disk cache when a valid
+    entry exists, else generated, optimised (-O3), emitted and stored."""
+    text = generate_llvm_ir(kernel, nb)
+    key = hashlib.sha256((target_description() + "\n" + text).encode()).hexdigest()
+    obj = cache.load(key)
+    if obj is not None:
+        stats["disk_hits"] += 1
+        return key, obj
+    obj = _optimize_and_emit(text)
+    stats["compiled"] += 1
+    cache.store(key, obj)
+    return key, obj
+
+
+def load_object(obj: bytes):
+    """Link object code into a fresh MCJIT engine; returns (engine, handler address)."""
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _new_target_machine())
+    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    engine.finalize_object()
+    addr = engine.get_function_address("jaxrender_handler")
+    if not addr:
+        raise CompileError("handler symbol missing from object code")
+    return engine, addr
+
+
 def compile_kernel(kernel: Kernel, nb: int = 0) -> CompiledKernel:
-    """Compile (or fetch from cache) and register ``kernel`` as an XLA FFI target."""
+    """Compile (or fetch from cache) and register ``kernel`` as an XLA FFI target.
+
+    A registered target's machine code is kept for the life of the process:
+    XLA holds its address and may call it from any compiled computation."""
     text = generate_llvm_ir(kernel, nb)
     key = hashlib.sha256((target_description() + "\n" + text).encode()).hexdigest()
     with _lock:
@@ -120,19 +156,8 @@ def compile_kernel(kernel: Kernel, nb: int = 0) -> CompiledKernel:
         if hit is not None:
             stats["memory_hits"] += 1
             return hit
-        obj = cache.load(key)
-        if obj is not None:
-            stats["disk_hits"] += 1
-        else:
-            obj = _optimize_and_emit(text)
-            stats["compiled"] += 1
-            cache.store(key, obj)
-        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine())
-        engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
-        engine.finalize_object()
-        addr = engine.get_function_address("jaxrender_handler")
-        if not addr:
-            raise CompileError(f"kernel {kernel.name}: handler symbol missing from object code")
+        key, obj = object_code(kernel, nb)
+        engine, addr = load_object(obj)
         name = f"jaxrender_{kernel.name}_{key[:20]}"
         _register_ffi_target(name, addr)
         ck = CompiledKernel(key, name, engine, addr)
