@@ -18,7 +18,7 @@ import jax
 import numpy as np
 
 from jaxrender import ir
-from jaxrender.ir import Vec, dot
+from jaxrender.ir import Vec
 from jaxrender.primitives import launch
 
 T_EPS = 1e-4

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from llvmlite import ir as ll
 
-from ..ir.kernel import Kernel, _width
+from ..ir.kernel import Kernel
 from .abi import InfoLayout
 from .codegen import i1, i8, i32, i64, ptr
 
@@ -155,7 +155,6 @@ def build_handler(module: ll.Module, kernel: Kernel, layout: InfoLayout, ctx_typ
                  "elements than the launch was prepared for")
         b.store(e.load_at(buf, 24, ptr), ctx_slot(1, i))
     out_names = list(kernel.item_outputs) + list(kernel.accumulators)
-    out_specs = list(kernel.item_outputs.values()) + list(kernel.accumulators.values())
     memset = module.globals.get("llvm.memset.p0.i64") or ll.Function(
         module, ll.FunctionType(ll.VoidType(), [ptr, i8, i64, i1]), "llvm.memset.p0.i64")
     for j in range(no + na):

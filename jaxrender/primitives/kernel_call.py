@@ -27,7 +27,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
 
 from ..ir.graph import NUMPY_DTYPE
-from ..ir.kernel import Accum, In, Kernel, Out
+from ..ir.kernel import Kernel
 from ..lowering.abi import InfoLayout
 
 kernel_call_p = Primitive("jaxrender_kernel")
