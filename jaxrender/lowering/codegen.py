@@ -52,7 +52,42 @@ class ItemCodegen:
         self.out_specs = list(kernel.item_outputs.values())
         self.acc_specs = list(kernel.accumulators.values())
 
-    # -- helpers -------------------------------------------------------
+    # -- helpers (scalar; the packet code generator overrides them) ------
+    lanes = 1
+
+    def T(self, t: str) -> ll.Type:
+        return LLTYPE[t]
+
+    def T64(self) -> ll.Type:
+        return i64
+
+    def splat(self, v):
+        return v
+
+    def cf32(self, v: float):
+        return ll.Constant(f32, v)
+
+    def ci32(self, v: int):
+        return ll.Constant(i32, v)
+
+    def ci64(self, v: int):
+        return ll.Constant(i64, v)
+
+    def ci1(self, v: int):
+        return ll.Constant(i1, v)
+
+    def type_suffix(self, t: str) -> str:
+        return {F32: "f32", I32: "i32", U32: "i32", BOOL: "i1"}[t]
+
+    def intrinsic(self, base: str, ret: str, args: list[str], vals: list, suffix_types=None):
+        """Call an overloaded LLVM intrinsic, e.g. ``llvm.fma.f32`` / ``llvm.fma.v16f32``."""
+        suffix = ".".join(self.type_suffix(t) for t in (suffix_types or [ret]))
+        fn = self.decl(f"{base}.{suffix}", self.T(ret), [self.T(t) for t in args])
+        return self.b.call(fn, vals)
+
+    def libm_call(self, name: str, vals: list):
+        return self.b.call(self.decl(name, f32, [f32] * len(vals)), vals)
+
     def decl(self, name: str, ret: ll.Type, args: list[ll.Type]) -> ll.Function:
         fn = self._decls.get(name)
         if fn is None:
@@ -157,11 +192,11 @@ class ItemCodegen:
         if op == "const":
             v = n.attrs[0]
             if t == F32:
-                self.vals[n.id] = ll.Constant(f32, v)
+                self.vals[n.id] = self.cf32(v)
             elif t == BOOL:
-                self.vals[n.id] = ll.Constant(i1, int(v))
+                self.vals[n.id] = self.ci1(int(v))
             else:
-                self.vals[n.id] = ll.Constant(i32, int(v) & 0xFFFFFFFF)
+                self.vals[n.id] = self.ci32(int(v) & 0xFFFFFFFF)
             return
         if op in ("loop", "if", "dispatch"):
             getattr(self, "lower_" + op)(n, a)
@@ -173,11 +208,11 @@ class ItemCodegen:
         fl = at == F32
         signed = at == I32
         if op == "item_index":
-            return b.trunc(self.local, i32)
+            return b.trunc(self.local, self.T(U32))
         if op == "launch_size":
-            return b.trunc(self.n_local, i32)
+            return self.splat(b.trunc(self.n_local, i32))
         if op == "buffer_len":
-            return b.trunc(self.in_rows[n.attrs[0]], i32)
+            return self.splat(b.trunc(self.in_rows[n.attrs[0]], i32))
         if op == "gather":
             return self.lower_gather(n, a[0])
         if op == "scatter_add":
@@ -197,22 +232,22 @@ class ItemCodegen:
                 return b.frem(a[0], a[1])
             return self.int_divrem(a[0], a[1], signed, rem=True)
         if op == "neg":
-            return b.fneg(a[0]) if fl else b.sub(i32(0), a[0])
+            return b.fneg(a[0]) if fl else b.sub(self.ci32(0), a[0])
         if op == "fma":
-            return b.call(self.decl("llvm.fma.f32", f32, [f32] * 3), a)
+            return self.intrinsic("llvm.fma", F32, [F32] * 3, a)
         if op in ("min", "max"):
             if fl:
-                return b.call(self.decl(f"llvm.{op}num.f32", f32, [f32, f32]), a)
+                return self.intrinsic(f"llvm.{op}num", F32, [F32, F32], a)
             pred = "<" if op == "min" else ">"
             c = b.icmp_signed(pred, a[0], a[1]) if signed else b.icmp_unsigned(pred, a[0], a[1])
             return b.select(c, a[0], a[1])
         if op == "abs":
             if fl:
-                return b.call(self.decl("llvm.fabs.f32", f32, [f32]), a)
-            neg = b.icmp_signed("<", a[0], i32(0))
-            return b.select(neg, b.sub(i32(0), a[0]), a[0])
+                return self.intrinsic("llvm.fabs", F32, [F32], a)
+            neg = b.icmp_signed("<", a[0], self.ci32(0))
+            return b.select(neg, b.sub(self.ci32(0), a[0]), a[0])
         if op == "copysign":
-            return b.call(self.decl("llvm.copysign.f32", f32, [f32, f32]), a)
+            return self.intrinsic("llvm.copysign", F32, [F32, F32], a)
         if op in FCMP:
             if fl:
                 return b.fcmp_unordered("!=", a[0], a[1]) if op == "ne" else b.fcmp_ordered(FCMP[op], a[0], a[1])
@@ -224,14 +259,15 @@ class ItemCodegen:
         if op == "not":
             return b.not_(a[0])
         if op in ("shl", "shr"):
-            s = b.and_(a[1], i32(31))
+            s = b.and_(a[1], self.ci32(31))
             if op == "shl":
                 return b.shl(a[0], s)
             return b.ashr(a[0], s) if signed else b.lshr(a[0], s)
         if op == "mulhi":
             ext = b.sext if signed else b.zext
-            p = b.mul(ext(a[0], i64), ext(a[1], i64))
-            return b.trunc(b.lshr(p, i64(32)) if not signed else b.ashr(p, i64(32)), i32)
+            wide = self.T64()
+            p = b.mul(ext(a[0], wide), ext(a[1], wide))
+            return b.trunc(b.lshr(p, self.ci64(32)) if not signed else b.ashr(p, self.ci64(32)), self.T(I32))
         if op == "select":
             return b.select(a[0], a[1], a[2])
         if op == "cast":
@@ -239,55 +275,55 @@ class ItemCodegen:
         if op == "bitcast":
             if (at == F32) == (t == F32):
                 return a[0]
-            return b.bitcast(a[0], LLTYPE[t])
+            return b.bitcast(a[0], self.T(t))
         if op == "isnan":
             return b.fcmp_unordered("uno", a[0], a[0])
         if op == "isfinite":
-            ab = b.call(self.decl("llvm.fabs.f32", f32, [f32]), a)
-            return b.fcmp_ordered("<", ab, ll.Constant(f32, float("inf")))
+            ab = self.intrinsic("llvm.fabs", F32, [F32], a)
+            return b.fcmp_ordered("<", ab, self.cf32(float("inf")))
         if op == "rsqrt":
-            s = b.call(self.decl("llvm.sqrt.f32", f32, [f32]), a)
-            return b.fdiv(ll.Constant(f32, 1.0), s)
+            s = self.intrinsic("llvm.sqrt", F32, [F32], a)
+            return b.fdiv(self.cf32(1.0), s)
         if op in INTRINSIC_UNARY:
-            name = INTRINSIC_UNARY[op]
-            return b.call(self.decl(name, f32, [f32]), a)
+            return self.intrinsic(INTRINSIC_UNARY[op], F32, [F32], a)
         if op in LIBM:
-            name = LIBM[op]
-            return b.call(self.decl(name, f32, [f32] * len(a)), a)
+            return self.libm_call(LIBM[op], a)
         raise CodegenError(f"no lowering for op {op!r}")
 
     def int_divrem(self, x, y, signed: bool, rem: bool):
         """Division/remainder with x/0 == 0 and INT_MIN/-1 wrapping (no UB)."""
         b = self.b
-        zero = b.icmp_unsigned("==", y, i32(0))
+        c0, c1 = self.ci32(0), self.ci32(1)
+        zero = b.icmp_unsigned("==", y, c0)
         if signed:
-            m1 = b.icmp_signed("==", y, i32(-1))
+            m1 = b.icmp_signed("==", y, self.ci32(-1))
             bad = b.or_(zero, m1)
-            safe = b.select(bad, i32(1), y)
+            safe = b.select(bad, c1, y)
             q = b.srem(x, safe) if rem else b.sdiv(x, safe)
-            q = b.select(m1, i32(0) if rem else b.sub(i32(0), x), q)
+            q = b.select(m1, c0 if rem else b.sub(c0, x), q)
         else:
-            safe = b.select(zero, i32(1), y)
+            safe = b.select(zero, c1, y)
             q = b.urem(x, safe) if rem else b.udiv(x, safe)
-        return b.select(zero, i32(0), q)
+        return b.select(zero, c0, q)
 
     def lower_cast(self, v, src: str, dst: str):
         b = self.b
         if dst == BOOL:
             if src == F32:
-                return b.fcmp_unordered("!=", v, ll.Constant(f32, 0.0))
-            return b.icmp_unsigned("!=", v, i32(0))
+                return b.fcmp_unordered("!=", v, self.cf32(0.0))
+            return b.icmp_unsigned("!=", v, self.ci32(0))
+        ft, it = self.T(F32), self.T(I32)
         if src == BOOL:
-            return b.uitofp(v, f32) if dst == F32 else b.zext(v, i32)
+            return b.uitofp(v, ft) if dst == F32 else b.zext(v, it)
         if dst == F32:
-            return b.sitofp(v, f32) if src == I32 else b.uitofp(v, f32)
+            return b.sitofp(v, ft) if src == I32 else b.uitofp(v, ft)
         if src == F32:
-            name = "llvm.fptosi.sat.i32.f32" if dst == I32 else "llvm.fptoui.sat.i32.f32"
-            return b.call(self.decl(name, i32, [f32]), [v])
+            name = "llvm.fptosi.sat" if dst == I32 else "llvm.fptoui.sat"
+            return self.intrinsic(name, I32, [F32], [v], suffix_types=[I32, F32])
         return v  # i32 <-> u32 share a representation
 
     def row_index(self, node_arg: Node, v):
-        return self.b.sext(v, i64) if node_arg.type == I32 else self.b.zext(v, i64)
+        return self.b.sext(v, self.T64()) if node_arg.type == I32 else self.b.zext(v, self.T64())
 
     def lower_gather(self, n: Node, row):
         b = self.b
@@ -433,6 +469,333 @@ def build_worker(module: ll.Module, item_fn: ll.Function, ctx_type) -> ll.Functi
     g.add_incoming(start, run)
     b.call(item_fn, [ctx, g])
     g2 = b.add(g, i64(1))
+    g.add_incoming(g2, body)
+    b.cbranch(b.icmp_unsigned("<", g2, end), body, grab)
+    b.position_at_end(done)
+    b.ret(ll.Constant(ptr, None))
+    return fn
+
+
+class PacketCodegen(ItemCodegen):
+    """Emits the graph for a packet of ``lanes`` consecutive work items in
+    SIMD registers (one vector lane per work item), Dr.Jit-style.
+
+    Control flow becomes masks: a loop runs while any lane is active and
+    freezes finished lanes with selects; a branch side runs only if some lane
+    takes it; a dispatch runs each implementation for the lanes that call
+    it. Effects (scatter-add, check, output stores) honour the active mask,
+    so every lane computes exactly what the one-lane code computes.
+    """
+
+    def __init__(self, kernel: Kernel, module: ll.Module, layout: InfoLayout, ctx_type, lanes: int):
+        super().__init__(kernel, module, layout, ctx_type)
+        self.lanes = lanes
+        self.mask = None
+
+    # -- vector helpers -------------------------------------------------
+    def T(self, t: str) -> ll.Type:
+        return ll.VectorType(LLTYPE[t], self.lanes)
+
+    def T64(self) -> ll.Type:
+        return ll.VectorType(i64, self.lanes)
+
+    def _splat_const(self, ty, v):
+        return ll.Constant(ll.VectorType(ty, self.lanes), [ll.Constant(ty, v)] * self.lanes)
+
+    def cf32(self, v: float):
+        return self._splat_const(f32, v)
+
+    def ci32(self, v: int):
+        return self._splat_const(i32, v)
+
+    def ci64(self, v: int):
+        return self._splat_const(i64, v)
+
+    def ci1(self, v: int):
+        return self._splat_const(i1, v)
+
+    def splat(self, v):
+        b = self.b
+        vt = ll.VectorType(v.type, self.lanes)
+        one = b.insert_element(ll.Constant(vt, ll.Undefined), v, i32(0))
+        return b.shuffle_vector(one, ll.Constant(vt, ll.Undefined),
+                                ll.Constant(ll.VectorType(i32, self.lanes), [i32(0)] * self.lanes))
+
+    def type_suffix(self, t: str) -> str:
+        return f"v{self.lanes}" + super().type_suffix(t)
+
+    def libm_call(self, name: str, vals: list):
+        # The C math library is scalar: call it lane by lane.
+        b = self.b
+        fn = self.decl(name, f32, [f32] * len(vals))
+        out = ll.Constant(self.T(F32), ll.Undefined)
+        for lane in range(self.lanes):
+            args = [b.extract_element(v, i32(lane)) for v in vals]
+            out = b.insert_element(out, b.call(fn, args), i32(lane))
+        return out
+
+    def any(self, mask):
+        return self.b.call(self.decl(f"llvm.vector.reduce.or.v{self.lanes}i1", i1, [self.T(BOOL)]), [mask])
+
+    def lane_ptrs(self, base, offsets, etype):
+        """Vector GEP: one address per lane."""
+        p = self.b.gep(base, [offsets], inbounds=True, source_etype=etype)
+        p.type = ll.VectorType(ptr, self.lanes)  # llvmlite does not infer vector GEP types
+        return p
+
+    def masked_gather(self, ptrs, etype, mask):
+        vt = ll.VectorType(etype, self.lanes)
+        n = self.lanes
+        sfx = {f32: "f32", i32: "i32"}[etype]
+        fn = self.decl(f"llvm.masked.gather.v{n}{sfx}.v{n}p0", vt,
+                       [ll.VectorType(ptr, n), i32, self.T(BOOL), vt])
+        return self.b.call(fn, [ptrs, i32(4), mask, ll.Constant(vt, None)])
+
+    def masked_scatter(self, values, ptrs, mask):
+        n = self.lanes
+        et = values.type.element
+        sfx = {f32: "f32", i32: "i32"}[et]
+        fn = self.decl(f"llvm.masked.scatter.v{n}{sfx}.v{n}p0", ll.VoidType(),
+                       [values.type, ll.VectorType(ptr, n), i32, self.T(BOOL)])
+        self.b.call(fn, [values, ptrs, i32(4), mask])
+
+    # -- the packet function ----------------------------------------------
+    def build_item(self) -> ll.Function:
+        fn = ll.Function(self.m, ll.FunctionType(ll.VoidType(), [ptr, i64, i64]), "item")
+        fn.linkage = "internal"
+        fn.attributes.add("alwaysinline")
+        ctx, g0, end = fn.args
+        b = ll.IRBuilder(fn.append_basic_block("entry"))
+        self.b, self.fn = b, fn
+        L = self.layout
+        n = self.lanes
+        info = self.ctx_field(b, ctx, 0, "info")
+
+        def info_at(k: int, name: str):
+            v = b.load(b.gep(info, [i64(k)], inbounds=True, source_etype=i64), name=name, typ=i64)
+            v.set_metadata("invariant.load", self.m.add_metadata([]))
+            return v
+
+        lane_ids = ll.Constant(self.T64(), [i64(k) for k in range(n)])
+        g = b.add(self.splat(g0), lane_ids, name="g")
+        self.mask = b.icmp_unsigned("<", g, self.splat(end))
+        n_local = info_at(0, "n_local")
+        self.n_local = n_local
+        zero64 = self.ci64(0)
+        if L.nb:
+            bidx = b.udiv(g, self.splat(n_local))
+            local = b.urem(g, self.splat(n_local))
+            rem = bidx
+            midx = [None] * L.nb
+            for k in reversed(range(L.nb)):
+                size = self.splat(info_at(L.batch_shape + k, f"bdim{k}"))
+                midx[k] = b.urem(rem, size)
+                rem = b.udiv(rem, size)
+        else:
+            bidx, local, midx = zero64, g, []
+        self.local = local
+        self.in_data, self.in_off, self.in_rows, self.in_maxrow = [], [], [], []
+        for i, spec in enumerate(self.in_specs):
+            self.in_data.append(self.ctx_field_ptr(b, ctx, 1, i, f"in{i}"))
+            off = zero64
+            for k in range(L.nb):
+                off = b.add(off, b.mul(midx[k], self.splat(info_at(L.stride(i, k), f"stride{i}_{k}"))))
+            self.in_off.append(off)
+            rows = info_at(L.rows(i), f"rows{i}")
+            maxrow = b.select(b.icmp_unsigned("==", rows, i64(0)), i64(0), b.sub(rows, i64(1)))
+            self.in_rows.append(rows)
+            self.in_maxrow.append(self.splat(maxrow))
+        self.acc_data, self.acc_off, self.acc_rows = [], [], []
+        for j, spec in enumerate(self.acc_specs):
+            self.acc_data.append(self.ctx_field_ptr(b, ctx, 3, j, f"acc{j}"))
+            rows = info_at(L.acc_rows(j), f"accrows{j}")
+            width = _width(spec.item_shape)
+            self.acc_off.append(b.mul(bidx, self.splat(b.mul(rows, i64(width)))) if L.nb else zero64)
+            self.acc_rows.append(self.splat(rows))
+        self.err_ptr = b.gep(ctx, [i32(0), i32(5)], inbounds=True, source_etype=self.ctx_type)
+        self.lower_block(self.k.block)
+        results = [self.vals[r.id] for r in self.k.block.results]
+        pos = 0
+        for j, spec in enumerate(self.out_specs):
+            data = self.ctx_field_ptr(b, ctx, 2, j, f"out{j}")
+            width = _width(spec.item_shape)
+            et = LLTYPE[spec.dtype]
+            for c in range(width):
+                offs = b.add(b.mul(g, self.ci64(width)), self.ci64(c)) if width > 1 else g
+                self.masked_scatter(results[pos], self.lane_ptrs(data, offs, et), self.mask)
+                pos += 1
+        b.ret_void()
+        return fn
+
+    # -- memory -------------------------------------------------------------
+    def lower_gather(self, n: Node, row):
+        b = self.b
+        inp, comp, width = n.attrs
+        r = self.row_index(n.args[0], row)
+        r = b.select(b.icmp_signed("<", r, self.ci64(0)), self.ci64(0), r)
+        mx = self.in_maxrow[inp]
+        r = b.select(b.icmp_signed(">", r, mx), mx, r)
+        row_off = b.add(b.mul(r, self.ci64(width)), self.in_off[inp]) if width > 1 else b.add(r, self.in_off[inp])
+        et = LLTYPE[n.type]
+        # Active lanes usually read the same row (a loop over a buffer that all
+        # lanes run in step): then one scalar load and a broadcast beat a gather.
+        ref = b.call(self.decl(f"llvm.vector.reduce.umax.v{self.lanes}i64", i64, [self.T64()]),
+                     [b.select(self.mask, row_off, self.ci64(0))])
+        same = b.or_(b.icmp_unsigned("==", row_off, self.splat(ref)), b.not_(self.mask))
+        uniform = b.call(self.decl(f"llvm.vector.reduce.and.v{self.lanes}i1", i1, [self.T(BOOL)]), [same])
+        uni_bb = self.fn.append_basic_block("gather.uniform")
+        var_bb = self.fn.append_basic_block("gather.varying")
+        join = self.fn.append_basic_block("gather.join")
+        b.cbranch(uniform, uni_bb, var_bb)
+        b.position_at_end(uni_bb)
+        p = b.gep(self.in_data[inp], [b.add(ref, i64(comp)) if comp else ref], inbounds=True, source_etype=et)
+        v_uni = self.splat(b.load(p, typ=et))
+        b.branch(join)
+        b.position_at_end(var_bb)
+        off = b.add(row_off, self.ci64(comp)) if comp else row_off
+        v_var = self.masked_gather(self.lane_ptrs(self.in_data[inp], off, et), et, self.mask)
+        b.branch(join)
+        b.position_at_end(join)
+        phi = b.phi(self.T(n.type))
+        phi.add_incoming(v_uni, uni_bb)
+        phi.add_incoming(v_var, var_bb)
+        return phi
+
+    def lower_scatter(self, n: Node, row, value):
+        b = self.b
+        acc, comp, width = n.attrs
+        r = self.row_index(n.args[0], row)
+        ok = b.and_(b.icmp_signed(">=", r, self.ci64(0)), b.icmp_signed("<", r, self.acc_rows[acc]))
+        ok = b.and_(ok, self.mask)
+        et = f32 if n.args[1].type == F32 else i32
+        off = b.add(b.add(b.mul(r, self.ci64(width)), self.ci64(comp)), self.acc_off[acc])
+        ptrs = self.lane_ptrs(self.acc_data[acc], off, et)
+        # Atomics are per address: one per active lane.
+        with b.if_then(self.any(ok), likely=True):
+            for lane in range(self.lanes):
+                with b.if_then(b.extract_element(ok, i32(lane))):
+                    b.atomic_rmw("fadd" if et == f32 else "add", b.extract_element(ptrs, i32(lane)),
+                                 b.extract_element(value, i32(lane)), "monotonic")
+
+    def lower_check(self, n: Node, ok):
+        b = self.b
+        failing = b.and_(self.mask, b.not_(ok))
+        with b.if_then(self.any(failing), likely=False):
+            b.atomic_rmw("umax", self.err_ptr, i32(n.attrs[0]), "monotonic")
+
+    # -- masked control flow ------------------------------------------------
+    def lower_loop(self, n: Node, init: list) -> None:
+        b = self.b
+        cond, body = n.regions
+        outer = self.mask
+        pre = b.block
+        header = self.fn.append_basic_block("loop.header")
+        body_bb = self.fn.append_basic_block("loop.body")
+        exit_bb = self.fn.append_basic_block("loop.exit")
+        b.branch(header)
+        b.position_at_end(header)
+        phis = [b.phi(self.T(x.type)) for x in n.args]
+        mphi = b.phi(self.T(BOOL))
+        for p, v in zip(phis, init):
+            p.add_incoming(v, pre)
+        mphi.add_incoming(outer, pre)
+        for prm, ph in zip(cond.params, phis):
+            self.vals[prm.id] = ph
+        self.mask = mphi
+        (c,) = self.lower_block(cond)
+        active = b.and_(mphi, c)
+        b.cbranch(self.any(active), body_bb, exit_bb)
+        b.position_at_end(body_bb)
+        for prm, ph in zip(body.params, phis):
+            self.vals[prm.id] = ph
+        self.mask = active
+        new = self.lower_block(body)
+        merged = [b.select(active, v, ph) for v, ph in zip(new, phis)]  # finished lanes keep state
+        latch = b.block
+        b.branch(header)
+        for p, v in zip(phis, merged):
+            p.add_incoming(v, latch)
+        mphi.add_incoming(active, latch)
+        b.position_at_end(exit_bb)
+        self.mask = outer
+        for k, ph in enumerate(phis):
+            self.vals[(n.id, k)] = ph
+
+    def _masked_region(self, region: Block, mask, tag: str) -> list:
+        """Run ``region`` for the lanes in ``mask`` (skipped if none); the
+        results are undefined (zero) in the other lanes."""
+        b = self.b
+        outer = self.mask
+        entry = b.block
+        run = self.fn.append_basic_block(f"{tag}.run")
+        join = self.fn.append_basic_block(f"{tag}.join")
+        b.cbranch(self.any(mask), run, join)
+        b.position_at_end(run)
+        self.mask = mask
+        vals = self.lower_block(region)
+        end = b.block
+        b.branch(join)
+        b.position_at_end(join)
+        self.mask = outer
+        out = []
+        for r, v in zip(region.results, vals):
+            ph = b.phi(self.T(r.type))
+            ph.add_incoming(v, end)
+            ph.add_incoming(ll.Constant(self.T(r.type), None), entry)
+            out.append(ph)
+        return out
+
+    def lower_if(self, n: Node, a: list) -> None:
+        b = self.b
+        pred = a[0]
+        then_r, else_r = n.regions
+        tv = self._masked_region(then_r, b.and_(self.mask, pred), "if.then")
+        ev = self._masked_region(else_r, b.and_(self.mask, b.not_(pred)), "if.else")
+        for k, (x, y) in enumerate(zip(tv, ev)):
+            self.vals[(n.id, k)] = b.select(pred, x, y)
+
+    def lower_dispatch(self, n: Node, a: list) -> None:
+        b = self.b
+        (table,) = n.attrs
+        last = self.ci32(len(table) - 1)
+        idx = b.select(b.icmp_unsigned(">", a[0], last), last, a[0])  # clamp to the last instance
+        result = None
+        for r, region in enumerate(n.regions):
+            sel = None
+            for inst, target in enumerate(table):
+                if target == r:
+                    hit = b.icmp_unsigned("==", idx, self.ci32(inst))
+                    sel = hit if sel is None else b.or_(sel, hit)
+            vals = self._masked_region(region, b.and_(self.mask, sel), f"case{r}")
+            result = vals if result is None else [b.select(sel, v, acc) for v, acc in zip(vals, result)]
+        for k, v in enumerate(result):
+            self.vals[(n.id, k)] = v
+
+
+def build_packet_worker(module: ll.Module, item_fn: ll.Function, ctx_type, lanes: int) -> ll.Function:
+    """Like :func:`build_worker`, stepping through each tile a packet at a time."""
+    fn = ll.Function(module, ll.FunctionType(ptr, [ptr]), "worker")
+    fn.linkage = "internal"
+    (ctx,) = fn.args
+    b = ll.IRBuilder(fn.append_basic_block("entry"))
+    tile = b.load(b.gep(ctx, [i32(0), i32(6)], inbounds=True, source_etype=ctx_type), typ=i64)
+    total = b.load(b.gep(ctx, [i32(0), i32(7)], inbounds=True, source_etype=ctx_type), typ=i64)
+    counter = b.gep(ctx, [i32(0), i32(4)], inbounds=True, source_etype=ctx_type)
+    grab, run, body, done = (fn.append_basic_block(x) for x in ("grab", "run", "body", "done"))
+    b.branch(grab)
+    b.position_at_end(grab)
+    t = b.atomic_rmw("add", counter, i64(1), "monotonic")
+    start = b.mul(t, tile)
+    b.cbranch(b.icmp_unsigned(">=", start, total), done, run)
+    b.position_at_end(run)
+    end = b.add(start, tile)
+    end = b.select(b.icmp_unsigned(">", end, total), total, end)
+    b.branch(body)
+    b.position_at_end(body)
+    g = b.phi(i64)
+    g.add_incoming(start, run)
+    b.call(item_fn, [ctx, g, end])
+    g2 = b.add(g, i64(lanes))
     g.add_incoming(g2, body)
     b.cbranch(b.icmp_unsigned("<", g2, end), body, grab)
     b.position_at_end(done)

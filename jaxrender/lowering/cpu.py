@@ -21,7 +21,7 @@ from llvmlite import ir as ll
 from ..ir.kernel import Kernel
 from . import cache
 from .abi import InfoLayout
-from .codegen import ItemCodegen, build_worker, context_type
+from .codegen import ItemCodegen, PacketCodegen, build_packet_worker, build_worker, context_type
 from .ffi import build_handler
 
 # Bump when the generated code's meaning changes without the IR text changing.
@@ -81,15 +81,40 @@ def num_threads() -> int:
         return os.cpu_count() or 1
 
 
-def generate_llvm_ir(kernel: Kernel, nb: int) -> str:
+def simd_lanes() -> int:
+    """Work items per SIMD packet: ``$JAXRENDER_SIMD_LANES`` or what the
+    host's widest float vectors hold (16 with AVX-512, 8 with AVX2, else 4).
+    1 selects the one-lane code generator (real branches, no masks)."""
+    env = os.environ.get("JAXRENDER_SIMD_LANES")
+    if env:
+        return check_lanes(env, "JAXRENDER_SIMD_LANES")
+    feats = llvm.get_host_cpu_features()
+    if feats.get("avx512f"):
+        return 16
+    if feats.get("avx2") or feats.get("avx"):
+        return 8
+    return 4
+
+
+def check_lanes(value, what: str) -> int:
+    if str(value) not in ("1", "2", "4", "8", "16"):
+        raise ValueError(f"{what} must be 1, 2, 4, 8 or 16, got {value!r}")
+    return int(value)
+
+
+def generate_llvm_ir(kernel: Kernel, nb: int, lanes: int | None = None) -> str:
     """The complete LLVM module (text) for ``kernel`` with ``nb`` batch dims."""
+    lanes = simd_lanes() if lanes is None else lanes
     m = ll.Module(name=f"jaxrender.{kernel.name}")
     m.triple = llvm.get_process_triple()
     layout = InfoLayout(nb, len(kernel.inputs), len(kernel.item_outputs), len(kernel.accumulators))
     ctx_t = context_type(kernel)
-    gen = ItemCodegen(kernel, m, layout, ctx_t)
-    item = gen.build_item()
-    worker = build_worker(m, item, ctx_t)
+    if lanes == 1:
+        item = ItemCodegen(kernel, m, layout, ctx_t).build_item()
+        worker = build_worker(m, item, ctx_t)
+    else:
+        item = PacketCodegen(kernel, m, layout, ctx_t, lanes).build_item()
+        worker = build_packet_worker(m, item, ctx_t, lanes)
     build_handler(m, kernel, layout, ctx_t, worker, "jaxrender_handler")
     return str(m)
 
@@ -118,10 +143,10 @@ def _optimize_and_emit(text: str) -> bytes:
     return tm.emit_object(mod)
 
 
-def object_code(kernel: Kernel, nb: int = 0) -> tuple[str, bytes]:
+def object_code(kernel: Kernel, nb: int = 0, lanes: int | None = None) -> tuple[str, bytes]:
     """``(key, object code)`` for ``kernel``: from the disk cache when a valid
     entry exists, else generated, optimised (-O3), emitted and stored."""
-    text = generate_llvm_ir(kernel, nb)
+    text = generate_llvm_ir(kernel, nb, lanes)
     key = hashlib.sha256((target_description() + "\n" + text).encode()).hexdigest()
     obj = cache.load(key)
     if obj is not None:
@@ -144,19 +169,21 @@ def load_object(obj: bytes):
     return engine, addr
 
 
-def compile_kernel(kernel: Kernel, nb: int = 0) -> CompiledKernel:
+def compile_kernel(kernel: Kernel, nb: int = 0, lanes: int | None = None) -> CompiledKernel:
     """Compile (or fetch from cache) and register ``kernel`` as an XLA FFI target.
 
     A registered target's machine code is kept for the life of the process:
-    XLA holds its address and may call it from any compiled computation."""
-    text = generate_llvm_ir(kernel, nb)
+    XLA holds its address and may call it from any compiled computation.
+    ``lanes`` is the SIMD packet width (default :func:`simd_lanes`)."""
+    lanes = simd_lanes() if lanes is None else lanes
+    text = generate_llvm_ir(kernel, nb, lanes)
     key = hashlib.sha256((target_description() + "\n" + text).encode()).hexdigest()
     with _lock:
         hit = _compiled.get(key)
         if hit is not None:
             stats["memory_hits"] += 1
             return hit
-        key, obj = object_code(kernel, nb)
+        key, obj = object_code(kernel, nb, lanes)
         engine, addr = load_object(obj)
         name = f"jaxrender_{kernel.name}_{key[:20]}"
         _register_ffi_target(name, addr)

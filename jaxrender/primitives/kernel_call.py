@@ -114,7 +114,8 @@ def _validate(kernel: Kernel, launch_shape, accum_rows: Mapping[str, int], input
 
 
 def launch(kernel: Kernel, launch_shape: tuple[int, ...], accum_rows: Mapping[str, int] | None = None,
-           *, num_threads: int | None = None, **inputs: Any) -> dict[str, jax.Array]:
+           *, num_threads: int | None = None, simd_lanes: int | None = None,
+           **inputs: Any) -> dict[str, jax.Array]:
     """Run ``kernel`` over ``launch_shape`` work items; returns its outputs by name.
 
     Inputs are validated (names, dtypes, shapes) before anything is traced
@@ -122,16 +123,18 @@ def launch(kernel: Kernel, launch_shape: tuple[int, ...], accum_rows: Mapping[st
     ``Out`` results have shape ``launch_shape + item_shape``; ``Accum``
     results ``(accum_rows[name],) + item_shape``. ``num_threads`` defaults to
     ``$JAXRENDER_NUM_THREADS`` or the usable cores; per-item outputs do not
-    depend on it."""
-    from ..lowering.cpu import num_threads as default_threads
-    threads = default_threads() if num_threads is None else int(num_threads)
+    depend on it, nor on ``simd_lanes`` (work items per SIMD packet; default
+    from the host CPU or ``$JAXRENDER_SIMD_LANES``, 1 = one-lane code)."""
+    from ..lowering import cpu
+    threads = cpu.num_threads() if num_threads is None else int(num_threads)
     if threads < 1:
         raise ValueError(f"num_threads must be >= 1, got {num_threads!r}")
+    lanes = cpu.simd_lanes() if simd_lanes is None else cpu.check_lanes(simd_lanes, "simd_lanes")
     launch_shape = tuple(int(d) for d in launch_shape) if isinstance(launch_shape, (tuple, list)) else launch_shape
     arrays, rows = _validate(kernel, launch_shape, accum_rows or {}, inputs)
     outs = kernel_call_p.bind(*arrays, kernel=KernelHandle(kernel), launch_shape=launch_shape,
                               accum_rows=rows, batch_shape=(), in_batch=tuple(() for _ in arrays),
-                              num_threads=threads)
+                              num_threads=threads, simd_lanes=lanes)
     names = list(kernel.item_outputs) + list(kernel.accumulators)
     return dict(zip(names, outs))
 
@@ -149,7 +152,7 @@ def _out_avals(kernel: Kernel, launch_shape, accum_rows, batch_shape):
     return avals
 
 
-def _abstract_eval(*args, kernel, launch_shape, accum_rows, batch_shape, in_batch, num_threads):
+def _abstract_eval(*args, kernel, launch_shape, accum_rows, batch_shape, in_batch, num_threads, simd_lanes):
     return _out_avals(kernel.kernel, launch_shape, accum_rows, batch_shape)
 
 
@@ -197,10 +200,10 @@ def _launch_info(kernel: Kernel, arrays_shapes, launch_shape, accum_rows, batch_
     return info
 
 
-def _ffi_call(*args, kernel, launch_shape, accum_rows, batch_shape, in_batch, num_threads):
+def _ffi_call(*args, kernel, launch_shape, accum_rows, batch_shape, in_batch, num_threads, simd_lanes):
     from ..lowering.cpu import compile_kernel
     k = kernel.kernel
-    compiled = compile_kernel(k, len(batch_shape))
+    compiled = compile_kernel(k, len(batch_shape), simd_lanes)
     padded = []
     for spec, x, flags in zip(k.inputs.values(), args, in_batch):
         nbi = sum(flags)
@@ -223,7 +226,7 @@ def _ffi_call(*args, kernel, launch_shape, accum_rows, batch_shape, in_batch, nu
 mlir.register_lowering(kernel_call_p, mlir.lower_fun(_ffi_call, multiple_results=True), platform="cpu")
 
 
-def _batch(args, dims, *, kernel, launch_shape, accum_rows, batch_shape, in_batch, num_threads):
+def _batch(args, dims, *, kernel, launch_shape, accum_rows, batch_shape, in_batch, num_threads, simd_lanes):
     size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
     new_args, new_flags = [], []
     for a, d, flags in zip(args, dims, in_batch):
@@ -235,7 +238,7 @@ def _batch(args, dims, *, kernel, launch_shape, accum_rows, batch_shape, in_batc
             new_flags.append((True,) + flags)
     outs = kernel_call_p.bind(*new_args, kernel=kernel, launch_shape=launch_shape, accum_rows=accum_rows,
                               batch_shape=(size,) + batch_shape, in_batch=tuple(new_flags),
-                              num_threads=num_threads)
+                              num_threads=num_threads, simd_lanes=simd_lanes)
     return outs, [0] * len(outs)
 
 
