@@ -63,13 +63,13 @@ def while_loop(cond_fn: Callable[[Any], Any], body_fn: Callable[[Any], Any], ini
         c = c if isinstance(c, Var) else Bool(bool(c))
         if c.dtype != BOOL:
             raise IRError("while_loop: cond_fn must return a Bool")
-        cond_blk.results = [c.node]
+        cond_blk.set_results([c.node], "while_loop condition")
     with scope(body_blk):
         params = [wrap(body_blk.add_param(t)) for t in types]
         new = body_fn(tree_unflatten(tree, params))
         new_leaves, new_tree = tree_flatten(new)
         new_leaves = _match_leaves(new_leaves, types, tree, new_tree, "while_loop body")
-        body_blk.results = [x.node for x in new_leaves]
+        body_blk.set_results([x.node for x in new_leaves], "while_loop body")
     node = parent.emit("loop", None, [v.node for v in leaves], (), (cond_blk, body_blk),
                        effect=cond_blk.has_effects() or body_blk.has_effects())
     return tree_unflatten(tree, _results(node, types))
@@ -126,7 +126,7 @@ def _trace_branches(parent: Block, fns: Sequence[Callable], operands, kinds):
     for blk, (leaves, tree) in zip(blocks, outs):
         with scope(blk):
             fixed = _match_leaves(leaves, types, tree0, tree, "branch")
-        blk.results = [x.node for x in fixed]
+        blk.set_results([x.node for x in fixed], "branch result")
     return blocks, types, tree0
 
 

@@ -107,6 +107,12 @@ class Block:
             b = b.parent
         return False
 
+    def set_results(self, nodes: Sequence[Node], what: str) -> None:
+        """Declare the block's results, rejecting values from ended scopes."""
+        for n in nodes:
+            _check_visible(n, self, what)
+        self.results = list(nodes)
+
     def has_effects(self) -> bool:
         return any(n.effect for n in self.nodes)
 
@@ -142,11 +148,7 @@ class Block:
         for a in args:
             if not isinstance(a, Node):
                 raise IRError(f"{op}: operand {a!r} is not an IR value")
-            if not a.block.encloses(self):
-                raise IRError(
-                    f"{op}: operand %{a.id} was defined inside a loop, branch or "
-                    "dispatch body that has already ended; return it from that "
-                    "body (as loop state or a branch result) to use it outside")
+            _check_visible(a, self, op)
         if op in PURE_OPS:
             simplified = simplify(self, op, type_, args, attrs)
             if simplified is not None:
@@ -163,6 +165,14 @@ class Block:
         if key is not None:
             self._table[key] = node
         return node
+
+
+def _check_visible(value: Node, block: Block, what: str) -> None:
+    if not value.block.encloses(block):
+        raise IRError(
+            f"{what}: value %{value.id} was defined inside a loop, branch or "
+            "dispatch body that has already ended; return it from that body "
+            "(as loop state or a branch result) to use it outside")
 
 
 # ---------------------------------------------------------------------------

@@ -270,7 +270,7 @@ def trace(fn: Callable[..., Any], inputs: Mapping[str, In], outputs: Mapping[str
                     else:
                         raise IRError(f"output {k!r} is {spec.dtype}, kernel returned {v.dtype}")
                 results.append(v.node)
-        root.results = results
+        root.set_results(results, "kernel output")
     if optimize:
         eliminate_dead_code(root)
     return Kernel(name or getattr(fn, "__name__", "kernel"), dict(inputs), dict(outputs), root,

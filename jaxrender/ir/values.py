@@ -245,11 +245,11 @@ def _floordiv(a: Any, b: Any) -> Var:
         return floor(x / y)
     if x.dtype == U32:
         return _binary("div", x, y)
-    # Python semantics: round toward -inf.
+    # Python semantics: round toward -inf (and x // 0 == 0, like the div op).
     q = _binary("div", x, y)
     r = x - q * y
     from .ops import select
-    fix = ((r != 0) & ((r < 0) != (y < 0)))
+    fix = (r != 0) & ((r < 0) != (y < 0)) & (y != 0)
     return select(fix, q - 1, q)
 
 

@@ -443,18 +443,19 @@ def context_type(kernel: Kernel) -> ll.LiteralStructType:
     ])
 
 
-def build_worker(module: ll.Module, item_fn: ll.Function, ctx_type) -> ll.Function:
+def build_worker(module: ll.Module, item_fn: ll.Function, ctx_type, lanes: int = 1) -> ll.Function:
+    """The thread body: grab tiles from the shared atomic counter until none is
+    left, running ``item_fn`` on each work item (``lanes == 1``) or on each
+    packet of ``lanes`` work items."""
     fn = ll.Function(module, ll.FunctionType(ptr, [ptr]), "worker")
     fn.linkage = "internal"
     (ctx,) = fn.args
     b = ll.IRBuilder(fn.append_basic_block("entry"))
+    restore_fp = _ieee_float_mode(module, b)
     tile = b.load(b.gep(ctx, [i32(0), i32(6)], inbounds=True, source_etype=ctx_type), typ=i64)
     total = b.load(b.gep(ctx, [i32(0), i32(7)], inbounds=True, source_etype=ctx_type), typ=i64)
     counter = b.gep(ctx, [i32(0), i32(4)], inbounds=True, source_etype=ctx_type)
-    grab = fn.append_basic_block("grab")
-    run = fn.append_basic_block("run")
-    body = fn.append_basic_block("body")
-    done = fn.append_basic_block("done")
+    grab, run, body, done = (fn.append_basic_block(x) for x in ("grab", "run", "body", "done"))
     b.branch(grab)
     b.position_at_end(grab)
     t = b.atomic_rmw("add", counter, i64(1), "monotonic")
@@ -467,13 +468,40 @@ def build_worker(module: ll.Module, item_fn: ll.Function, ctx_type) -> ll.Functi
     b.position_at_end(body)
     g = b.phi(i64)
     g.add_incoming(start, run)
-    b.call(item_fn, [ctx, g])
-    g2 = b.add(g, i64(1))
+    b.call(item_fn, [ctx, g] if lanes == 1 else [ctx, g, end])
+    g2 = b.add(g, i64(lanes))
     g.add_incoming(g2, body)
     b.cbranch(b.icmp_unsigned("<", g2, end), body, grab)
     b.position_at_end(done)
+    restore_fp(b)
     b.ret(ll.Constant(ptr, None))
     return fn
+
+
+def _ieee_float_mode(module: ll.Module, b: ll.IRBuilder):
+    """Run the worker with IEEE denormals on x86 and return a restorer.
+
+    XLA's threads run with flush-to-zero / denormals-are-zero set in MXCSR,
+    fresh pthreads without: work items would round differently depending on
+    the thread that runs them. Every worker clears FTZ (bit 15) and DAZ
+    (bit 6) on entry, so results are IEEE (as numpy) on every thread."""
+    if not module.triple.startswith(("x86_64", "i686", "i386")):
+        return lambda _b: None
+    st = module.globals.get("llvm.x86.sse.stmxcsr") or ll.Function(
+        module, ll.FunctionType(ll.VoidType(), [ptr]), "llvm.x86.sse.stmxcsr")
+    ld = module.globals.get("llvm.x86.sse.ldmxcsr") or ll.Function(
+        module, ll.FunctionType(ll.VoidType(), [ptr]), "llvm.x86.sse.ldmxcsr")
+    saved = b.alloca(i32)
+    saved.type = ptr  # llvmlite types allocas as typed pointers; LLVM's are opaque
+    mode = b.alloca(i32)
+    mode.type = ptr
+    b.call(st, [saved])
+    b.store(b.and_(b.load(saved, typ=i32), i32(~0x8040 & 0xFFFFFFFF)), mode)
+    b.call(ld, [mode])
+
+    def restore(bb: ll.IRBuilder) -> None:
+        bb.call(ld, [saved])
+    return restore
 
 
 class PacketCodegen(ItemCodegen):
@@ -600,11 +628,13 @@ class PacketCodegen(ItemCodegen):
             off = zero64
             for k in range(L.nb):
                 off = b.add(off, b.mul(midx[k], self.splat(info_at(L.stride(i, k), f"stride{i}_{k}"))))
-            self.in_off.append(off)
+            # Offsets into inputs fit in i32 (the bridge rejects inputs of
+            # 2**31 elements or more), so gathers use 32-bit lane indices.
+            self.in_off.append(b.trunc(off, self.T(I32)))
             rows = info_at(L.rows(i), f"rows{i}")
             maxrow = b.select(b.icmp_unsigned("==", rows, i64(0)), i64(0), b.sub(rows, i64(1)))
             self.in_rows.append(rows)
-            self.in_maxrow.append(self.splat(maxrow))
+            self.in_maxrow.append(self.splat(b.trunc(maxrow, i32)))
         self.acc_data, self.acc_off, self.acc_rows = [], [], []
         for j, spec in enumerate(self.acc_specs):
             self.acc_data.append(self.ctx_field_ptr(b, ctx, 3, j, f"acc{j}"))
@@ -631,16 +661,18 @@ class PacketCodegen(ItemCodegen):
     def lower_gather(self, n: Node, row):
         b = self.b
         inp, comp, width = n.attrs
-        r = self.row_index(n.args[0], row)
-        r = b.select(b.icmp_signed("<", r, self.ci64(0)), self.ci64(0), r)
         mx = self.in_maxrow[inp]
-        r = b.select(b.icmp_signed(">", r, mx), mx, r)
-        row_off = b.add(b.mul(r, self.ci64(width)), self.in_off[inp]) if width > 1 else b.add(r, self.in_off[inp])
+        if n.args[0].type == I32:
+            r = b.select(b.icmp_signed("<", row, self.ci32(0)), self.ci32(0), row)
+            r = b.select(b.icmp_signed(">", r, mx), mx, r)
+        else:
+            r = b.select(b.icmp_unsigned(">", row, mx), mx, row)
+        row_off = b.add(b.mul(r, self.ci32(width)) if width > 1 else r, self.in_off[inp])
         et = LLTYPE[n.type]
         # Active lanes usually read the same row (a loop over a buffer that all
         # lanes run in step): then one scalar load and a broadcast beat a gather.
-        ref = b.call(self.decl(f"llvm.vector.reduce.umax.v{self.lanes}i64", i64, [self.T64()]),
-                     [b.select(self.mask, row_off, self.ci64(0))])
+        ref = b.call(self.decl(f"llvm.vector.reduce.umax.v{self.lanes}i32", i32, [self.T(I32)]),
+                     [b.select(self.mask, row_off, self.ci32(0))])
         same = b.or_(b.icmp_unsigned("==", row_off, self.splat(ref)), b.not_(self.mask))
         uniform = b.call(self.decl(f"llvm.vector.reduce.and.v{self.lanes}i1", i1, [self.T(BOOL)]), [same])
         uni_bb = self.fn.append_basic_block("gather.uniform")
@@ -648,11 +680,11 @@ class PacketCodegen(ItemCodegen):
         join = self.fn.append_basic_block("gather.join")
         b.cbranch(uniform, uni_bb, var_bb)
         b.position_at_end(uni_bb)
-        p = b.gep(self.in_data[inp], [b.add(ref, i64(comp)) if comp else ref], inbounds=True, source_etype=et)
+        p = b.gep(self.in_data[inp], [b.add(ref, i32(comp)) if comp else ref], inbounds=True, source_etype=et)
         v_uni = self.splat(b.load(p, typ=et))
         b.branch(join)
         b.position_at_end(var_bb)
-        off = b.add(row_off, self.ci64(comp)) if comp else row_off
+        off = b.add(row_off, self.ci32(comp)) if comp else row_off
         v_var = self.masked_gather(self.lane_ptrs(self.in_data[inp], off, et), et, self.mask)
         b.branch(join)
         b.position_at_end(join)
@@ -770,34 +802,3 @@ class PacketCodegen(ItemCodegen):
             result = vals if result is None else [b.select(sel, v, acc) for v, acc in zip(vals, result)]
         for k, v in enumerate(result):
             self.vals[(n.id, k)] = v
-
-
-def build_packet_worker(module: ll.Module, item_fn: ll.Function, ctx_type, lanes: int) -> ll.Function:
-    """Like :func:`build_worker`, stepping through each tile a packet at a time."""
-    fn = ll.Function(module, ll.FunctionType(ptr, [ptr]), "worker")
-    fn.linkage = "internal"
-    (ctx,) = fn.args
-    b = ll.IRBuilder(fn.append_basic_block("entry"))
-    tile = b.load(b.gep(ctx, [i32(0), i32(6)], inbounds=True, source_etype=ctx_type), typ=i64)
-    total = b.load(b.gep(ctx, [i32(0), i32(7)], inbounds=True, source_etype=ctx_type), typ=i64)
-    counter = b.gep(ctx, [i32(0), i32(4)], inbounds=True, source_etype=ctx_type)
-    grab, run, body, done = (fn.append_basic_block(x) for x in ("grab", "run", "body", "done"))
-    b.branch(grab)
-    b.position_at_end(grab)
-    t = b.atomic_rmw("add", counter, i64(1), "monotonic")
-    start = b.mul(t, tile)
-    b.cbranch(b.icmp_unsigned(">=", start, total), done, run)
-    b.position_at_end(run)
-    end = b.add(start, tile)
-    end = b.select(b.icmp_unsigned(">", end, total), total, end)
-    b.branch(body)
-    b.position_at_end(body)
-    g = b.phi(i64)
-    g.add_incoming(start, run)
-    b.call(item_fn, [ctx, g, end])
-    g2 = b.add(g, i64(lanes))
-    g.add_incoming(g2, body)
-    b.cbranch(b.icmp_unsigned("<", g2, end), body, grab)
-    b.position_at_end(done)
-    b.ret(ll.Constant(ptr, None))
-    return fn

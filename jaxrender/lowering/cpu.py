@@ -21,11 +21,11 @@ from llvmlite import ir as ll
 from ..ir.kernel import Kernel
 from . import cache
 from .abi import InfoLayout
-from .codegen import ItemCodegen, PacketCodegen, build_packet_worker, build_worker, context_type
+from .codegen import ItemCodegen, PacketCodegen, build_worker, context_type
 from .ffi import build_handler
 
 # Bump when the generated code's meaning changes without the IR text changing.
-CODEGEN_VERSION = "1"
+CODEGEN_VERSION = "2"
 
 stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0}
 
@@ -114,7 +114,7 @@ def generate_llvm_ir(kernel: Kernel, nb: int, lanes: int | None = None) -> str:
         worker = build_worker(m, item, ctx_t)
     else:
         item = PacketCodegen(kernel, m, layout, ctx_t, lanes).build_item()
-        worker = build_packet_worker(m, item, ctx_t, lanes)
+        worker = build_worker(m, item, ctx_t, lanes)
     build_handler(m, kernel, layout, ctx_t, worker, "jaxrender_handler")
     return str(m)
 

@@ -96,8 +96,9 @@ def _validate(kernel: Kernel, launch_shape, accum_rows: Mapping[str, int], input
                                  f"[rank {len(want_shape)}], got {tuple(x.shape)}"
                                  if spec.item_shape else
                                  f"kernel {kernel.name!r}: input {name!r} must be 1-D (rows,), got shape {tuple(x.shape)}")
-            if x.shape[0] >= 2 ** 31:
-                raise ValueError(f"kernel {kernel.name!r}: input {name!r} has too many rows")
+        if _prod(x.shape) >= 2 ** 31:
+            raise ValueError(f"kernel {kernel.name!r}: input {name!r} has {_prod(x.shape)} elements; "
+                             "at most 2**31 - 1 are supported")
         arrays.append(x)
     rows = []
     for name, spec in kernel.accumulators.items():
@@ -203,6 +204,10 @@ def _launch_info(kernel: Kernel, arrays_shapes, launch_shape, accum_rows, batch_
 def _ffi_call(*args, kernel, launch_shape, accum_rows, batch_shape, in_batch, num_threads, simd_lanes):
     from ..lowering.cpu import compile_kernel
     k = kernel.kernel
+    for name, x in zip(k.inputs, args):  # under vmap the batched array is the one that counts
+        if _prod(x.shape) >= 2 ** 31:
+            raise ValueError(f"kernel {k.name!r}: batched input {name!r} has {_prod(x.shape)} elements; "
+                             "at most 2**31 - 1 are supported")
     compiled = compile_kernel(k, len(batch_shape), simd_lanes)
     padded = []
     for spec, x, flags in zip(k.inputs.values(), args, in_batch):
