@@ -182,7 +182,10 @@ def _check_visible(value: Node, block: Block, what: str) -> None:
 def canonical_const(type_: str, value: Any):
     """Round a Python/numpy scalar to the exact value the dtype holds."""
     if type_ == F32:
-        return float(np.float32(value))
+        if isinstance(value, np.floating):
+            return bits_f32(int(np.float32(value).view(np.uint32)))
+        value = float(value)
+        return bits_f32(f32_bits(value))
     if type_ == I32:
         v = int(value) & 0xFFFFFFFF
         return v - (1 << 32) if v >= (1 << 31) else v
@@ -195,16 +198,32 @@ def canonical_const(type_: str, value: Any):
 
 def const_key(type_: str, value):
     if type_ == F32:  # distinguish -0.0 and NaN payloads
-        return struct.unpack("<I", struct.pack("<f", value))[0]
+        return f32_bits(value)
     return value
 
 
+# f32 constants are held as Python floats whose double bits are the exact
+# widening of the f32 bits. NaNs are widened by moving bits, never through the
+# FPU, which would quiet a signalling NaN and lose the pattern (bitcast folds
+# must be exact).
+
 def f32_bits(x: float) -> int:
-    return struct.unpack("<I", struct.pack("<f", x))[0]
+    """The f32 bit pattern of ``x`` (rounded to nearest f32; NaN payloads kept)."""
+    if x != x:
+        d = struct.unpack("<Q", struct.pack("<d", x))[0]
+        bits = ((d >> 32) & 0x80000000) | 0x7F800000 | ((d >> 29) & 0x7FFFFF)
+        return bits if bits & 0x7FFFFF else bits | 0x400000  # payload lost below f32: quiet NaN
+    with np.errstate(over="ignore"):
+        return int(np.array(x, np.float64).astype(np.float32).view(np.uint32))
 
 
 def bits_f32(b: int) -> float:
-    return struct.unpack("<f", struct.pack("<I", b & 0xFFFFFFFF))[0]
+    """The Python float holding the f32 with bit pattern ``b``, exactly."""
+    b &= 0xFFFFFFFF
+    if (b & 0x7F800000) == 0x7F800000 and (b & 0x7FFFFF):
+        d = ((b & 0x80000000) << 32) | (0x7FF << 52) | ((b & 0x7FFFFF) << 29)
+        return struct.unpack("<d", struct.pack("<Q", d))[0]
+    return struct.unpack("<f", struct.pack("<I", b))[0]
 
 
 # ---------------------------------------------------------------------------
@@ -212,6 +231,9 @@ def bits_f32(b: int) -> float:
 # ---------------------------------------------------------------------------
 
 def _f(x):
+    """A Python float constant as np.float32, bit-exact (NaN payloads kept)."""
+    if isinstance(x, float):
+        return np.uint32(f32_bits(x)).view(np.float32)
     return np.float32(x)
 
 
@@ -258,9 +280,10 @@ def fold(op: str, type_: str, vals: list, attrs: tuple, arg_types: list):
                 "mul": lambda: a[0] * a[1], "div": lambda: a[0] / a[1],
                 "rem": lambda: np.fmod(a[0], a[1]), "neg": lambda: -a[0],
                 "fma": lambda: _f(np.float64(a[0]) * np.float64(a[1]) + np.float64(a[2])) if _fma_exact_in_f64(a) else None,
-                "min": lambda: np.fmin(a[0], a[1]), "max": lambda: np.fmax(a[0], a[1]),
+                "min": lambda: a[1] if (np.isnan(a[0]) or a[1] < a[0]) else a[0],
+                "max": lambda: a[1] if (np.isnan(a[0]) or a[1] > a[0]) else a[0],
                 "abs": lambda: np.abs(a[0]), "copysign": lambda: np.copysign(a[0], a[1]),
-                "pow": lambda: _f(math.pow(float(a[0]), float(a[1]))) if _pow_ok(a) else None,
+                "pow": lambda: _f(np.power(np.float64(a[0]), np.float64(a[1]))),
                 "atan2": lambda: _f(math.atan2(float(a[0]), float(a[1]))),
                 "lt": lambda: a[0] < a[1], "le": lambda: a[0] <= a[1],
                 "gt": lambda: a[0] > a[1], "ge": lambda: a[0] >= a[1],
@@ -272,7 +295,7 @@ def fold(op: str, type_: str, vals: list, attrs: tuple, arg_types: list):
             out = r()
             if out is None:
                 return None
-            return bool(out) if type_ == BOOL else float(out)
+            return bool(out) if type_ == BOOL else out  # an np.float32: NaN bits kept
         if t0 in INT_TYPES or t0 == BOOL:
             return _fold_int(op, type_, vals, t0)
     return None
@@ -285,10 +308,6 @@ def _fma_exact_in_f64(a) -> bool:
     p = np.float64(a[0]) * np.float64(a[1])
     s = p + np.float64(a[2])
     return bool(s - p == np.float64(a[2])) and bool(s - np.float64(a[2]) == p)
-
-
-def _pow_ok(a) -> bool:
-    return not (float(a[0]) < 0 and float(a[1]) != int(float(a[1]))) and not (float(a[0]) == 0 and float(a[1]) < 0)
 
 
 def _wrap(type_: str, v: int):

@@ -4,7 +4,8 @@ Floating-point semantics are IEEE binary32 without fast-math: ``+ - * /``,
 ``sqrt``, ``fma``, ``floor``/``ceil``/``trunc``/``round`` are exact (round
 half to even, as numpy). Transcendental functions are within the ulp bounds
 stated in :data:`ULP_BOUND` over their domains (measured by the test suite).
-``min``/``max`` ignore a NaN operand (IEEE minNum, numpy's ``fmin``).
+``min``/``max`` ignore a NaN operand (as numpy's ``fmin``/``fmax``) and return
+the first operand when the two compare equal (+0 vs -0).
 Integer division or remainder by zero gives 0 instead of undefined behaviour.
 """
 from __future__ import annotations

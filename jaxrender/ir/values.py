@@ -12,18 +12,27 @@ raises); use :func:`jaxrender.ir.select`, :func:`jaxrender.ir.cond`,
 """
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from .graph import BOOL, F32, I32, U32, Block, IRError, Node
 
-_stack: list[Block] = []
+_tracing = threading.local()  # each thread traces its own kernels
+
+
+def _stack() -> list[Block]:
+    stack = getattr(_tracing, "stack", None)
+    if stack is None:
+        stack = _tracing.stack = []
+    return stack
 
 
 def current_block() -> Block:
-    if not _stack:
+    stack = _stack()
+    if not stack:
         raise IRError("no kernel is being traced: IR values only exist inside "
                       "jaxrender.ir.trace(...)")
-    return _stack[-1]
+    return stack[-1]
 
 
 class _BlockScope:
@@ -31,11 +40,11 @@ class _BlockScope:
         self.block = block
 
     def __enter__(self) -> Block:
-        _stack.append(self.block)
+        _stack().append(self.block)
         return self.block
 
     def __exit__(self, *exc) -> None:
-        popped = _stack.pop()
+        popped = _stack().pop()
         assert popped is self.block
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from llvmlite import ir as ll
 
-from ..ir.graph import BOOL, F32, I32, U32, Block, Node
+from ..ir.graph import BOOL, F32, I32, U32, Block, Node, f32_bits
 from ..ir.kernel import Kernel, _width
 from .abi import InfoLayout
 
@@ -65,6 +65,8 @@ class ItemCodegen:
         return v
 
     def cf32(self, v: float):
+        if v != v:  # llvmlite rounds float constants through C and would quiet a signalling NaN
+            return ll.Constant(i32, f32_bits(v)).bitcast(f32)
         return ll.Constant(f32, v)
 
     def ci32(self, v: int):
@@ -237,7 +239,11 @@ class ItemCodegen:
             return self.intrinsic("llvm.fma", F32, [F32] * 3, a)
         if op in ("min", "max"):
             if fl:
-                return self.intrinsic(f"llvm.{op}num", F32, [F32, F32], a)
+                # A NaN operand is ignored; on ties (+0 / -0) the first operand
+                # wins. Spelled out so every target and the folder agree.
+                better = b.fcmp_ordered("<" if op == "min" else ">", a[1], a[0])
+                take_b = b.or_(better, b.fcmp_unordered("uno", a[0], a[0]))
+                return b.select(take_b, a[1], a[0])
             pred = "<" if op == "min" else ">"
             c = b.icmp_signed(pred, a[0], a[1]) if signed else b.icmp_unsigned(pred, a[0], a[1])
             return b.select(c, a[0], a[1])
@@ -531,6 +537,9 @@ class PacketCodegen(ItemCodegen):
         return ll.Constant(ll.VectorType(ty, self.lanes), [ll.Constant(ty, v)] * self.lanes)
 
     def cf32(self, v: float):
+        if v != v:  # see ItemCodegen.cf32; built per element (llvmlite can't print vector bitcasts)
+            lane = ll.Constant(i32, f32_bits(v)).bitcast(f32)
+            return ll.Constant(self.T(F32), [lane] * self.lanes)
         return self._splat_const(f32, v)
 
     def ci32(self, v: int):
