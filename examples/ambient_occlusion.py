@@ -28,14 +28,21 @@ TWO_PI = float(np.float32(2.0 * np.pi))
 
 
 def _sphere_t(o: Vec, d: Vec, c: Vec, r2):
+    """(ray meets the sphere, distance by the spec's t0/t1 rule)."""
     oc = o - c
     b = oc.x * d.x + oc.y * d.y + oc.z * d.z
     cc = (oc.x * oc.x + oc.y * oc.y + oc.z * oc.z) - r2
     disc = b * b - cc
-    sq = ir.sqrt(ir.maximum(disc, 0.0))
-    t0 = -b - sq
-    t1 = -b + sq
-    return disc > 0.0, ir.select(t0 > T_EPS, t0, t1)
+
+    def distance():
+        sq = ir.sqrt(ir.maximum(disc, 0.0))
+        t0 = -b - sq
+        t1 = -b + sq
+        return ir.select(t0 > T_EPS, t0, t1)
+
+    # Most rays miss most spheres: a real branch skips the square root when
+    # no lane of the packet needs it (the result is the same either way).
+    return disc > 0.0, ir.cond(disc > 0.0, distance, lambda: 0.0)
 
 
 def _pcg(x):

@@ -678,11 +678,13 @@ class PacketCodegen(ItemCodegen):
             r = b.select(b.icmp_unsigned(">", row, mx), mx, row)
         row_off = b.add(b.mul(r, self.ci32(width)) if width > 1 else r, self.in_off[inp])
         et = LLTYPE[n.type]
-        # Active lanes usually read the same row (a loop over a buffer that all
-        # lanes run in step): then one scalar load and a broadcast beat a gather.
-        ref = b.call(self.decl(f"llvm.vector.reduce.umax.v{self.lanes}i32", i32, [self.T(I32)]),
-                     [b.select(self.mask, row_off, self.ci32(0))])
-        same = b.or_(b.icmp_unsigned("==", row_off, self.splat(ref)), b.not_(self.mask))
+        # All lanes often read the same row (a loop over a buffer that lanes
+        # run in step): then one scalar load and a broadcast beat a gather.
+        # Neither test nor gather looks at the active mask (indices are
+        # clamped, so every lane may load): the mask would chain each load to
+        # the previous loop condition.
+        ref = b.extract_element(row_off, i32(0))
+        same = b.icmp_unsigned("==", row_off, self.splat(ref))
         uniform = b.call(self.decl(f"llvm.vector.reduce.and.v{self.lanes}i1", i1, [self.T(BOOL)]), [same])
         uni_bb = self.fn.append_basic_block("gather.uniform")
         var_bb = self.fn.append_basic_block("gather.varying")
@@ -694,7 +696,7 @@ class PacketCodegen(ItemCodegen):
         b.branch(join)
         b.position_at_end(var_bb)
         off = b.add(row_off, self.ci32(comp)) if comp else row_off
-        v_var = self.masked_gather(self.lane_ptrs(self.in_data[inp], off, et), et, self.mask)
+        v_var = self.masked_gather(self.lane_ptrs(self.in_data[inp], off, et), et, self.ci1(1))
         b.branch(join)
         b.position_at_end(join)
         phi = b.phi(self.T(n.type))
@@ -726,6 +728,12 @@ class PacketCodegen(ItemCodegen):
 
     # -- masked control flow ------------------------------------------------
     def lower_loop(self, n: Node, init: list) -> None:
+        """Run while any lane is active. Lanes keep computing after their
+        condition fails (their values are unused and every effect is masked),
+        and each lane's result is captured when it leaves. Freezing finished
+        lanes with selects instead would make every load of the next
+        iteration wait for the current condition: a loop-carried dependency
+        through the whole body."""
         b = self.b
         cond, body = n.regions
         outer = self.mask
@@ -736,31 +744,35 @@ class PacketCodegen(ItemCodegen):
         b.branch(header)
         b.position_at_end(header)
         phis = [b.phi(self.T(x.type)) for x in n.args]
+        kept = [b.phi(self.T(x.type)) for x in n.args]
         mphi = b.phi(self.T(BOOL))
-        for p, v in zip(phis, init):
+        for p, q, v in zip(phis, kept, init):
             p.add_incoming(v, pre)
+            q.add_incoming(v, pre)
         mphi.add_incoming(outer, pre)
         for prm, ph in zip(cond.params, phis):
             self.vals[prm.id] = ph
         self.mask = mphi
         (c,) = self.lower_block(cond)
         active = b.and_(mphi, c)
+        leaving = b.and_(mphi, b.not_(c))
+        results = [b.select(leaving, ph, q) for ph, q in zip(phis, kept)]
         b.cbranch(self.any(active), body_bb, exit_bb)
         b.position_at_end(body_bb)
         for prm, ph in zip(body.params, phis):
             self.vals[prm.id] = ph
         self.mask = active
         new = self.lower_block(body)
-        merged = [b.select(active, v, ph) for v, ph in zip(new, phis)]  # finished lanes keep state
         latch = b.block
         b.branch(header)
-        for p, v in zip(phis, merged):
+        for p, q, v, r in zip(phis, kept, new, results):
             p.add_incoming(v, latch)
+            q.add_incoming(r, latch)
         mphi.add_incoming(active, latch)
         b.position_at_end(exit_bb)
         self.mask = outer
-        for k, ph in enumerate(phis):
-            self.vals[(n.id, k)] = ph
+        for k, r in enumerate(results):
+            self.vals[(n.id, k)] = r
 
     def _masked_region(self, region: Block, mask, tag: str) -> list:
         """Run ``region`` for the lanes in ``mask`` (skipped if none); the
