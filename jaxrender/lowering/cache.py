@@ -1,7 +1,8 @@
 """On-disk cache of compiled kernel object code.
 
-Entries are keyed by a hash of the generated LLVM IR, the target CPU and
-features and the llvmlite/LLVM versions (see :func:`cache_key`). An entry
+Entries are keyed by a hash of everything the machine code is a function
+of: the kernel graph, the code generator's source, the target CPU and
+features and the llvmlite/LLVM versions (see ``cpu.kernel_key``). An entry
 file is ``MAGIC | sha256(payload) | len(payload) | payload``; anything that
 does not verify (truncated, corrupt, foreign) is treated as a miss and
 replaced. Writers go through a private temporary file and an atomic

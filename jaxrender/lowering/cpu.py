@@ -13,6 +13,7 @@ import hashlib
 import os
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import llvmlite
 import llvmlite.binding as llvm
@@ -143,16 +144,39 @@ def _optimize_and_emit(text: str) -> bytes:
     return tm.emit_object(mod)
 
 
+_codegen_digest: str | None = None
+
+
+def codegen_digest() -> str:
+    """Hash of the code generator's own source. The machine code is a pure
+    function of (kernel graph, batch dims, lanes, this source, target), so
+    keying on these identifies the generated code without generating it."""
+    global _codegen_digest
+    if _codegen_digest is None:
+        h = hashlib.sha256(CODEGEN_VERSION.encode())
+        for f in sorted(Path(__file__).parent.glob("*.py")):
+            h.update(f.name.encode() + b"\0" + f.read_bytes())
+        _codegen_digest = h.hexdigest()
+    return _codegen_digest
+
+
+def kernel_key(kernel: Kernel, nb: int, lanes: int) -> str:
+    """Cache key: kernel graph, batch dims, SIMD lanes, code generator,
+    target CPU and features, llvmlite and LLVM versions."""
+    parts = [target_description(), codegen_digest(), f"nb={nb}", f"lanes={lanes}", kernel.text]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
 def object_code(kernel: Kernel, nb: int = 0, lanes: int | None = None) -> tuple[str, bytes]:
     """``(key, object code)`` for ``kernel``: from the disk cache when a valid
     entry exists, else generated, optimised (-O3), emitted and stored."""
-    text = generate_llvm_ir(kernel, nb, lanes)
-    key = hashlib.sha256((target_description() + "\n" + text).encode()).hexdigest()
+    lanes = simd_lanes() if lanes is None else lanes
+    key = kernel_key(kernel, nb, lanes)
     obj = cache.load(key)
     if obj is not None:
         stats["disk_hits"] += 1
         return key, obj
-    obj = _optimize_and_emit(text)
+    obj = _optimize_and_emit(generate_llvm_ir(kernel, nb, lanes))
     stats["compiled"] += 1
     cache.store(key, obj)
     return key, obj
@@ -176,8 +200,7 @@ def compile_kernel(kernel: Kernel, nb: int = 0, lanes: int | None = None) -> Com
     XLA holds its address and may call it from any compiled computation.
     ``lanes`` is the SIMD packet width (default :func:`simd_lanes`)."""
     lanes = simd_lanes() if lanes is None else lanes
-    text = generate_llvm_ir(kernel, nb, lanes)
-    key = hashlib.sha256((target_description() + "\n" + text).encode()).hexdigest()
+    key = kernel_key(kernel, nb, lanes)
     with _lock:
         hit = _compiled.get(key)
         if hit is not None:
