@@ -9,7 +9,6 @@ tests feed them different data, which is runtime input, not structure.
 from __future__ import annotations
 
 import functools
-import inspect
 import re
 
 import jax
@@ -22,19 +21,7 @@ from jaxrender.primitives import launch
 U32_MASK = 0xFFFFFFFF
 
 
-# The engine has a one-lane code generator (real branches) and a SIMD packet
-# generator (masks); divergent control flow is run through both.
-_HAS_LANES = "simd_lanes" in inspect.signature(launch).parameters
-LANES = [pytest.param(None, id="default_lanes"), pytest.param(1, id="one_lane")]
-
-
-def run(kernel, shape, lanes=None, **kw):
-    """``launch`` with an optional SIMD packet width."""
-    if lanes is not None:
-        if not _HAS_LANES:
-            pytest.skip("launch() has no simd_lanes option")
-        kw["simd_lanes"] = lanes
-    return launch(kernel, shape, **kw)
+from lanes import LANES, run  # noqa: E402
 
 
 # ---------------------------------------------------------------------------

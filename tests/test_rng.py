@@ -4,7 +4,6 @@ samples; statistical uniformity; the PCG hash."""
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 
 import numpy as np
@@ -18,19 +17,7 @@ M0, M1 = 0xD2511F53, 0xCD9E8D57  # Philox4x32 multipliers
 W0, W1 = 0x9E3779B9, 0xBB67AE85  # Weyl key increments
 
 
-# The engine has a one-lane code generator (real branches) and a SIMD packet
-# generator (masks); divergent control flow is run through both.
-_HAS_LANES = "simd_lanes" in inspect.signature(launch).parameters
-LANES = [pytest.param(None, id="default_lanes"), pytest.param(1, id="one_lane")]
-
-
-def run(kernel, shape, lanes=None, **kw):
-    """``launch`` with an optional SIMD packet width."""
-    if lanes is not None:
-        if not _HAS_LANES:
-            pytest.skip("launch() has no simd_lanes option")
-        kw["simd_lanes"] = lanes
-    return launch(kernel, shape, **kw)
+from lanes import LANES, run  # noqa: E402
 
 # Random123 kat_vectors, philox4x32 with 10 rounds: (counter, key) -> output.
 KAT = [

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import inspect
 import re
 
 import numpy as np
@@ -24,19 +23,7 @@ ROWS = 7
 U = 2.0 ** -24  # unit roundoff of f32
 
 
-# The engine has a one-lane code generator (real branches) and a SIMD packet
-# generator (masks); divergent control flow is run through both.
-_HAS_LANES = "simd_lanes" in inspect.signature(launch).parameters
-LANES = [pytest.param(None, id="default_lanes"), pytest.param(1, id="one_lane")]
-
-
-def run(kernel, shape, lanes=None, **kw):
-    """``launch`` with an optional SIMD packet width."""
-    if lanes is not None:
-        if not _HAS_LANES:
-            pytest.skip("launch() has no simd_lanes option")
-        kw["simd_lanes"] = lanes
-    return launch(kernel, shape, **kw)
+from lanes import LANES, run  # noqa: E402
 
 
 # ---------------------------------------------------------------------------

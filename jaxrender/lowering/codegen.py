@@ -64,19 +64,23 @@ class ItemCodegen:
     def splat(self, v):
         return v
 
+    def broadcast(self, c: ll.Constant):
+        """A scalar constant as a value of this code generator's shape."""
+        return c
+
     def cf32(self, v: float):
         if v != v:  # llvmlite rounds float constants through C and would quiet a signalling NaN
-            return ll.Constant(i32, f32_bits(v)).bitcast(f32)
-        return ll.Constant(f32, v)
+            return self.broadcast(ll.Constant(i32, f32_bits(v)).bitcast(f32))
+        return self.broadcast(ll.Constant(f32, v))
 
     def ci32(self, v: int):
-        return ll.Constant(i32, v)
+        return self.broadcast(ll.Constant(i32, v))
 
     def ci64(self, v: int):
-        return ll.Constant(i64, v)
+        return self.broadcast(ll.Constant(i64, v))
 
     def ci1(self, v: int):
-        return ll.Constant(i1, v)
+        return self.broadcast(ll.Constant(i1, v))
 
     def type_suffix(self, t: str) -> str:
         return {F32: "f32", I32: "i32", U32: "i32", BOOL: "i1"}[t]
@@ -533,23 +537,9 @@ class PacketCodegen(ItemCodegen):
     def T64(self) -> ll.Type:
         return ll.VectorType(i64, self.lanes)
 
-    def _splat_const(self, ty, v):
-        return ll.Constant(ll.VectorType(ty, self.lanes), [ll.Constant(ty, v)] * self.lanes)
-
-    def cf32(self, v: float):
-        if v != v:  # see ItemCodegen.cf32; built per element (llvmlite can't print vector bitcasts)
-            lane = ll.Constant(i32, f32_bits(v)).bitcast(f32)
-            return ll.Constant(self.T(F32), [lane] * self.lanes)
-        return self._splat_const(f32, v)
-
-    def ci32(self, v: int):
-        return self._splat_const(i32, v)
-
-    def ci64(self, v: int):
-        return self._splat_const(i64, v)
-
-    def ci1(self, v: int):
-        return self._splat_const(i1, v)
+    def broadcast(self, c: ll.Constant):
+        # Built per element: llvmlite cannot print a vector bitcast expression.
+        return ll.Constant(ll.VectorType(c.type, self.lanes), [c] * self.lanes)
 
     def splat(self, v):
         b = self.b
