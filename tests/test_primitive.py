@@ -224,3 +224,13 @@ def test_no_derivative_rule_yet_is_a_clear_error():
     a, b = rng_arrays()
     with pytest.raises(NotImplementedError, match="jaxrender_kernel"):
         jax.grad(lambda s: launch(affine_kernel(), (4,), a=a, b=b, s=s)["y"].sum())(1.0)
+
+
+def test_empty_launches_and_batches():
+    a, b = rng_arrays()
+    assert launch(affine_kernel(), (0,), a=a, b=b, s=1.0)["y"].shape == (0, 3)
+    assert launch(affine_kernel(), (2, 0), a=a, b=b, s=1.0)["y"].shape == (2, 0, 3)
+    f = jax.vmap(lambda s: launch(affine_kernel(), (3,), a=a, b=b, s=s)["y"])
+    assert f(np.zeros(0, np.float32)).shape == (0, 3, 3)
+    assert np.asarray(launch(histogram_kernel(), (3,), accum_rows={"hist": 0}, x=np.zeros(3, np.int32),
+                             w=np.ones(3, np.float32))["hist"]).shape == (0,)
