@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from .graph import BOOL, F32, I32, U32, IRError
-from .values import Bool, Float, Var, _coerce, as_var, current_block, wrap
+from .values import Bool, Float, Var, _coerce, as_var, cast, current_block, wrap
 
 # Worst-case error of each transcendental op in units in the last place,
 # against the correctly rounded result, over the domain listed in the tests.
@@ -24,10 +24,7 @@ ULP_BOUND = {
 
 
 def _float_unary(op: str, x: Any) -> Float:
-    x = as_var(x, None) if isinstance(x, Var) else Float(x)
-    if x.dtype != F32:
-        from .values import cast
-        x = cast(x, F32)
+    x = cast(x, F32)  # Int/UInt arguments and Python numbers become Float
     return wrap(current_block().emit(op, F32, (x.node,)))
 
 
@@ -91,12 +88,8 @@ def clamp(x, lo, hi) -> Var:
     return minimum(maximum(x, lo), hi)
 
 
-def abs(x) -> Var:  # noqa: A001
-    return builtins_abs(as_var(x))
-
-
-def builtins_abs(x: Var) -> Var:
-    return x.__abs__()
+def abs(x) -> Var:  # noqa: A001 - mirrors the builtin for IR values
+    return as_var(x).__abs__()
 
 
 def mulhi(a, b) -> Var:
