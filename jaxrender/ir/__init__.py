@@ -19,6 +19,7 @@ Example::
     k = ir.trace(mandel, {"c": ir.In("f32", (2,))}, {"n": ir.Out("i32")})
 """
 from . import rng
+from .autodiff import custom_derivative, detach, jvp, vjp
 from .control import cond, dispatch, fori_loop, while_loop
 from .graph import BOOL, F32, I32, U32, Block, IRError, Node, format_block, walk
 from .kernel import (Accum, Accumulator, Buffer, In, Kernel, Out, Scalar, check,

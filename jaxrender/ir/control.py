@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 
 from .graph import BOOL, F32, I32, U32, Block, IRError, format_block
 from .pytree import TreeDef, tree_flatten, tree_unflatten
-from .values import Bool, UInt, Var, as_var, cast, current_block, scope, wrap
+from .values import Bool, Int, UInt, Var, as_var, cast, current_block, scope, wrap
 
 
 def _state_leaves(state: Any, what: str) -> tuple[list[Var], TreeDef]:
@@ -75,10 +75,20 @@ def while_loop(cond_fn: Callable[[Any], Any], body_fn: Callable[[Any], Any], ini
     return tree_unflatten(tree, _results(node, types))
 
 
-def fori_loop(lower: Any, upper: Any, body_fn: Callable[[Any, Any], Any], init: Any) -> Any:
+def fori_loop(lower: Any, upper: Any, body_fn: Callable[[Any, Any], Any], init: Any,
+              unroll: bool = False) -> Any:
     """``for i in range(lower, upper): state = body_fn(i, state)`` with symbolic bounds.
 
-    The index has the type of ``upper`` (or Int for literals)."""
+    The index has the type of ``upper`` (or Int for literals). With
+    ``unroll=True`` the bounds must be Python ints and the body is traced
+    once per iteration (no loop in the code; reverse mode can go through it)."""
+    if unroll:
+        if not all(isinstance(b, int) and not isinstance(b, bool) for b in (lower, upper)):
+            raise IRError("fori_loop(unroll=True) needs literal int bounds")
+        state = init
+        for i in range(lower, upper):
+            state = body_fn(Int(i), state)
+        return state
     t = next((v.dtype for v in (upper, lower) if isinstance(v, Var)), I32)
     lo, hi = cast(lower, t), cast(upper, t)
 

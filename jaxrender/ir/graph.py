@@ -38,13 +38,20 @@ PURE_OPS = {
     "lt": 2, "le": 2, "gt": 2, "ge": 2, "eq": 2, "ne": 2,
     "and": 2, "or": 2, "xor": 2, "not": 1, "shl": 2, "shr": 2, "mulhi": 2,
     "select": 3, "cast": 1, "bitcast": 1, "isnan": 1, "isfinite": 1,
+    # a * b, except that a == 0 gives 0 whatever b is (inf, NaN): derivative
+    # coefficients use it so a zero tangent never meets an infinite slope.
+    "zmul": 2,
+    # Identity whose derivative is zero (stop-gradient).
+    "detach": 1,
     **{name: 1 for name in UNARY_FLOAT_OPS},
 }
 # Operations that read the launch environment; pure within one work item.
 ENV_OPS = ("item_index", "launch_size", "buffer_len", "gather", "batch_index")
 # Operations with an effect on memory or on the launch's status.
 EFFECT_OPS = ("scatter_add", "check")
-REGION_OPS = ("loop", "if", "dispatch")
+# "call": a function body kept as a region (its params are the call's
+# arguments) so that a custom derivative can be attached to it.
+REGION_OPS = ("loop", "if", "dispatch", "call")
 
 _ids = itertools.count()
 
@@ -57,7 +64,7 @@ class Node:
     """One SSA operation. ``type`` is a dtype name, or None for a region node
     whose results are read through ``proj`` nodes."""
 
-    __slots__ = ("id", "op", "type", "args", "attrs", "regions", "block", "effect")
+    __slots__ = ("id", "op", "type", "args", "attrs", "regions", "block", "effect", "payload")
 
     def __init__(self, op: str, type_: str | None, args: tuple, attrs: tuple,
                  regions: tuple, block: "Block", effect: bool):
@@ -69,6 +76,7 @@ class Node:
         self.regions = regions
         self.block = block
         self.effect = effect
+        self.payload = None  # Python-side data that is not part of the program (custom rules)
 
     def __repr__(self) -> str:
         return f"%{self.id}:{self.type} = {self.op}{self.attrs}({', '.join('%%%d' % a.id for a in self.args)})"
@@ -280,6 +288,8 @@ def fold(op: str, type_: str, vals: list, attrs: tuple, arg_types: list):
                 "mul": lambda: a[0] * a[1], "div": lambda: a[0] / a[1],
                 "rem": lambda: np.fmod(a[0], a[1]), "neg": lambda: -a[0],
                 "fma": lambda: _f(np.float64(a[0]) * np.float64(a[1]) + np.float64(a[2])) if _fma_exact_in_f64(a) else None,
+                "zmul": lambda: _f(0.0) if a[0] == 0 else a[0] * a[1],
+                "detach": lambda: a[0],
                 "min": lambda: a[1] if (np.isnan(a[0]) or a[1] < a[0]) else a[0],
                 "max": lambda: a[1] if (np.isnan(a[0]) or a[1] > a[0]) else a[0],
                 "abs": lambda: np.abs(a[0]), "copysign": lambda: np.copysign(a[0], a[1]),

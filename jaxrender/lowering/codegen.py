@@ -204,7 +204,7 @@ class ItemCodegen:
             else:
                 self.vals[n.id] = self.ci32(int(v) & 0xFFFFFFFF)
             return
-        if op in ("loop", "if", "dispatch"):
+        if op in ("loop", "if", "dispatch", "call"):
             getattr(self, "lower_" + op)(n, a)
             return
         self.vals[n.id] = self.lower_simple(n, op, a, t, at)
@@ -241,6 +241,11 @@ class ItemCodegen:
             return b.fneg(a[0]) if fl else b.sub(self.ci32(0), a[0])
         if op == "fma":
             return self.intrinsic("llvm.fma", F32, [F32] * 3, a)
+        if op == "zmul":
+            zero = self.cf32(0.0)
+            return b.select(b.fcmp_ordered("==", a[0], zero), zero, b.fmul(a[0], a[1]))
+        if op == "detach":
+            return a[0]
         if op in ("min", "max"):
             if fl:
                 # A NaN operand is ignored; on ties (+0 / -0) the first operand
@@ -392,6 +397,14 @@ class ItemCodegen:
         b.position_at_end(exit_bb)
         for k, ph in enumerate(phis):
             self.vals[(n.id, k)] = ph
+
+    def lower_call(self, n: Node, args: list) -> None:
+        """A function body kept as a region (for custom derivatives): inline it."""
+        (body,) = n.regions
+        for prm, v in zip(body.params, args):
+            self.vals[prm.id] = v
+        for k, v in enumerate(self.lower_block(body)):
+            self.vals[(n.id, k)] = v
 
     def _merge(self, n: Node, incoming: list[tuple[list, ll.Block]], merge_bb) -> None:
         b = self.b
