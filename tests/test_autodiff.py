@@ -312,3 +312,24 @@ def test_bad_buffer_maps_are_rejected():
 
     with pytest.raises(ir.IRError, match="same item_shape"):
         ir.trace(body, {"x": ir.In("f32", (2,)), "y": ir.In("f32")}, {"o": ir.Out("f32"), "g": ir.Accum("f32")})
+
+
+def test_function_without_rules_differentiates_its_body_in_both_modes():
+    plain = ir.custom_derivative(lambda x, y: ir.cond(x > y, lambda: x * ir.sin(y), lambda: y * y + x))
+
+    def body(x, y):
+        i = ir.item_index()
+        _, dx = ir.jvp(plain, (x[i], y[i]), (1.0, 0.0))
+        _, pb = ir.vjp(plain, x[i], y[i])
+        gx, gy = pb(1.0)
+        return {"dx": dx, "gx": gx, "gy": gy}
+
+    k = ir.trace(body, {"x": ir.In("f32"), "y": ir.In("f32")}, {n: ir.Out("f32") for n in ("dx", "gx", "gy")})
+    assert any(n.op == "call" for n in ops_of(k))
+    x = np.array([2.0, -1.0, 0.3], np.float32)
+    y = np.array([1.0, 0.5, 0.7], np.float32)
+    out = {n: np.asarray(v) for n, v in launch(k, (3,), x=x, y=y).items()}
+    big = x > y
+    np.testing.assert_allclose(out["dx"], np.where(big, np.sin(y), 1.0), rtol=1e-6)
+    np.testing.assert_allclose(out["gx"], np.where(big, np.sin(y), 1.0), rtol=1e-6)
+    np.testing.assert_allclose(out["gy"], np.where(big, x * np.cos(y), 2 * y), rtol=1e-6)
