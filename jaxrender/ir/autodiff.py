@@ -214,7 +214,7 @@ def activity(block: Block, active_inputs: Sequence[Node], diff_buffers: set[int]
 # ---------------------------------------------------------------------------
 
 def _zmul(t: Var, coef: Var) -> Float:
-    """t * coef, exactly 0 when t == 0 (even if coef is inf or NaN)."""
+    """t * coef, exactly 0 when either is 0 (even if the other is inf or NaN)."""
     return wrap(current_block().emit("zmul", F32, (t.node, as_var(coef, F32).node)))
 
 
@@ -584,7 +584,8 @@ def _transpose(lin: Block, lin_inputs: list[Node], out: Node, ct: Var) -> list[V
             if lin_a[0] and lin_a[1]:
                 raise IRError("derivative rule multiplies two tangents")
             k = 0 if lin_a[0] else 1
-            _add_ct(cts, a[k], c * val(a[1 - k]))
+            # zero-safe: a zero coefficient stops an infinite cotangent (sqrt(x*x) at 0)
+            _add_ct(cts, a[k], _zmul(c, val(a[1 - k])))
         elif n.op == "zmul":
             if lin_a[1]:
                 raise IRError("derivative rule: zmul's coefficient depends on a tangent")
@@ -597,9 +598,9 @@ def _transpose(lin: Block, lin_inputs: list[Node], out: Node, ct: Var) -> list[V
             if lin_a[0] and lin_a[1]:
                 raise IRError("derivative rule multiplies two tangents")
             if lin_a[0]:
-                _add_ct(cts, a[0], c * val(a[1]))
+                _add_ct(cts, a[0], _zmul(c, val(a[1])))
             if lin_a[1]:
-                _add_ct(cts, a[1], c * val(a[0]))
+                _add_ct(cts, a[1], _zmul(c, val(a[0])))
             if lin_a[2]:
                 _add_ct(cts, a[2], c)
         elif n.op == "select":

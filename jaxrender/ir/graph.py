@@ -38,8 +38,9 @@ PURE_OPS = {
     "lt": 2, "le": 2, "gt": 2, "ge": 2, "eq": 2, "ne": 2,
     "and": 2, "or": 2, "xor": 2, "not": 1, "shl": 2, "shr": 2, "mulhi": 2,
     "select": 3, "cast": 1, "bitcast": 1, "isnan": 1, "isfinite": 1,
-    # a * b, except that a == 0 gives 0 whatever b is (inf, NaN): derivative
-    # coefficients use it so a zero tangent never meets an infinite slope.
+    # a * b, except that it is exactly 0 when either factor is 0 (whatever
+    # the other is, inf or NaN): derivative code multiplies with it so that a
+    # zero tangent or cotangent never meets an infinite slope.
     "zmul": 2,
     # Identity whose derivative is zero (stop-gradient).
     "detach": 1,
@@ -288,7 +289,7 @@ def fold(op: str, type_: str, vals: list, attrs: tuple, arg_types: list):
                 "mul": lambda: a[0] * a[1], "div": lambda: a[0] / a[1],
                 "rem": lambda: np.fmod(a[0], a[1]), "neg": lambda: -a[0],
                 "fma": lambda: _f(np.float64(a[0]) * np.float64(a[1]) + np.float64(a[2])) if _fma_exact_in_f64(a) else None,
-                "zmul": lambda: _f(0.0) if a[0] == 0 else a[0] * a[1],
+                "zmul": lambda: _f(0.0) if (a[0] == 0 or a[1] == 0) else a[0] * a[1],
                 "detach": lambda: a[0],
                 "min": lambda: a[1] if (np.isnan(a[0]) or a[1] < a[0]) else a[0],
                 "max": lambda: a[1] if (np.isnan(a[0]) or a[1] > a[0]) else a[0],

@@ -243,7 +243,8 @@ class ItemCodegen:
             return self.intrinsic("llvm.fma", F32, [F32] * 3, a)
         if op == "zmul":
             zero = self.cf32(0.0)
-            return b.select(b.fcmp_ordered("==", a[0], zero), zero, b.fmul(a[0], a[1]))
+            either = b.or_(b.fcmp_ordered("==", a[0], zero), b.fcmp_ordered("==", a[1], zero))
+            return b.select(either, zero, b.fmul(a[0], a[1]))
         if op == "detach":
             return a[0]
         if op in ("min", "max"):
