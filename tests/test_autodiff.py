@@ -333,3 +333,13 @@ def test_function_without_rules_differentiates_its_body_in_both_modes():
     np.testing.assert_allclose(out["dx"], np.where(big, np.sin(y), 1.0), rtol=1e-6)
     np.testing.assert_allclose(out["gx"], np.where(big, np.sin(y), 1.0), rtol=1e-6)
     np.testing.assert_allclose(out["gy"], np.where(big, x * np.cos(y), 2 * y), rtol=1e-6)
+
+
+def test_tangents_must_mirror_primals():
+    def body(x):
+        v = x[ir.item_index()]
+        ir.jvp(lambda a, b: a * b, (v, v), (1.0,))
+        return v
+
+    with pytest.raises(ir.IRError, match="tangents must mirror the primals"):
+        ir.trace(body, {"x": ir.In("f32")}, {"y": ir.Out("f32")})

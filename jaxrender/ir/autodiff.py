@@ -478,15 +478,11 @@ def jvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any],
 
 
 def _tangent_leaves(tangents, in_tree, n) -> list:
-    tangents = tuple(tangents)
-    if len(tangents) != in_tree.num_leaves and tree_flatten(tangents)[1] != in_tree:
-        leaves, tree = tree_flatten(tangents)
-        if tree != in_tree:
-            raise IRError(f"jvp: tangents structure {tree} differs from primals {in_tree}")
     leaves: list = []
-    _flatten_with_none(tangents, leaves)
+    _flatten_with_none(tuple(tangents), leaves)
     if len(leaves) != n:
-        raise IRError(f"jvp: expected {n} tangent leaves, got {len(leaves)}")
+        raise IRError(f"jvp: tangents must mirror the primals {in_tree} ({n} leaves, None for zero); "
+                      f"got {len(leaves)} leaves")
     return leaves
 
 
