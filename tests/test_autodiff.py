@@ -343,3 +343,18 @@ def test_tangents_must_mirror_primals():
 
     with pytest.raises(ir.IRError, match="tangents must mirror the primals"):
         ir.trace(body, {"x": ir.In("f32")}, {"y": ir.Out("f32")})
+
+
+def test_jvp_of_jvp_gives_second_derivative():
+    def body(x):
+        v = x[ir.item_index()]
+
+        def df(a):
+            return ir.jvp(lambda b: ir.sin(b) * b, (a,), (1.0,))[1]
+
+        return ir.jvp(df, (v,), (1.0,))[1]
+
+    k = ir.trace(body, {"x": ir.In("f32")}, {"d2": ir.Out("f32")})
+    x = np.linspace(-1, 1, 9).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(launch(k, (9,), x=x)["d2"]), 2 * np.cos(x) - x * np.sin(x),
+                               rtol=1e-5, atol=1e-6)
