@@ -65,11 +65,12 @@ def copysign(x, y) -> Float:
 
 def fma(a, b, c) -> Var:
     """a * b + c with a single rounding (floats); plain multiply-add for ints."""
-    x, y = _coerce(a, b)
-    x, z = _coerce(x, c)
-    y, z = _coerce(y, z)
-    x, y = _coerce(x, y)
-    if x.dtype != F32:
+    vs = [v for v in (a, b, c) if isinstance(v, Var)]
+    if not vs:
+        raise IRError("fma: at least one operand must be an IR value")
+    dtype = F32 if any(v.dtype == F32 or isinstance(o, float) for v in vs for o in (a, b, c)) else vs[0].dtype
+    x, y, z = (cast(v, dtype) for v in (a, b, c))
+    if dtype != F32:
         return x * y + z
     return wrap(current_block().emit("fma", F32, (x.node, y.node, z.node)))
 

@@ -1,0 +1,88 @@
+"""Sample warps (square -> domain) and their densities, as Mitsuba 3 defines them.
+
+Every ``square_to_*`` maps uniform samples on [0, 1)^2 to the domain; the
+matching ``*_pdf`` is its density with respect to the domain's measure
+(solid angle for directions, area for surfaces). Written against the kernel
+IR only. Example::
+
+    wo = square_to_cosine_hemisphere(u)         # u: a Vec of 2 Floats
+    pdf = square_to_cosine_hemisphere_pdf(wo)
+"""
+from __future__ import annotations
+
+import math
+
+from .. import ir
+from ..ir import Vec
+
+INV_PI = 1.0 / math.pi
+INV_TWO_PI = 0.5 / math.pi
+INV_FOUR_PI = 0.25 / math.pi
+PI_OVER_4 = math.pi / 4.0
+PI_OVER_2 = math.pi / 2.0
+
+
+def square_to_uniform_disk_concentric(u: Vec) -> Vec:
+    """Shirley-Chiu concentric map of the unit square onto the unit disk."""
+    x = 2.0 * u.x - 1.0
+    y = 2.0 * u.y - 1.0
+    is_zero = (x == 0.0) & (y == 0.0)
+    quadrant_1_or_3 = ir.abs(x) < ir.abs(y)
+    r = ir.select(quadrant_1_or_3, y, x)
+    rp = ir.select(quadrant_1_or_3, x, y)
+    phi = PI_OVER_4 * rp / ir.select(is_zero, 1.0, r)
+    phi = ir.select(quadrant_1_or_3, PI_OVER_2 - phi, phi)
+    phi = ir.select(is_zero, 0.0, phi)
+    return Vec(r * ir.cos(phi), r * ir.sin(phi))
+
+
+def square_to_cosine_hemisphere(u: Vec) -> Vec:
+    """Cosine-weighted direction about +z (Malley's method)."""
+    p = square_to_uniform_disk_concentric(u)
+    z = ir.safe_sqrt(1.0 - p.x * p.x - p.y * p.y)
+    return Vec(p.x, p.y, z)
+
+
+def square_to_cosine_hemisphere_pdf(v: Vec):
+    return ir.select(v.z > 0.0, INV_PI * v.z, 0.0)
+
+
+def square_to_uniform_sphere(u: Vec) -> Vec:
+    z = 1.0 - 2.0 * u.y
+    r = ir.safe_sqrt(1.0 - z * z)
+    phi = 2.0 * math.pi * u.x
+    return Vec(r * ir.cos(phi), r * ir.sin(phi), z)
+
+
+def square_to_uniform_sphere_pdf(v: Vec):
+    return ir.Float(INV_FOUR_PI)
+
+
+def square_to_uniform_triangle(u: Vec) -> Vec:
+    """Barycentrics (b1, b2) uniform over a triangle (Mitsuba's mapping)."""
+    t = ir.safe_sqrt(1.0 - u.x)
+    return Vec(1.0 - t, t * u.y)
+
+
+def coordinate_system(n: Vec) -> tuple[Vec, Vec]:
+    """Two tangents completing ``n`` to an orthonormal frame (Duff et al. 2017)."""
+    sign = ir.copysign(1.0, n.z)
+    a = -1.0 / (sign + n.z)
+    b = n.x * n.y * a
+    s = Vec(ir.fma(n.x * n.x, a * sign, 1.0), sign * b, -sign * n.x)
+    t = Vec(b, ir.fma(n.y * n.y, a, sign), -n.y)
+    return s, t
+
+
+class Frame:
+    """An orthonormal frame; ``to_local`` / ``to_world`` change basis."""
+
+    def __init__(self, n: Vec):
+        self.n = n
+        self.s, self.t = coordinate_system(n)
+
+    def to_local(self, v: Vec) -> Vec:
+        return Vec(ir.dot(v, self.s), ir.dot(v, self.t), ir.dot(v, self.n))
+
+    def to_world(self, v: Vec) -> Vec:
+        return self.s * v.x + self.t * v.y + self.n * v.z

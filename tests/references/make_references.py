@@ -1,0 +1,40 @@
+"""Render the reference images with Mitsuba 3 (scalar_rgb) and store their
+per-pixel mean and standard error as small committed test data.
+
+    pip install mitsuba && python tests/references/make_references.py
+
+Each reference is the mean of RENDERS independent renders (different
+seeds) of SPP samples per pixel; the standard error of that mean comes from
+their spread, so tests can judge differences against Monte Carlo noise.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from scenes import RENDERS, SPP, VARIANTS  # noqa: E402
+
+OUT = HERE.parent / "data" / "references"
+
+
+def main() -> None:
+    import mitsuba as mi
+    mi.set_variant("scalar_rgb")
+    OUT.mkdir(parents=True, exist_ok=True)
+    for name, make in VARIANTS.items():
+        scene = mi.load_dict(make(mi.cornell_box()))
+        imgs = np.stack([np.array(mi.render(scene, spp=SPP, seed=s)) for s in range(RENDERS)])
+        mean = imgs.mean(0)
+        stderr = imgs.std(0, ddof=1) / np.sqrt(RENDERS)
+        np.savez_compressed(OUT / f"{name}.npz", mean=mean.astype(np.float32), stderr=stderr.astype(np.float32),
+                            spp=SPP * RENDERS, mitsuba=mi.__version__)
+        print(f"{name}: {mean.shape}, mean {mean.mean(axis=(0, 1))}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""Scene variants rendered by Mitsuba 3 for the reference images and by
+jaxrender in tests/test_render_reference.py. Each variant edits a copy of a
+Cornell box dictionary (Mitsuba's own ``mi.cornell_box()`` for the
+references, ``jaxrender.cornell_box()`` in the tests: identical content)."""
+from __future__ import annotations
+
+SIZE = 32          # small images keep the test fast; noise is judged per pixel
+SPP = 128          # samples per pixel of each reference render
+RENDERS = 8        # independent Mitsuba renders per reference (for the standard error)
+
+
+def _copy(x):
+    """Copy nested dicts; leave leaves (transforms, arrays) shared."""
+    return {k: _copy(v) for k, v in x.items()} if isinstance(x, dict) else x
+
+
+def _base(d, size=SIZE):
+    d = _copy(d)
+    d["sensor"]["film"]["width"] = size
+    d["sensor"]["film"]["height"] = size
+    return d
+
+
+def cbox_gaussian(d):
+    return _base(d)
+
+
+def cbox_box_direct(d):
+    d = _base(d)
+    d["sensor"]["film"]["rfilter"] = {"type": "box"}
+    d["integrator"] = {"type": "direct"}
+    return d
+
+
+def cbox_tent_depth3_hidden(d):
+    d = _base(d)
+    d["sensor"]["film"]["rfilter"] = {"type": "tent"}
+    d["integrator"] = {"type": "path", "max_depth": 3, "hide_emitters": True}
+    return d
+
+
+def cbox_rect_wide(d):
+    d = _base(d)
+    d["sensor"]["film"]["width"] = 40
+    d["sensor"]["film"]["height"] = 24
+    d["sensor"]["fov_axis"] = "x"
+    d["integrator"] = {"type": "path", "max_depth": 6, "rr_depth": 2}
+    return d
+
+
+VARIANTS = {f.__name__: f for f in (cbox_gaussian, cbox_box_direct, cbox_tent_depth3_hidden, cbox_rect_wide)}
