@@ -1,2 +1,26 @@
-"""jaxrender: a differentiable renderer whose megakernels are JAX primitives."""
+"""jaxrender: a differentiable renderer whose megakernels are JAX primitives.
+
+Example::
+
+    import jaxrender
+    scene = jaxrender.load_dict(jaxrender.cornell_box())
+    image = jaxrender.render(scene, spp=64)          # (H, W, 3) linear RGB jax.Array
+"""
+from __future__ import annotations
+
 __version__ = "0.1.0"
+
+from .render import render
+from .scene.cornell import cornell_box
+from .scene.errors import SceneError
+from .scene.scene import Scene, load_dict
+
+
+def load_file(path, **overrides) -> Scene:
+    """Load a Mitsuba 3 XML scene; keyword overrides replace ``<default>``
+    values, as in ``mitsuba.load_file(path, spp=64)``."""
+    from .scene.xml_loader import parse_xml
+    return load_dict(parse_xml(path, **overrides))
+
+
+__all__ = ["render", "load_dict", "load_file", "cornell_box", "Scene", "SceneError"]

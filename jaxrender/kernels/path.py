@@ -152,7 +152,10 @@ def path_kernel(tris, tri_attr, bvh_bounds, bvh_links, bsdf_reflectance, emitter
             w_bsdf = ir.select(depth == 0, ir.select(show_emitters, 1.0, 0.0),
                                ir.select(prev_delta, 1.0, _mis(prev_pdf, light_pdf)))
             L = L + beta * le * w_bsdf
-            active_next = hit & ((max_d < 0) | (depth + 1 < max_d))
+            # hide_emitters: a camera ray passes through the emitters it meets
+            # (as in Mitsuba), without counting a bounce.
+            pass_through = is_emitter & (depth == 0) & ~show_emitters
+            active_next = hit & ((max_d < 0) | (depth + 1 < max_d)) & ~pass_through
 
             frame = Frame(ng)
             wi = frame.to_local(-d)
@@ -202,7 +205,11 @@ def path_kernel(tris, tri_attr, bvh_bounds, bvh_links, bsdf_reflectance, emitter
             rr_active = depth >= rr_d
             beta = beta * ir.select(rr_active, 1.0 / rr_prob, 1.0)
             active_next = active_next & (~rr_active | (r2[2] < rr_prob))
-            return (depth + 1, origin, d_new, ir.Float(0.0), beta, L, bsdf_pdf, ir.Bool(False), active_next)
+            beyond = p + d * scale
+            return (ir.select(pass_through, depth, depth + 1), ir.select(pass_through, beyond, origin),
+                    ir.select(pass_through, d, d_new), ir.Float(0.0), ir.select(pass_through, Vec(1.0, 1.0, 1.0), beta),
+                    L, ir.select(pass_through, prev_pdf, bsdf_pdf), pass_through & prev_delta,
+                    active_next | pass_through)
 
         init = (ir.Int(0), cam_o, d, t_min0, Vec(1.0, 1.0, 1.0), Vec(0.0, 0.0, 0.0), ir.Float(1.0),
                 ir.Bool(True), ir.Bool(True))
