@@ -89,6 +89,10 @@ class Scene:
             unknown = set(params) - set(p)
             if unknown:
                 raise SceneError(f"unknown scene parameter(s) {sorted(unknown)}; known: {sorted(p)}")
+            for k, v in params.items():
+                if tuple(np.shape(v)) != tuple(np.shape(p[k])):
+                    raise SceneError(f"parameter {k!r} must have shape {tuple(np.shape(p[k]))}, "
+                                     f"got {tuple(np.shape(v))}")
             p.update(params)
         import jax.numpy as jnp
         refl = jnp.stack([jnp.asarray(p[k], jnp.float32).reshape(3) for k in self.bsdf_keys]) \

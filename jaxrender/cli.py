@@ -1,0 +1,115 @@
+"""Command line: ``jaxrender render [scene.xml] -o out.exr|out.png`` and ``jaxrender info``.
+
+Without a scene file the built-in Cornell box is rendered.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def _load(path: str | None, defines: list[str]):
+    import jaxrender
+    overrides = {}
+    for d in defines or []:
+        if "=" not in d:
+            raise SystemExit(f"-D expects name=value, got {d!r}")
+        k, v = d.split("=", 1)
+        overrides[k] = v
+    if path is None:
+        if overrides:
+            raise SystemExit("-D overrides need a scene file")
+        return jaxrender.load_dict(jaxrender.cornell_box())
+    return jaxrender.load_file(path, **overrides)
+
+
+def linear_to_srgb8(img: np.ndarray) -> np.ndarray:
+    x = np.clip(np.nan_to_num(img, nan=0.0), 0.0, 1.0)
+    srgb = np.where(x <= 0.0031308, 12.92 * x, 1.055 * np.power(x, 1 / 2.4) - 0.055)
+    return (srgb * 255.0 + 0.5).astype(np.uint8)
+
+
+def write_image(path: Path, img: np.ndarray) -> None:
+    """EXR (linear float32), PNG (sRGB, 8 bit) or NPY, by extension."""
+    ext = path.suffix.lower()
+    img = np.ascontiguousarray(img, dtype=np.float32)
+    if ext == ".exr":
+        import OpenEXR
+        OpenEXR.File({"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage},
+                     {"RGB": img}).write(str(path))
+    elif ext == ".png":
+        from PIL import Image
+        Image.fromarray(linear_to_srgb8(img), mode="RGB").save(path)
+    elif ext == ".npy":
+        np.save(path, img)
+    else:
+        raise SystemExit(f"unsupported output format {ext!r} (use .exr, .png or .npy)")
+
+
+def cmd_render(args) -> None:
+    import jax
+    from tqdm import tqdm
+
+    import jaxrender
+    scene = _load(args.scene, args.define)
+    spp = args.spp or scene.camera.spp
+    passes = max(1, min(args.passes, spp))
+    base, extra = divmod(spp, passes)
+    t0 = time.perf_counter()
+    acc = None
+    with tqdm(total=spp, unit="spp", desc="rendering", disable=args.quiet) as bar:
+        for k in range(passes):
+            n = base + (1 if k < extra else 0)
+            img = jaxrender.render(scene, spp=n, seed=np.uint32((args.seed * 65536 + k) & 0xFFFFFFFF))
+            img = jax.device_get(img) * n
+            acc = img if acc is None else acc + img
+            bar.update(n)
+    img = acc / spp
+    out = Path(args.output)
+    write_image(out, img)
+    if not args.quiet:
+        print(f"wrote {out} ({img.shape[1]}x{img.shape[0]}, {spp} spp) in {time.perf_counter() - t0:.2f} s")
+
+
+def cmd_info(args) -> None:
+    scene = _load(args.scene, args.define)
+    cam = scene.camera
+    print(f"film {cam.width}x{cam.height}, {cam.spp} spp, filter {cam.rfilter}; integrator {scene.integrator}")
+    print(f"{len(scene.triangles)} triangles, {len(scene.bvh_bounds)} BVH nodes, "
+          f"{len(scene.light_tris)} emissive triangles")
+    print("parameters:")
+    for k, v in scene.params.items():
+        print(f"  {k:40s} {np.asarray(v).tolist()}")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="jaxrender", description="jaxrender: differentiable rendering in JAX")
+    sub = ap.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("render", help="render a scene (default: the Cornell box)")
+    r.add_argument("scene", nargs="?", help="Mitsuba 3 XML scene file")
+    r.add_argument("-o", "--output", default="render.exr", help="output .exr, .png or .npy")
+    r.add_argument("--spp", type=int, default=None, help="samples per pixel (default: the scene's)")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--passes", type=int, default=8, help="sample passes (progress bar granularity)")
+    r.add_argument("-D", "--define", action="append", help="override an XML <default>: name=value")
+    r.add_argument("-q", "--quiet", action="store_true")
+    r.set_defaults(fn=cmd_render)
+    i = sub.add_parser("info", help="list a scene's parameters")
+    i.add_argument("scene", nargs="?")
+    i.add_argument("-D", "--define", action="append")
+    i.set_defaults(fn=cmd_info)
+    args = ap.parse_args(argv)
+    from .scene.errors import SceneError
+    try:
+        args.fn(args)
+    except SceneError as exc:
+        print(f"jaxrender: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    main()
