@@ -68,7 +68,8 @@ def fma(a, b, c) -> Var:
     vs = [v for v in (a, b, c) if isinstance(v, Var)]
     if not vs:
         raise IRError("fma: at least one operand must be an IR value")
-    dtype = F32 if any(v.dtype == F32 or isinstance(o, float) for v in vs for o in (a, b, c)) else vs[0].dtype
+    is_float = any(isinstance(o, float) or (isinstance(o, Var) and o.dtype == F32) for o in (a, b, c))
+    dtype = F32 if is_float else vs[0].dtype
     x, y, z = (cast(v, dtype) for v in (a, b, c))
     if dtype != F32:
         return x * y + z

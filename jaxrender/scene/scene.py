@@ -251,9 +251,8 @@ def load_dict(d: Mapping) -> Scene:
                 emitter_keys.append(ekey)
             tris.append(vw[f].reshape(-1, 9))
             attrs.append(np.tile([b, em], (len(f), 1)))
-        elif kind in ("perspective", "path", "direct", "independent", "hdrfilm") or kind in (
-                "diffuse", "twosided"):
-            continue
+        elif kind in ("perspective", "path", "direct", "diffuse", "twosided"):
+            continue  # sensor and integrator were read above; bsdfs when a shape uses them
         else:
             raise SceneError(f"{key!r}: plugin type {kind!r} is not supported yet")
     if not tris:
