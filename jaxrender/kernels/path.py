@@ -16,7 +16,11 @@ from .. import ir
 from ..ir import Vec
 from . import geometry
 from .geometry import SceneGeometry, closest_hit, occluded
-from .sampling import INV_PI, Frame, square_to_cosine_hemisphere, square_to_uniform_triangle
+from .sampling import (INV_FOUR_PI, INV_PI, Frame, square_to_cosine_hemisphere, square_to_uniform_sphere,
+                       square_to_uniform_triangle)
+
+# Emitter type ids (jaxrender.scene.scene defines the same).
+AREA, POINT, DIRECTIONAL, CONSTANT = 0, 1, 2, 3
 
 INPUTS = {
     "tris": ir.In("f32", (9,)),
@@ -25,9 +29,11 @@ INPUTS = {
     "bvh_links": ir.In("i32", (3,)),
     "bsdf_reflectance": ir.In("f32", (3,)),
     "emitter_radiance": ir.In("f32", (3,)),
-    "light_tris": ir.In("i32"),               # emissive triangles (leaf order index)
-    "light_cdf": ir.In("f32"),                # normalised cumulative area
-    "light_area": ir.Scalar("f32"),
+    "light_tris": ir.In("i32"),               # emissive triangles (leaf order index), grouped by emitter
+    "light_cdf": ir.In("f32"),                # cumulative area within each emitter's group
+    "emitter_meta": ir.In("i32", (4,)),       # type, first light triangle, count, 0
+    "emitter_geom": ir.In("f32", (4,)),       # position (point) / direction (directional), area
+    "env_emitter": ir.Scalar("i32"),          # the constant emitter, -1 if none
     "camera": ir.In("f32", (19,)),            # to_world (16, row-major), tan_x, tan_y, near_clip
     "filter_icdf": ir.In("f32"),              # inverse CDF of the 1-D pixel filter, offsets in pixels
     "filter_cdf": ir.In("f32"),               # its CDF on a uniform grid over [-radius, radius]
@@ -84,24 +90,21 @@ def _filter_offset(icdf, cdf, radius, u, pixel, size):
     return ir.clamp(_lookup_icdf(icdf, c0 + u * (c1 - c0)), lo, hi)
 
 
-def _sample_light_triangle(light_tris, light_cdf, u):
-    """Index (into light_tris) whose CDF interval contains u (binary search)."""
-    n = ir.cast(light_cdf.len, "i32")
-
+def _sample_light_triangle(light_cdf, start, count, u):
+    """Index in [start, start + count) whose CDF interval contains u (binary search)."""
     def step(s):
         lo, hi = s
         mid = (lo + hi) // 2
         go_right = light_cdf[mid] <= u
         return ir.select(go_right, mid + 1, lo), ir.select(go_right, hi, mid)
 
-    lo, _ = ir.while_loop(lambda s: s[0] < s[1], step, (ir.Int(0), n - 1))
+    lo, _ = ir.while_loop(lambda s: s[0] < s[1], step, (start, start + count - 1))
     return lo
 
 
 def path_kernel(tris, tri_attr, bvh_bounds, bvh_links, bsdf_reflectance, emitter_radiance, light_tris,
-                light_cdf, light_area, camera, filter_icdf, filter_cdf, filter_radius, width, height, spp,
-                max_depth, rr_depth,
-                hide_emitters, seed):
+                light_cdf, emitter_meta, emitter_geom, env_emitter, camera, filter_icdf, filter_cdf,
+                filter_radius, width, height, spp, max_depth, rr_depth, hide_emitters, seed):
     geo = SceneGeometry(tris, bvh_bounds, bvh_links)
     pixel = ir.item_index()
     W, H = width.value, height.value
@@ -111,8 +114,9 @@ def path_kernel(tris, tri_attr, bvh_bounds, bvh_links, bsdf_reflectance, emitter
     m = [camera.read(0, k) for k in range(16)]
     tan_x, tan_y, near_clip = camera.read(0, 16), camera.read(0, 17), camera.read(0, 18)
     cam_o = Vec(m[3], m[7], m[11])
-    light_area_v = light_area.value
-    n_lights = light_cdf.len
+    n_emitters = ir.cast(emitter_meta.len, "i32")
+    pdf_select = 1.0 / ir.cast(ir.maximum(n_emitters, 1), "f32")  # emitters are chosen uniformly, as Mitsuba
+    env = env_emitter.value
     seed_v = seed.value
     max_d = max_depth.value
     rr_d = rr_depth.value
@@ -147,8 +151,13 @@ def path_kernel(tris, tri_attr, bvh_bounds, bvh_links, bsdf_reflectance, emitter
             is_emitter = hit & (attr_em >= 0)
             cos_l = -ir.dot(ng, d)
             le = _vec3(emitter_radiance, attr_em) * ir.select(is_emitter & (cos_l > 0.0), 1.0, 0.0)
+            # A ray that leaves the scene sees the environment.
+            has_env = env >= 0
+            le = ir.select(hit, le, _vec3(emitter_radiance, env) * ir.select(has_env, 1.0, 0.0))
             # MIS weight of the BSDF strategy for this emitter hit.
-            light_pdf = t * t / (ir.maximum(cos_l, 1e-20) * light_area_v)
+            area_e = emitter_geom.read(attr_em, 3)
+            light_pdf = ir.select(hit, pdf_select * t * t / (ir.maximum(cos_l, 1e-20) * area_e),
+                                  pdf_select * INV_FOUR_PI)
             w_bsdf = ir.select(depth == 0, ir.select(show_emitters, 1.0, 0.0),
                                ir.select(prev_delta, 1.0, _mis(prev_pdf, light_pdf)))
             L = L + beta * le * w_bsdf
@@ -164,32 +173,58 @@ def path_kernel(tris, tri_attr, bvh_bounds, bvh_links, bsdf_reflectance, emitter
             scale = 1e-4 * (1.0 + _max3(Vec(ir.abs(p.x), ir.abs(p.y), ir.abs(p.z))))
             origin = p + ng * scale
             r = rand(s, 1 + depth * 2)
+            r = (r[0], r[1], r[2], rand(s, 1000 + depth)[0])
 
             def direct():
-                k = _sample_light_triangle(light_tris, light_cdf, r[0])
-                lt = light_tris[k]
-                q0, q1, q2 = geo.triangle(lt)
-                b = square_to_uniform_triangle(Vec(r[1], r[2]))
-                q = q0 * (1.0 - b.x - b.y) + q1 * b.x + q2 * b.y
-                nl = ir.normalize(ir.cross(q1 - q0, q2 - q0))
-                to_light = q - origin
-                dist2 = ir.dot(to_light, to_light)
-                dist = ir.sqrt(dist2)
-                wo_w = to_light / dist
-                cos_light = -ir.dot(nl, wo_w)
-                em = _vec3(emitter_radiance, tri_attr.read(lt, 1))
-                pdf_dir = dist2 / (ir.maximum(cos_light, 1e-20) * light_area_v)
+                sel = ir.minimum(ir.cast(r[0] * ir.cast(n_emitters, "f32"), "i32"), n_emitters - 1)
+                kind = emitter_meta.read(sel, 0)
+                em = _vec3(emitter_radiance, sel)
+                g = _vec3(emitter_geom, sel)
+
+                def area_light():
+                    start, count = emitter_meta.read(sel, 1), emitter_meta.read(sel, 2)
+                    lt = light_tris[_sample_light_triangle(light_cdf, start, count, r[1])]
+                    q0, q1, q2 = geo.triangle(lt)
+                    b = square_to_uniform_triangle(Vec(r[2], r[3]))
+                    q = q0 * (1.0 - b.x - b.y) + q1 * b.x + q2 * b.y
+                    nl = ir.normalize(ir.cross(q1 - q0, q2 - q0))
+                    to_light = q - origin
+                    dist2 = ir.dot(to_light, to_light)
+                    dist = ir.sqrt(dist2)
+                    wo_w = to_light / dist
+                    cos_light = -ir.dot(nl, wo_w)
+                    # The back of an area light does not emit: report a zero pdf (no sample).
+                    front_side = cos_light > 0.0
+                    pdf = ir.select(front_side, dist2 / (ir.maximum(cos_light, 1e-20) * emitter_geom.read(sel, 3)), 0.0)
+                    return wo_w, dist, ir.select(front_side, em, Vec(0.0, 0.0, 0.0)), pdf, ir.Bool(False)
+
+                def point_light():
+                    to_light = g - origin
+                    dist2 = ir.dot(to_light, to_light)
+                    dist = ir.sqrt(dist2)
+                    return to_light / dist, dist, em / dist2, ir.Float(0.0), ir.Bool(True)
+
+                def directional_light():
+                    return -g, ir.Float(geometry.INF), em, ir.Float(0.0), ir.Bool(True)
+
+                def environment():
+                    w = square_to_uniform_sphere(Vec(r[2], r[3]))
+                    return w, ir.Float(geometry.INF), em, ir.Float(INV_FOUR_PI), ir.Bool(False)
+
+                wo_w, dist, radiance, pdf_dir, delta = ir.dispatch(
+                    kind, [area_light, point_light, directional_light, environment])
                 wo = frame.to_local(wo_w)
-                valid = (cos_light > 0.0) & (wo.z > 0.0) & front
+                valid = (wo.z > 0.0) & front & (delta | (pdf_dir > 0.0))
                 blocked = ir.cond(valid, lambda: occluded(geo, origin, wo_w, ir.Float(0.0), dist * (1.0 - 1e-3)),
                                   lambda: ir.Bool(True))
                 bsdf_val = refl * (INV_PI * wo.z)
                 bsdf_pdf = INV_PI * wo.z
-                w = _mis(pdf_dir, bsdf_pdf) / pdf_dir
-                contrib = beta * bsdf_val * em * w
+                pdf_light = pdf_select * pdf_dir
+                w = ir.select(delta, 1.0 / pdf_select, _mis(pdf_light, bsdf_pdf) / pdf_light)
+                contrib = beta * bsdf_val * radiance * w
                 return ir.select(blocked, Vec(0.0, 0.0, 0.0), contrib)
 
-            use_nee = active_next & front & (n_lights > 0)
+            use_nee = active_next & front & (n_emitters > 0)
             L = L + ir.cond(use_nee, direct, lambda: Vec(0.0, 0.0, 0.0))
             # BSDF sampling (diffuse).
             r2 = rand(s, 2 + depth * 2)

@@ -6,8 +6,9 @@ uses (``red.reflectance.value``, ``light.emitter.radiance.value``, ...).
 Geometry is flattened to world-space triangles in BVH leaf order.
 
 Supported so far: shapes rectangle, cube, obj, ply; BSDF diffuse (also
-inside twosided); area emitters; perspective sensor; hdrfilm with box, tent
-and gaussian filters; independent sampler; path and direct integrators.
+inside twosided); area, point, directional and constant emitters; perspective
+sensor; hdrfilm with box, tent and gaussian filters; independent sampler;
+path and direct integrators.
 Anything else raises :class:`SceneError` naming the plugin, never a wrong
 image.
 """
@@ -23,6 +24,8 @@ from .errors import SceneError
 from .shapes import cube_mesh, rectangle_mesh
 
 SUPPORTED_SHAPES = ("rectangle", "cube", "obj", "ply")
+# Emitter type ids shared with kernels/path.py.
+EMITTER_AREA, EMITTER_POINT, EMITTER_DIRECTIONAL, EMITTER_CONSTANT = 0, 1, 2, 3
 
 
 def _matrix(t: Any, where: str) -> np.ndarray:
@@ -75,9 +78,11 @@ class Scene:
     tri_attr: np.ndarray                   # (N, 2) bsdf index, emitter index (-1: none)
     bvh_bounds: np.ndarray
     bvh_links: np.ndarray
-    light_tris: np.ndarray
-    light_cdf: np.ndarray
-    light_area: float
+    light_tris: np.ndarray                 # emissive triangles, grouped by emitter
+    light_cdf: np.ndarray                  # area CDF within each emitter's group
+    emitter_meta: np.ndarray               # (E, 4) type, first light triangle, count, 0
+    emitter_geom: np.ndarray               # (E, 4) position / direction, area
+    env_emitter: int                       # index of the constant emitter, -1 if none
     params: dict = field(default_factory=dict)   # traverse-style key -> numpy array
     bsdf_keys: list = field(default_factory=list)
     emitter_keys: list = field(default_factory=list)
@@ -103,8 +108,9 @@ class Scene:
         camera = np.concatenate([cam.to_world.reshape(-1), [cam.tan_x, cam.tan_y, cam.near_clip]])
         return dict(tris=self.triangles, tri_attr=self.tri_attr, bvh_bounds=self.bvh_bounds,
                     bvh_links=self.bvh_links, bsdf_reflectance=refl, emitter_radiance=rad,
-                    light_tris=self.light_tris, light_cdf=self.light_cdf,
-                    light_area=np.float32(self.light_area), camera=camera.astype(np.float32)[None, :],
+                    light_tris=self.light_tris, light_cdf=self.light_cdf, emitter_meta=self.emitter_meta,
+                    emitter_geom=self.emitter_geom, env_emitter=np.int32(self.env_emitter),
+                    camera=camera.astype(np.float32)[None, :],
                     **filter_tables(cam.rfilter))
 
 
@@ -228,6 +234,8 @@ def load_dict(d: Mapping) -> Scene:
 
     tris, attrs = [], []
     emitter_keys: list[str] = []
+    emitters: list[tuple[int, np.ndarray]] = []   # (type, geometry row)
+    env = -1
     for key, spec in named.items():
         kind = spec["type"]
         if kind in ("rectangle", "cube", "obj", "ply", "sphere", "disk", "serialized"):
@@ -249,8 +257,30 @@ def load_dict(d: Mapping) -> Scene:
                 params[ekey] = _rgb(e.get("radiance", 1.0), ekey)
                 em = len(emitter_keys)
                 emitter_keys.append(ekey)
+                emitters.append((EMITTER_AREA, np.zeros(4)))
             tris.append(vw[f].reshape(-1, 9))
             attrs.append(np.tile([b, em], (len(f), 1)))
+        elif kind in ("point", "directional", "constant"):
+            m = _matrix(spec.get("to_world"), key)
+            if kind == "point":
+                pos = m @ np.append(np.asarray(spec.get("position", [0.0, 0.0, 0.0]), np.float64), 1.0)
+                geom, vkey, default = np.append(pos[:3], 0.0), "intensity", 1.0
+            elif kind == "directional":
+                dirn = m[:3, :3] @ np.asarray(spec.get("direction", [0.0, 0.0, 1.0]), np.float64)
+                n = np.linalg.norm(dirn)
+                if not np.isfinite(n) or n == 0:
+                    raise SceneError(f"{key}: direction must be a nonzero finite vector")
+                geom, vkey, default = np.append(dirn / n, 0.0), "irradiance", 1.0
+            else:
+                if env >= 0:
+                    raise SceneError(f"{key}: only one environment emitter is supported")
+                env = len(emitter_keys)
+                geom, vkey, default = np.zeros(4), "radiance", 1.0
+            pkey = f"{key}.{vkey}.value"
+            params[pkey] = _rgb(spec.get(vkey, default), pkey)
+            emitter_keys.append(pkey)
+            emitters.append(({"point": EMITTER_POINT, "directional": EMITTER_DIRECTIONAL,
+                              "constant": EMITTER_CONSTANT}[kind], geom))
         elif kind in ("perspective", "path", "direct", "diffuse", "twosided"):
             continue  # sensor and integrator were read above; bsdfs when a shape uses them
         else:
@@ -267,10 +297,26 @@ def load_dict(d: Mapping) -> Scene:
     order = bvh.prim_index
     tri = tri[order].astype(np.float32)
     attr = attr[order]
-    light = np.nonzero(attr[:, 1] >= 0)[0].astype(np.int32)
-    area = 0.5 * np.linalg.norm(np.cross(tri[light, 3:6] - tri[light, 0:3], tri[light, 6:9] - tri[light, 0:3]),
-                                axis=1) if len(light) else np.zeros(0)
-    total = float(area.sum())
-    cdf = (np.cumsum(area) / total).astype(np.float32) if total > 0 else np.zeros(0, np.float32)
+    # Emissive triangles grouped by emitter, with each group's area CDF.
+    meta = np.zeros((len(emitters), 4), np.int32)
+    geom = np.zeros((len(emitters), 4), np.float32)
+    light, cdf = [], []
+    for e, (kind, g) in enumerate(emitters):
+        meta[e, 0] = kind
+        geom[e] = g
+        if kind != EMITTER_AREA:
+            continue
+        idx = np.nonzero(attr[:, 1] == e)[0]
+        area = 0.5 * np.linalg.norm(np.cross(tri[idx, 3:6] - tri[idx, 0:3], tri[idx, 6:9] - tri[idx, 0:3]), axis=1)
+        total = float(area.sum())
+        if total <= 0:
+            raise SceneError(f"{emitter_keys[e]}: the emitting shape has zero area")
+        meta[e, 1:3] = (sum(len(x) for x in light), len(idx))
+        geom[e, 3] = total
+        light.append(idx.astype(np.int32))
+        cdf.append(np.cumsum(area) / total)
+    light_tris = np.concatenate(light).astype(np.int32) if light else np.zeros(0, np.int32)
+    light_cdf = np.concatenate(cdf).astype(np.float32) if cdf else np.zeros(0, np.float32)
     return Scene(camera, integrator, tri, attr, bvh.node_bounds.astype(np.float32),
-                 bvh.node_links.astype(np.int32), light, cdf, total, params, bsdf_keys, emitter_keys)
+                 bvh.node_links.astype(np.int32), light_tris, light_cdf, meta, geom, env, params, bsdf_keys,
+                 emitter_keys)

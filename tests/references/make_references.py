@@ -1,7 +1,7 @@
 """Render the reference images with Mitsuba 3 (scalar_rgb) and store their
 per-pixel mean and standard error as small committed test data.
 
-    pip install mitsuba && python tests/references/make_references.py
+    pip install mitsuba && python tests/references/make_references.py [name ...]
 
 Each reference is the mean of RENDERS independent renders (different
 seeds) of SPP samples per pixel; the standard error of that mean comes from
@@ -26,7 +26,9 @@ def main() -> None:
     import mitsuba as mi
     mi.set_variant("scalar_rgb")
     OUT.mkdir(parents=True, exist_ok=True)
-    for name, make in VARIANTS.items():
+    names = sys.argv[1:] or list(VARIANTS)
+    for name in names:
+        make = VARIANTS[name]
         scene = mi.load_dict(make(mi.cornell_box()))
         imgs = np.stack([np.array(mi.render(scene, spp=SPP, seed=s)) for s in range(RENDERS)])
         mean = imgs.mean(0)

@@ -48,4 +48,22 @@ def cbox_rect_wide(d):
     return d
 
 
-VARIANTS = {f.__name__: f for f in (cbox_gaussian, cbox_box_direct, cbox_tent_depth3_hidden, cbox_rect_wide)}
+def cbox_point_and_env(d):
+    """Three emitter kinds at once: chosen uniformly, MIS against the environment."""
+    d = _base(d)
+    d["bulb"] = {"type": "point", "position": [0.3, 0.2, 0.3], "intensity": {"type": "rgb", "value": [0.8, 0.6, 0.3]}}
+    d["sky"] = {"type": "constant", "radiance": {"type": "rgb", "value": [0.3, 0.4, 0.6]}}
+    d["integrator"] = {"type": "path", "max_depth": 4}
+    return d
+
+
+def cbox_directional(d):
+    d = _base(d)
+    d["sun"] = {"type": "directional", "direction": [0.3, -0.5, -1.0],
+                "irradiance": {"type": "rgb", "value": [2.0, 1.8, 1.5]}}
+    d["integrator"] = {"type": "path", "max_depth": 4}
+    return d
+
+
+VARIANTS = {f.__name__: f for f in (cbox_gaussian, cbox_box_direct, cbox_tent_depth3_hidden, cbox_rect_wide,
+                                    cbox_point_and_env, cbox_directional)}
