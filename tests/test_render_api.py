@@ -94,3 +94,22 @@ def test_cli_render_png_exr_and_info(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["render", str(tmp_path / "missing.xml"), "-o", str(tmp_path / "m.png"), "-q"])
     assert exc.value.code == 2
+
+
+def test_vmap_over_cameras_is_one_launch():
+    scene = jaxrender.load_dict(small_cbox(12))
+    base = np.asarray(scene.params["sensor.to_world"])
+    views = []
+    for dx in (-0.3, 0.0, 0.4):
+        m = base.copy()
+        m[0, 3] += dx
+        views.append(m)
+    views = np.stack(views).astype(np.float32)
+    f = jax.vmap(lambda m: jaxrender.render(scene, {"sensor.to_world": m}, spp=2, seed=3))
+    jaxpr = jax.make_jaxpr(f)(views)
+    assert sum(e.primitive.name == "jaxrender_kernel" for e in jaxpr.jaxpr.eqns) == 1
+    batched = np.asarray(f(views))
+    for k in range(3):
+        single = np.asarray(jaxrender.render(scene, {"sensor.to_world": views[k]}, spp=2, seed=3))
+        np.testing.assert_array_equal(batched[k], single)
+    assert not np.array_equal(batched[0], batched[2])

@@ -83,6 +83,7 @@ class Scene:
     emitter_meta: np.ndarray               # (E, 4) type, first light triangle, count, 0
     emitter_geom: np.ndarray               # (E, 4) position / direction, area
     env_emitter: int                       # index of the constant emitter, -1 if none
+    camera_key: str = "sensor.to_world"
     params: dict = field(default_factory=dict)   # traverse-style key -> numpy array
     bsdf_keys: list = field(default_factory=list)
     emitter_keys: list = field(default_factory=list)
@@ -105,12 +106,13 @@ class Scene:
         rad = jnp.stack([jnp.asarray(p[k], jnp.float32).reshape(3) for k in self.emitter_keys]) \
             if self.emitter_keys else jnp.zeros((0, 3), jnp.float32)
         cam = self.camera
-        camera = np.concatenate([cam.to_world.reshape(-1), [cam.tan_x, cam.tan_y, cam.near_clip]])
+        to_world = jnp.asarray(p[self.camera_key], jnp.float32).reshape(16)
+        camera = jnp.concatenate([to_world, jnp.array([cam.tan_x, cam.tan_y, cam.near_clip], jnp.float32)])
         return dict(tris=self.triangles, tri_attr=self.tri_attr, bvh_bounds=self.bvh_bounds,
                     bvh_links=self.bvh_links, bsdf_reflectance=refl, emitter_radiance=rad,
                     light_tris=self.light_tris, light_cdf=self.light_cdf, emitter_meta=self.emitter_meta,
                     emitter_geom=self.emitter_geom, env_emitter=np.int32(self.env_emitter),
-                    camera=camera.astype(np.float32)[None, :],
+                    camera=camera[None, :],
                     **filter_tables(cam.rfilter))
 
 
@@ -201,12 +203,13 @@ def load_dict(d: Mapping) -> Scene:
     if not sensors:
         raise SceneError("the scene has no sensor")
     camera = _camera(sensors[0][1], sensors[0][0])
+    camera_key = f"{sensors[0][0]}.to_world"
     integrators = [v for v in named.values() if v["type"] in ("path", "direct", "aov", "prb", "volpath")]
     integrator = dict(integrators[0]) if integrators else {"type": "path"}
     if integrator["type"] not in ("path", "direct"):
         raise SceneError(f"integrator {integrator['type']!r} is not supported yet (path, direct)")
 
-    params: dict[str, np.ndarray] = {}
+    params: dict[str, np.ndarray] = {camera_key: camera.to_world.astype(np.float32)}
     bsdf_keys: list[str] = []
     bsdf_index: dict[str, int] = {}
 
@@ -318,5 +321,5 @@ def load_dict(d: Mapping) -> Scene:
     light_tris = np.concatenate(light).astype(np.int32) if light else np.zeros(0, np.int32)
     light_cdf = np.concatenate(cdf).astype(np.float32) if cdf else np.zeros(0, np.float32)
     return Scene(camera, integrator, tri, attr, bvh.node_bounds.astype(np.float32),
-                 bvh.node_links.astype(np.int32), light_tris, light_cdf, meta, geom, env, params, bsdf_keys,
-                 emitter_keys)
+                 bvh.node_links.astype(np.int32), light_tris, light_cdf, meta, geom, env, camera_key, params,
+                 bsdf_keys, emitter_keys)
