@@ -1,0 +1,40 @@
+"""Smooth conductor: a delta reflection lobe weighted by the conductor
+Fresnel term, as Mitsuba's ``conductor`` plugin.
+
+``ConductorParams(eta=Vec, k=Vec, specular_reflectance=Vec)`` (rgb complex
+IOR eta + i k; Mitsuba's default material "none" is eta = 0, k = 1, a
+perfect mirror). ``eval`` and ``pdf`` are 0; ``sample`` returns the mirror
+direction, pdf 1, weight F * specular_reflectance (0 if wi is below the
+horizon) and ``is_delta`` true.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ... import ir
+from ...ir import Vec
+from .fresnel import fresnel_conductor_rgb, reflect
+
+ZERO = (0.0, 0.0, 0.0)
+
+
+@dataclasses.dataclass
+class ConductorParams:
+    eta: Vec
+    k: Vec
+    specular_reflectance: Vec
+
+
+def eval(params: ConductorParams, wi: Vec, wo: Vec) -> Vec:
+    return Vec(ir.Float(0.0), ir.Float(0.0), ir.Float(0.0))
+
+
+def pdf(params: ConductorParams, wi: Vec, wo: Vec):
+    return ir.Float(0.0)
+
+
+def sample(params: ConductorParams, wi: Vec, u1, u2: Vec):
+    cos_i = wi.z
+    F = fresnel_conductor_rgb(cos_i, params.eta, params.k) * params.specular_reflectance
+    weight = ir.select(cos_i > 0.0, F, Vec(*ZERO))
+    return reflect(wi), ir.Float(1.0), weight, ir.Bool(True)
