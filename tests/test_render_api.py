@@ -46,7 +46,8 @@ def test_parameters_and_sizes_do_not_recompile():
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda d: d["white"].update(type="conductor"), "'white': plugin type 'conductor' is not supported"),
+    (lambda d: d["white"].update(type="hair"), "'white': plugin type 'hair' is not supported"),
+    (lambda d: d["floor"].update(bsdf={"type": "hair"}), "floor.bsdf: bsdf type 'hair' is not supported"),
     (lambda d: d.update(integrator={"type": "volpath"}), "integrator 'volpath' is not supported"),
     (lambda d: d["floor"].update(bsdf={"type": "ref", "id": "nope"}), "unknown id 'nope'"),
     (lambda d: d["floor"].update(to_world=np.full((4, 4), np.nan)), "floor: to_world must be a finite"),

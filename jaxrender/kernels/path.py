@@ -15,8 +15,9 @@ from __future__ import annotations
 from .. import ir
 from ..ir import Vec
 from . import geometry
+from .bsdfs import registry as bsdf_registry
 from .geometry import SceneGeometry, closest_hit, occluded
-from .sampling import (INV_FOUR_PI, INV_PI, Frame, square_to_cosine_hemisphere, square_to_uniform_sphere,
+from .sampling import (INV_FOUR_PI, Frame, square_to_uniform_sphere,
                        square_to_uniform_triangle)
 
 # Emitter type ids (jaxrender.scene.scene defines the same).
@@ -27,7 +28,8 @@ INPUTS = {
     "tri_attr": ir.In("i32", (2,)),          # (bsdf index, emitter index or -1)
     "bvh_bounds": ir.In("f32", (6,)),
     "bvh_links": ir.In("i32", (3,)),
-    "bsdf_reflectance": ir.In("f32", (3,)),
+    "bsdf_type": ir.In("i32"),                # index into bsdfs.registry.TYPES
+    "bsdf_data": ir.In("f32", (bsdf_registry.ROW,)),
     "emitter_radiance": ir.In("f32", (3,)),
     "light_tris": ir.In("i32"),               # emissive triangles (leaf order index), grouped by emitter
     "light_cdf": ir.In("f32"),                # cumulative area within each emitter's group
@@ -102,7 +104,28 @@ def _sample_light_triangle(light_cdf, start, count, u):
     return lo
 
 
-def path_kernel(tris, tri_attr, bvh_bounds, bvh_links, bsdf_reflectance, emitter_radiance, light_tris,
+def _bsdf_query(kind, row, wi: Vec, wo_light: Vec, u1, u2: Vec):
+    """Dispatch over the BSDF types: (value and pdf towards the light sample,
+    then a sampled direction with its pdf, weight and delta flag). A twosided
+    BSDF is evaluated as if seen from its front."""
+    flip = (row[bsdf_registry.TWOSIDED_SLOT] > 0.5) & (wi.z < 0.0)
+    sz = ir.select(flip, -1.0, 1.0)
+    wi_f = Vec(wi.x, wi.y, wi.z * sz)
+    wl_f = Vec(wo_light.x, wo_light.y, wo_light.z * sz)
+
+    def branch(t):
+        def run():
+            params = t.make(row)
+            f = t.call("eval", params, wi_f, wl_f)
+            pdf = t.call("pdf", params, wi_f, wl_f)
+            wo, pdf_s, weight, delta = t.call("sample", params, wi_f, u1, u2)
+            return f, pdf, Vec(wo.x, wo.y, wo.z * sz), pdf_s, weight, delta
+        return run
+
+    return ir.dispatch(kind, [branch(t) for t in bsdf_registry.TYPES])
+
+
+def path_kernel(tris, tri_attr, bvh_bounds, bvh_links, bsdf_type, bsdf_data, emitter_radiance, light_tris,
                 light_cdf, emitter_meta, emitter_geom, env_emitter, camera, filter_icdf, filter_cdf,
                 filter_radius, width, height, spp, max_depth, rr_depth, hide_emitters, seed):
     geo = SceneGeometry(tris, bvh_bounds, bvh_links)
@@ -168,71 +191,72 @@ def path_kernel(tris, tri_attr, bvh_bounds, bvh_links, bsdf_reflectance, emitter
 
             frame = Frame(ng)
             wi = frame.to_local(-d)
-            front = wi.z > 0.0
-            refl = _vec3(bsdf_reflectance, attr_bsdf)
+            kind = bsdf_type[attr_bsdf]
+            row = [bsdf_data.read(attr_bsdf, k) for k in range(bsdf_registry.ROW)]
             scale = 1e-4 * (1.0 + _max3(Vec(ir.abs(p.x), ir.abs(p.y), ir.abs(p.z))))
-            origin = p + ng * scale
+
+            def spawn(w):
+                """Ray origin just off the surface, on the side w leaves towards."""
+                return p + ng * ir.copysign(scale, ir.dot(ng, w))
             r = rand(s, 1 + depth * 2)
             r = (r[0], r[1], r[2], rand(s, 1000 + depth)[0])
 
-            def direct():
-                sel = ir.minimum(ir.cast(r[0] * ir.cast(n_emitters, "f32"), "i32"), n_emitters - 1)
-                kind = emitter_meta.read(sel, 0)
-                em = _vec3(emitter_radiance, sel)
-                g = _vec3(emitter_geom, sel)
+            # Emitter sample (independent of the BSDF), then one BSDF query for
+            # both its value there and the next direction.
+            sel = ir.minimum(ir.cast(r[0] * ir.cast(n_emitters, "f32"), "i32"), n_emitters - 1)
+            em_kind = emitter_meta.read(sel, 0)
+            em = _vec3(emitter_radiance, sel)
+            g = _vec3(emitter_geom, sel)
+            p_near = p + ng * ir.copysign(scale, -ir.dot(ng, d))  # on the side the ray came from
 
-                def area_light():
-                    start, count = emitter_meta.read(sel, 1), emitter_meta.read(sel, 2)
-                    lt = light_tris[_sample_light_triangle(light_cdf, start, count, r[1])]
-                    q0, q1, q2 = geo.triangle(lt)
-                    b = square_to_uniform_triangle(Vec(r[2], r[3]))
-                    q = q0 * (1.0 - b.x - b.y) + q1 * b.x + q2 * b.y
-                    nl = ir.normalize(ir.cross(q1 - q0, q2 - q0))
-                    to_light = q - origin
-                    dist2 = ir.dot(to_light, to_light)
-                    dist = ir.sqrt(dist2)
-                    wo_w = to_light / dist
-                    cos_light = -ir.dot(nl, wo_w)
-                    # The back of an area light does not emit: report a zero pdf (no sample).
-                    front_side = cos_light > 0.0
-                    pdf = ir.select(front_side, dist2 / (ir.maximum(cos_light, 1e-20) * emitter_geom.read(sel, 3)), 0.0)
-                    return wo_w, dist, ir.select(front_side, em, Vec(0.0, 0.0, 0.0)), pdf, ir.Bool(False)
+            def area_light():
+                start, count = emitter_meta.read(sel, 1), emitter_meta.read(sel, 2)
+                lt = light_tris[_sample_light_triangle(light_cdf, start, count, r[1])]
+                q0, q1, q2 = geo.triangle(lt)
+                b = square_to_uniform_triangle(Vec(r[2], r[3]))
+                q = q0 * (1.0 - b.x - b.y) + q1 * b.x + q2 * b.y
+                nl = ir.normalize(ir.cross(q1 - q0, q2 - q0))
+                to_light = q - p_near
+                dist2 = ir.dot(to_light, to_light)
+                dist = ir.sqrt(dist2)
+                wo_w = to_light / dist
+                cos_light = -ir.dot(nl, wo_w)
+                # The back of an area light does not emit: report a zero pdf (no sample).
+                front_side = cos_light > 0.0
+                pdf = ir.select(front_side, dist2 / (ir.maximum(cos_light, 1e-20) * emitter_geom.read(sel, 3)), 0.0)
+                return wo_w, dist, ir.select(front_side, em, Vec(0.0, 0.0, 0.0)), pdf, ir.Bool(False)
 
-                def point_light():
-                    to_light = g - origin
-                    dist2 = ir.dot(to_light, to_light)
-                    dist = ir.sqrt(dist2)
-                    return to_light / dist, dist, em / dist2, ir.Float(0.0), ir.Bool(True)
+            def point_light():
+                to_light = g - p_near
+                dist2 = ir.dot(to_light, to_light)
+                dist = ir.sqrt(dist2)
+                return to_light / dist, dist, em / dist2, ir.Float(0.0), ir.Bool(True)
 
-                def directional_light():
-                    return -g, ir.Float(geometry.INF), em, ir.Float(0.0), ir.Bool(True)
+            def directional_light():
+                return -g, ir.Float(geometry.INF), em, ir.Float(0.0), ir.Bool(True)
 
-                def environment():
-                    w = square_to_uniform_sphere(Vec(r[2], r[3]))
-                    return w, ir.Float(geometry.INF), em, ir.Float(INV_FOUR_PI), ir.Bool(False)
+            def environment():
+                w = square_to_uniform_sphere(Vec(r[2], r[3]))
+                return w, ir.Float(geometry.INF), em, ir.Float(INV_FOUR_PI), ir.Bool(False)
 
-                wo_w, dist, radiance, pdf_dir, delta = ir.dispatch(
-                    kind, [area_light, point_light, directional_light, environment])
-                wo = frame.to_local(wo_w)
-                valid = (wo.z > 0.0) & front & (delta | (pdf_dir > 0.0))
-                blocked = ir.cond(valid, lambda: occluded(geo, origin, wo_w, ir.Float(0.0), dist * (1.0 - 1e-3)),
-                                  lambda: ir.Bool(True))
-                bsdf_val = refl * (INV_PI * wo.z)
-                bsdf_pdf = INV_PI * wo.z
-                pdf_light = pdf_select * pdf_dir
-                w = ir.select(delta, 1.0 / pdf_select, _mis(pdf_light, bsdf_pdf) / pdf_light)
-                contrib = beta * bsdf_val * radiance * w
-                return ir.select(blocked, Vec(0.0, 0.0, 0.0), contrib)
-
-            use_nee = active_next & front & (n_emitters > 0)
-            L = L + ir.cond(use_nee, direct, lambda: Vec(0.0, 0.0, 0.0))
-            # BSDF sampling (diffuse).
+            have_emitters = n_emitters > 0
+            wl_w, dist, radiance, pdf_dir, em_delta = ir.dispatch(
+                em_kind, [area_light, point_light, directional_light, environment])
+            wl = frame.to_local(wl_w)
             r2 = rand(s, 2 + depth * 2)
-            wo = square_to_cosine_hemisphere(Vec(r2[0], r2[1]))
-            bsdf_pdf = INV_PI * wo.z
-            weight = ir.select(front & (wo.z > 0.0), refl, Vec(0.0, 0.0, 0.0))
+            f_l, bsdf_pdf_l, wo, bsdf_pdf, weight, bsdf_delta = _bsdf_query(
+                kind, row, wi, wl, r2[3], Vec(r2[0], r2[1]))
+            pdf_light = pdf_select * pdf_dir
+            w_em = ir.select(em_delta, 1.0 / pdf_select, _mis(pdf_light, bsdf_pdf_l) / pdf_light)
+            contrib = beta * f_l * radiance * w_em
+            useful = active_next & have_emitters & (em_delta | (pdf_dir > 0.0)) & (_max3(contrib) > 0.0)
+            blocked = ir.cond(useful, lambda: occluded(geo, spawn(wl_w), wl_w, ir.Float(0.0), dist * (1.0 - 1e-3)),
+                              lambda: ir.Bool(True))
+            L = L + ir.select(blocked, Vec(0.0, 0.0, 0.0), contrib)
+            # Continue with the BSDF sample.
             beta = beta * weight
             d_new = frame.to_world(wo)
+            origin = spawn(d_new)
             # Russian roulette, as Mitsuba: after rr_depth bounces.
             b_max = _max3(beta)
             active_next = active_next & (b_max != 0.0)
@@ -243,7 +267,7 @@ def path_kernel(tris, tri_attr, bvh_bounds, bvh_links, bsdf_reflectance, emitter
             beyond = p + d * scale
             return (ir.select(pass_through, depth, depth + 1), ir.select(pass_through, beyond, origin),
                     ir.select(pass_through, d, d_new), ir.Float(0.0), ir.select(pass_through, Vec(1.0, 1.0, 1.0), beta),
-                    L, ir.select(pass_through, prev_pdf, bsdf_pdf), pass_through & prev_delta,
+                    L, ir.select(pass_through, prev_pdf, bsdf_pdf), ir.select(pass_through, prev_delta, bsdf_delta),
                     active_next | pass_through)
 
         init = (ir.Int(0), cam_o, d, t_min0, Vec(1.0, 1.0, 1.0), Vec(0.0, 0.0, 0.0), ir.Float(1.0),

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..kernels.bsdfs import registry as bsdf_registry
 from .errors import SceneError
 from .shapes import cube_mesh, rectangle_mesh
 
@@ -39,6 +40,15 @@ def _matrix(t: Any, where: str) -> np.ndarray:
     if m.shape != (4, 4) or not np.all(np.isfinite(m)):
         raise SceneError(f"{where}: to_world must be a finite 4x4 matrix, got shape {m.shape}")
     return m
+
+
+def _scalar(value: Any, where: str) -> np.ndarray:
+    if isinstance(value, Mapping):
+        raise SceneError(f"{where}: textured values are not supported yet (use a float)")
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.size != 1 or not np.isfinite(arr).all():
+        raise SceneError(f"{where}: expected a finite float, got {value!r}")
+    return arr.reshape(())
 
 
 def _rgb(value: Any, where: str) -> np.ndarray:
@@ -85,7 +95,7 @@ class Scene:
     env_emitter: int                       # index of the constant emitter, -1 if none
     camera_key: str = "sensor.to_world"
     params: dict = field(default_factory=dict)   # traverse-style key -> numpy array
-    bsdf_keys: list = field(default_factory=list)
+    bsdfs: list = field(default_factory=list)    # (type index, [(param key, width)], twosided)
     emitter_keys: list = field(default_factory=list)
 
     def kernel_inputs(self, params: Mapping[str, Any] | None = None) -> dict:
@@ -101,15 +111,22 @@ class Scene:
                                      f"got {tuple(np.shape(v))}")
             p.update(params)
         import jax.numpy as jnp
-        refl = jnp.stack([jnp.asarray(p[k], jnp.float32).reshape(3) for k in self.bsdf_keys]) \
-            if self.bsdf_keys else jnp.zeros((0, 3), jnp.float32)
+        rows = []
+        for _, fields, twosided in self.bsdfs:
+            parts = [jnp.asarray(p[k], jnp.float32).reshape(w) for k, w in fields]
+            used = sum(w for _, w in fields)
+            parts.append(jnp.zeros(bsdf_registry.ROW - 1 - used, jnp.float32))
+            parts.append(jnp.full((1,), 1.0 if twosided else 0.0, jnp.float32))
+            rows.append(jnp.concatenate(parts))
+        bsdf_data = jnp.stack(rows) if rows else jnp.zeros((0, bsdf_registry.ROW), jnp.float32)
+        bsdf_type = np.array([t for t, _, _ in self.bsdfs], np.int32)
         rad = jnp.stack([jnp.asarray(p[k], jnp.float32).reshape(3) for k in self.emitter_keys]) \
             if self.emitter_keys else jnp.zeros((0, 3), jnp.float32)
         cam = self.camera
         to_world = jnp.asarray(p[self.camera_key], jnp.float32).reshape(16)
         camera = jnp.concatenate([to_world, jnp.array([cam.tan_x, cam.tan_y, cam.near_clip], jnp.float32)])
         return dict(tris=self.triangles, tri_attr=self.tri_attr, bvh_bounds=self.bvh_bounds,
-                    bvh_links=self.bvh_links, bsdf_reflectance=refl, emitter_radiance=rad,
+                    bvh_links=self.bvh_links, bsdf_type=bsdf_type, bsdf_data=bsdf_data, emitter_radiance=rad,
                     light_tris=self.light_tris, light_cdf=self.light_cdf, emitter_meta=self.emitter_meta,
                     emitter_geom=self.emitter_geom, env_emitter=np.int32(self.env_emitter),
                     camera=camera[None, :],
@@ -210,7 +227,7 @@ def load_dict(d: Mapping) -> Scene:
         raise SceneError(f"integrator {integrator['type']!r} is not supported yet (path, direct)")
 
     params: dict[str, np.ndarray] = {camera_key: camera.to_world.astype(np.float32)}
-    bsdf_keys: list[str] = []
+    bsdfs: list = []
     bsdf_index: dict[str, int] = {}
 
     def add_bsdf(spec: Mapping, key: str) -> int:
@@ -227,12 +244,25 @@ def load_dict(d: Mapping) -> Scene:
             if not nested:
                 raise SceneError(f"{key}: twosided needs a nested bsdf")
             inner_key, inner = f"{key}.{nested[0][0]}", nested[0][1]
-        if inner.get("type") != "diffuse":
-            raise SceneError(f"{inner_key}: bsdf type {inner.get('type')!r} is not supported yet (diffuse)")
-        pkey = f"{inner_key}.reflectance.value"
-        params[pkey] = _rgb(inner.get("reflectance", 0.5), pkey)
-        bsdf_index[key] = len(bsdf_keys)
-        bsdf_keys.append(pkey)
+        twosided = spec.get("type") == "twosided"
+        btype = inner.get("type")
+        if btype == "roughconductor":
+            btype = f"roughconductor-{inner.get('distribution', 'beckmann')}"
+        if btype not in bsdf_registry.TYPE_INDEX:
+            raise SceneError(f"{inner_key}: bsdf type {inner.get('type')!r} is not supported yet "
+                             f"({', '.join(sorted({t.name.split('-')[0] for t in bsdf_registry.TYPES}))})")
+        t = bsdf_registry.TYPE_INDEX[btype]
+        fields = []
+        for name, width, default in bsdf_registry.TYPES[t].fields:
+            if name in ("alpha_u", "alpha_v") and "alpha_u" not in inner and "alpha_v" not in inner:
+                name = "alpha"  # isotropic roughness: one parameter (Mitsuba's key alpha.value)
+            pkey = f"{inner_key}.{name}.value"
+            if pkey not in params:
+                value = inner.get(name, default)
+                params[pkey] = _rgb(value, pkey) if width == 3 else _scalar(value, pkey)
+            fields.append((pkey, width))
+        bsdf_index[key] = len(bsdfs)
+        bsdfs.append((t, fields, twosided))
         return bsdf_index[key]
 
     tris, attrs = [], []
@@ -284,7 +314,7 @@ def load_dict(d: Mapping) -> Scene:
             emitter_keys.append(pkey)
             emitters.append(({"point": EMITTER_POINT, "directional": EMITTER_DIRECTIONAL,
                               "constant": EMITTER_CONSTANT}[kind], geom))
-        elif kind in ("perspective", "path", "direct", "diffuse", "twosided"):
+        elif kind in ("perspective", "path", "direct", "twosided", "diffuse", "conductor", "roughconductor"):
             continue  # sensor and integrator were read above; bsdfs when a shape uses them
         else:
             raise SceneError(f"{key!r}: plugin type {kind!r} is not supported yet")
@@ -322,4 +352,4 @@ def load_dict(d: Mapping) -> Scene:
     light_cdf = np.concatenate(cdf).astype(np.float32) if cdf else np.zeros(0, np.float32)
     return Scene(camera, integrator, tri, attr, bvh.node_bounds.astype(np.float32),
                  bvh.node_links.astype(np.int32), light_tris, light_cdf, meta, geom, env, camera_key, params,
-                 bsdf_keys, emitter_keys)
+                 bsdfs, emitter_keys)

@@ -65,5 +65,18 @@ def cbox_directional(d):
     return d
 
 
+def cbox_metals(d):
+    """Conductor, rough conductors (GGX, Beckmann anisotropic) and a twosided BSDF."""
+    d = _base(d)
+    d["large-box"]["bsdf"] = {"type": "roughconductor", "distribution": "ggx", "alpha": 0.2,
+                              "eta": {"type": "rgb", "value": [0.2, 0.45, 1.2]},
+                              "k": {"type": "rgb", "value": [3.6, 2.4, 1.8]}}
+    d["small-box"]["bsdf"] = {"type": "conductor", "specular_reflectance": {"type": "rgb", "value": [0.9, 0.8, 0.7]}}
+    d["back"]["bsdf"] = {"type": "twosided", "material": {
+        "type": "roughconductor", "distribution": "beckmann", "alpha_u": 0.1, "alpha_v": 0.4}}
+    d["integrator"] = {"type": "path", "max_depth": 5}
+    return d
+
+
 VARIANTS = {f.__name__: f for f in (cbox_gaussian, cbox_box_direct, cbox_tent_depth3_hidden, cbox_rect_wide,
-                                    cbox_point_and_env, cbox_directional)}
+                                    cbox_point_and_env, cbox_directional, cbox_metals)}

@@ -1,0 +1,59 @@
+"""Smooth dielectric interface (Mitsuba 3's ``dielectric`` plugin).
+
+A single delta lobe pair: specular reflection with probability F (the
+unpolarised Fresnel reflectance) and refraction with probability 1 - F.
+``eval`` and ``pdf`` are zero. In radiance transport the transmitted weight
+is scaled by ``eta_ti**2`` (solid-angle compression), as Mitsuba does.
+
+Directions are in the local shading frame (z = normal); ``wi`` may lie
+below the horizon (light arriving from inside the medium).
+
+Example::
+
+    p = DielectricParams(eta=ir.Float(1.5) / 1.0, specular_reflectance=Vec(1.0, 1.0, 1.0),
+                         specular_transmittance=Vec(1.0, 1.0, 1.0))
+    wo, pdf, weight, is_delta = sample(p, wi, u1, u2)
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ... import ir
+from ...ir import Vec
+
+from .fresnel import fresnel, reflect, refract
+
+
+@dataclasses.dataclass
+class DielectricParams:
+    """eta = int_ior / ext_ior; the two tints are rgb ``Vec``s (1 by default
+    in Mitsuba)."""
+    eta: Any
+    specular_reflectance: Vec
+    specular_transmittance: Vec
+
+
+def _zero3() -> Vec:
+    z = ir.Float(0.0)
+    return Vec(z, z, z)
+
+
+def eval(params: DielectricParams, wi: Vec, wo: Vec) -> Vec:  # noqa: A001 - BSDF interface name
+    return _zero3()
+
+
+def pdf(params: DielectricParams, wi: Vec, wo: Vec):
+    return ir.Float(0.0)
+
+
+def sample(params: DielectricParams, wi: Vec, u1, u2: Vec):
+    """(wo, pdf, weight, is_delta) as Mitsuba's ``bsdf.sample`` (radiance mode)."""
+    r_i, cos_theta_t, eta_it, eta_ti = fresnel(wi.z, params.eta)
+    t_i = 1.0 - r_i
+    sel_r = u1 <= r_i
+    wo = ir.select(sel_r, reflect(wi), refract(wi, cos_theta_t, eta_ti))
+    p = ir.select(sel_r, r_i, t_i)
+    w_t = params.specular_transmittance * (eta_ti * eta_ti)
+    weight = ir.select(sel_r, params.specular_reflectance, w_t)
+    return wo, p, weight, ir.Bool(True)

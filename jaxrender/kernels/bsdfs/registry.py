@@ -1,0 +1,53 @@
+"""BSDF types the path kernel can dispatch over, and how their parameters
+sit in a row of the ``bsdf_data`` buffer.
+
+Adding a BSDF: write its module (eval / pdf / sample, see the package
+docstring), then add one ``BsdfType`` here with its row layout. The scene
+builder (``jaxrender.scene.scene``) fills rows from Mitsuba's parameter
+names listed in ``fields``; the kernel rebuilds the params from the row.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from ...ir import Vec
+from . import conductor, diffuse, roughconductor
+
+ROW = 12          # floats per BSDF row; the last one is the twosided flag
+TWOSIDED_SLOT = ROW - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class BsdfType:
+    name: str
+    module: object
+    fields: tuple            # (Mitsuba parameter name, width, default), in row order
+    make: Callable           # row values -> params object
+    kw: tuple = ()           # trace-time keywords of eval / pdf / sample
+
+    def call(self, what: str, *args):
+        return getattr(self.module, what)(*args, **dict(self.kw))
+
+
+def _v(r, i):
+    return Vec(r[i], r[i + 1], r[i + 2])
+
+
+def _rough(distribution: str) -> BsdfType:
+    return BsdfType(
+        f"roughconductor-{distribution}", roughconductor,
+        (("eta", 3, 0.0), ("k", 3, 1.0), ("specular_reflectance", 3, 1.0), ("alpha_u", 1, 0.1),
+         ("alpha_v", 1, 0.1)),
+        lambda r: roughconductor.RoughConductorParams(r[9], r[10], _v(r, 0), _v(r, 3), _v(r, 6)),
+        (("distribution", distribution),))
+
+
+TYPES = [
+    BsdfType("diffuse", diffuse, (("reflectance", 3, 0.5),), lambda r: diffuse.DiffuseParams(_v(r, 0))),
+    BsdfType("conductor", conductor, (("eta", 3, 0.0), ("k", 3, 1.0), ("specular_reflectance", 3, 1.0)),
+             lambda r: conductor.ConductorParams(_v(r, 0), _v(r, 3), _v(r, 6))),
+    _rough("beckmann"),
+    _rough("ggx"),
+]
+TYPE_INDEX = {t.name: i for i, t in enumerate(TYPES)}
