@@ -42,6 +42,25 @@ def _matrix(t: Any, where: str) -> np.ndarray:
     return m
 
 
+# Mitsuba's named indices of refraction (the ones its documentation lists).
+IOR = {"vacuum": 1.0, "helium": 1.000036, "hydrogen": 1.000132, "air": 1.000277, "carbon dioxide": 1.00045,
+       "water": 1.3330, "acetone": 1.36, "ethanol": 1.361, "carbon tetrachloride": 1.461, "glycerol": 1.4729,
+       "benzene": 1.501, "silicone oil": 1.52045, "bromine": 1.661, "water ice": 1.31, "fused quartz": 1.458,
+       "pyrex": 1.470, "acrylic glass": 1.49, "polypropylene": 1.49, "bk7": 1.5046, "sodium chloride": 1.544,
+       "amber": 1.55, "pet": 1.5750, "diamond": 2.419}
+
+
+def _ior(value: Any, where: str) -> float:
+    if isinstance(value, str):
+        if value.lower() not in IOR:
+            raise SceneError(f"{where}: unknown index of refraction {value!r} (known: {', '.join(sorted(IOR))})")
+        return IOR[value.lower()]
+    v = float(_scalar(value, where))
+    if v <= 0:
+        raise SceneError(f"{where}: an index of refraction must be positive, got {v}")
+    return v
+
+
 def _scalar(value: Any, where: str) -> np.ndarray:
     if isinstance(value, Mapping):
         raise SceneError(f"{where}: textured values are not supported yet (use a float)")
@@ -248,6 +267,8 @@ def load_dict(d: Mapping) -> Scene:
         btype = inner.get("type")
         if btype == "roughconductor":
             btype = f"roughconductor-{inner.get('distribution', 'beckmann')}"
+        elif btype == "plastic" and inner.get("nonlinear", False):
+            btype = "plastic-nonlinear"
         if btype not in bsdf_registry.TYPE_INDEX:
             raise SceneError(f"{inner_key}: bsdf type {inner.get('type')!r} is not supported yet "
                              f"({', '.join(sorted({t.name.split('-')[0] for t in bsdf_registry.TYPES}))})")
@@ -256,6 +277,12 @@ def load_dict(d: Mapping) -> Scene:
         for name, width, default in bsdf_registry.TYPES[t].fields:
             if name in ("alpha_u", "alpha_v") and "alpha_u" not in inner and "alpha_v" not in inner:
                 name = "alpha"  # isotropic roughness: one parameter (Mitsuba's key alpha.value)
+            if name == "eta" and default is None:  # a relative IOR given as int_ior / ext_ior
+                pkey = f"{inner_key}.eta"
+                params[pkey] = np.array(_ior(inner.get("int_ior", "polypropylene"), f"{inner_key}.int_ior")
+                                        / _ior(inner.get("ext_ior", "air"), f"{inner_key}.ext_ior"))
+                fields.append((pkey, width))
+                continue
             pkey = f"{inner_key}.{name}.value"
             if pkey not in params:
                 value = inner.get(name, default)
@@ -314,7 +341,8 @@ def load_dict(d: Mapping) -> Scene:
             emitter_keys.append(pkey)
             emitters.append(({"point": EMITTER_POINT, "directional": EMITTER_DIRECTIONAL,
                               "constant": EMITTER_CONSTANT}[kind], geom))
-        elif kind in ("perspective", "path", "direct", "twosided", "diffuse", "conductor", "roughconductor"):
+        elif kind in ("perspective", "path", "direct", "twosided", "diffuse", "conductor", "roughconductor",
+                      "plastic"):
             continue  # sensor and integrator were read above; bsdfs when a shape uses them
         else:
             raise SceneError(f"{key!r}: plugin type {kind!r} is not supported yet")

@@ -78,5 +78,14 @@ def cbox_metals(d):
     return d
 
 
+def cbox_plastics(d):
+    d = _base(d)
+    d["floor"]["bsdf"] = {"type": "plastic", "diffuse_reflectance": {"type": "rgb", "value": [0.3, 0.5, 0.7]}}
+    d["large-box"]["bsdf"] = {"type": "plastic", "int_ior": 1.7, "ext_ior": "air", "nonlinear": True,
+                              "diffuse_reflectance": {"type": "rgb", "value": [0.8, 0.3, 0.2]}}
+    d["integrator"] = {"type": "path", "max_depth": 5}
+    return d
+
+
 VARIANTS = {f.__name__: f for f in (cbox_gaussian, cbox_box_direct, cbox_tent_depth3_hidden, cbox_rect_wide,
-                                    cbox_point_and_env, cbox_directional, cbox_metals)}
+                                    cbox_point_and_env, cbox_directional, cbox_metals, cbox_plastics)}

@@ -12,7 +12,7 @@ import dataclasses
 from typing import Callable
 
 from ...ir import Vec
-from . import conductor, diffuse, roughconductor
+from . import conductor, diffuse, plastic, roughconductor
 
 ROW = 12          # floats per BSDF row; the last one is the twosided flag
 TWOSIDED_SLOT = ROW - 1
@@ -43,11 +43,21 @@ def _rough(distribution: str) -> BsdfType:
         (("distribution", distribution),))
 
 
+def _plastic(nonlinear: bool) -> BsdfType:
+    # eta is int_ior / ext_ior (the scene builder resolves named IORs)
+    return BsdfType(
+        "plastic-nonlinear" if nonlinear else "plastic", plastic,
+        (("diffuse_reflectance", 3, 0.5), ("specular_reflectance", 3, 1.0), ("eta", 1, None)),
+        lambda r: plastic.PlasticParams(r[6], _v(r, 0), _v(r, 3), nonlinear=nonlinear))
+
+
 TYPES = [
     BsdfType("diffuse", diffuse, (("reflectance", 3, 0.5),), lambda r: diffuse.DiffuseParams(_v(r, 0))),
     BsdfType("conductor", conductor, (("eta", 3, 0.0), ("k", 3, 1.0), ("specular_reflectance", 3, 1.0)),
              lambda r: conductor.ConductorParams(_v(r, 0), _v(r, 3), _v(r, 6))),
     _rough("beckmann"),
     _rough("ggx"),
+    _plastic(False),
+    _plastic(True),
 ]
 TYPE_INDEX = {t.name: i for i, t in enumerate(TYPES)}
