@@ -265,8 +265,8 @@ def load_dict(d: Mapping) -> Scene:
             inner_key, inner = f"{key}.{nested[0][0]}", nested[0][1]
         twosided = spec.get("type") == "twosided"
         btype = inner.get("type")
-        if btype == "roughconductor":
-            btype = f"roughconductor-{inner.get('distribution', 'beckmann')}"
+        if btype in ("roughconductor", "roughdielectric"):
+            btype = f"{btype}-{inner.get('distribution', 'beckmann')}"
         elif btype == "plastic" and inner.get("nonlinear", False):
             btype = "plastic-nonlinear"
         if btype not in bsdf_registry.TYPE_INDEX:
@@ -277,9 +277,9 @@ def load_dict(d: Mapping) -> Scene:
         for name, width, default in bsdf_registry.TYPES[t].fields:
             if name in ("alpha_u", "alpha_v") and "alpha_u" not in inner and "alpha_v" not in inner:
                 name = "alpha"  # isotropic roughness: one parameter (Mitsuba's key alpha.value)
-            if name == "eta" and default is None:  # a relative IOR given as int_ior / ext_ior
+            if name == "eta" and isinstance(default, str):  # a relative IOR given as int_ior / ext_ior
                 pkey = f"{inner_key}.eta"
-                params[pkey] = np.array(_ior(inner.get("int_ior", "polypropylene"), f"{inner_key}.int_ior")
+                params[pkey] = np.array(_ior(inner.get("int_ior", default), f"{inner_key}.int_ior")
                                         / _ior(inner.get("ext_ior", "air"), f"{inner_key}.ext_ior"))
                 fields.append((pkey, width))
                 continue
@@ -341,8 +341,7 @@ def load_dict(d: Mapping) -> Scene:
             emitter_keys.append(pkey)
             emitters.append(({"point": EMITTER_POINT, "directional": EMITTER_DIRECTIONAL,
                               "constant": EMITTER_CONSTANT}[kind], geom))
-        elif kind in ("perspective", "path", "direct", "twosided", "diffuse", "conductor", "roughconductor",
-                      "plastic"):
+        elif kind in ("perspective", "path", "direct", "twosided") or kind in bsdf_registry.PLUGINS:
             continue  # sensor and integrator were read above; bsdfs when a shape uses them
         else:
             raise SceneError(f"{key!r}: plugin type {kind!r} is not supported yet")

@@ -87,5 +87,13 @@ def cbox_plastics(d):
     return d
 
 
+def cbox_glass(d):
+    d = _base(d)
+    d["small-box"]["bsdf"] = {"type": "dielectric"}
+    d["large-box"]["bsdf"] = {"type": "roughdielectric", "distribution": "ggx", "alpha": 0.15, "int_ior": 1.33}
+    d["integrator"] = {"type": "path", "max_depth": 8}
+    return d
+
+
 VARIANTS = {f.__name__: f for f in (cbox_gaussian, cbox_box_direct, cbox_tent_depth3_hidden, cbox_rect_wide,
-                                    cbox_point_and_env, cbox_directional, cbox_metals, cbox_plastics)}
+                                    cbox_point_and_env, cbox_directional, cbox_metals, cbox_plastics, cbox_glass)}

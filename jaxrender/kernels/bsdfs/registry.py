@@ -12,7 +12,7 @@ import dataclasses
 from typing import Callable
 
 from ...ir import Vec
-from . import conductor, diffuse, plastic, roughconductor
+from . import conductor, dielectric, diffuse, plastic, roughconductor, roughdielectric, thindielectric
 
 ROW = 12          # floats per BSDF row; the last one is the twosided flag
 TWOSIDED_SLOT = ROW - 1
@@ -44,11 +44,23 @@ def _rough(distribution: str) -> BsdfType:
 
 
 def _plastic(nonlinear: bool) -> BsdfType:
-    # eta is int_ior / ext_ior (the scene builder resolves named IORs)
+    # An "eta" field with a string default is int_ior / ext_ior (default
+    # int_ior named by the string); the scene builder resolves named IORs.
     return BsdfType(
         "plastic-nonlinear" if nonlinear else "plastic", plastic,
-        (("diffuse_reflectance", 3, 0.5), ("specular_reflectance", 3, 1.0), ("eta", 1, None)),
+        (("diffuse_reflectance", 3, 0.5), ("specular_reflectance", 3, 1.0), ("eta", 1, "polypropylene")),
         lambda r: plastic.PlasticParams(r[6], _v(r, 0), _v(r, 3), nonlinear=nonlinear))
+
+
+_GLASS = (("specular_reflectance", 3, 1.0), ("specular_transmittance", 3, 1.0), ("eta", 1, "bk7"))
+
+
+def _rough_glass(distribution: str) -> BsdfType:
+    return BsdfType(
+        f"roughdielectric-{distribution}", roughdielectric,
+        _GLASS + (("alpha_u", 1, 0.1), ("alpha_v", 1, 0.1)),
+        lambda r: roughdielectric.RoughDielectricParams(r[6], r[7], r[8], _v(r, 0), _v(r, 3)),
+        (("distribution", distribution),))
 
 
 TYPES = [
@@ -59,5 +71,12 @@ TYPES = [
     _rough("ggx"),
     _plastic(False),
     _plastic(True),
+    BsdfType("dielectric", dielectric, _GLASS,
+             lambda r: dielectric.DielectricParams(r[6], _v(r, 0), _v(r, 3))),
+    BsdfType("thindielectric", thindielectric, _GLASS,
+             lambda r: thindielectric.ThinDielectricParams(r[6], _v(r, 0), _v(r, 3))),
+    _rough_glass("beckmann"),
+    _rough_glass("ggx"),
 ]
 TYPE_INDEX = {t.name: i for i, t in enumerate(TYPES)}
+PLUGINS = {t.name.split("-")[0] for t in TYPES}   # Mitsuba plugin names
