@@ -48,6 +48,12 @@ def test_parameters_and_sizes_do_not_recompile():
 @pytest.mark.parametrize("edit, message", [
     (lambda d: d["white"].update(type="hair"), "'white': plugin type 'hair' is not supported"),
     (lambda d: d["floor"].update(bsdf={"type": "hair"}), "floor.bsdf: bsdf type 'hair' is not supported"),
+    (lambda d: d["floor"].update(bsdf={"type": "dielectric", "int_ior": "unobtainium"}),
+     "floor.bsdf.int_ior: unknown index of refraction 'unobtainium'"),
+    (lambda d: d["floor"].update(bsdf={"type": "plastic", "ext_ior": -1.0}),
+     "floor.bsdf.ext_ior: an index of refraction must be positive"),
+    (lambda d: d["floor"].update(bsdf={"type": "roughconductor", "alpha": [0.1, 0.2]}),
+     "floor.bsdf.alpha.value: expected a finite float"),
     (lambda d: d.update(integrator={"type": "volpath"}), "integrator 'volpath' is not supported"),
     (lambda d: d["floor"].update(bsdf={"type": "ref", "id": "nope"}), "unknown id 'nope'"),
     (lambda d: d["floor"].update(to_world=np.full((4, 4), np.nan)), "floor: to_world must be a finite"),
