@@ -64,7 +64,7 @@ def scenes(size: int, spp: int, mesh_path: Path | None, base_factory):
     if mesh_path is not None:
         d = base()
         d["mesh"] = {"type": "ply", "filename": str(mesh_path), "bsdf": {"type": "ref", "id": "white"}}
-        out[f"cornell box + mesh"] = d
+        out["cornell box + mesh"] = d
     return out
 
 
