@@ -68,6 +68,16 @@ def scenes(size: int, spp: int, mesh_path: Path | None, base_factory):
     return out
 
 
+def best_of(reps: int, run):
+    """(fastest time of run(rep) over reps, the last result)."""
+    best, out = float("inf"), None
+    for r in range(reps):
+        t0 = time.perf_counter()
+        out = run(r)
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
 WARM_PROBE = """
 import time, sys
 t0 = time.perf_counter()
@@ -118,12 +128,7 @@ def main(argv=None) -> None:
             scene = jaxrender.load_dict(d)
             load = time.perf_counter() - t0
             jaxrender.render(scene, spp=1).block_until_ready()
-            ts = []
-            for r in range(args.reps):
-                t0 = time.perf_counter()
-                img = np.asarray(jaxrender.render(scene, spp=args.spp, seed=r))
-                ts.append(time.perf_counter() - t0)
-            t_ours = min(ts)
+            t_ours, img = best_of(args.reps, lambda r: np.asarray(jaxrender.render(scene, spp=args.spp, seed=r)))
             paths = args.size * args.size * args.spp
             print(f"\n{name}: {args.size}x{args.size}, {args.spp} spp, {len(scene.triangles)} triangles "
                   f"(load + BVH {load:.2f} s)")
@@ -133,12 +138,7 @@ def main(argv=None) -> None:
             md = scenes(args.size, args.spp, mesh, mi.cornell_box)[name]
             ms = mi.load_dict(md)
             mi.render(ms, spp=1)
-            ts = []
-            for r in range(args.reps):
-                t0 = time.perf_counter()
-                ref = np.array(mi.render(ms, spp=args.spp, seed=r))
-                ts.append(time.perf_counter() - t0)
-            t_mi = min(ts)
+            t_mi, ref = best_of(args.reps, lambda r: np.array(mi.render(ms, spp=args.spp, seed=r)))
             rel = np.abs(img.mean((0, 1)) / ref.mean((0, 1)) - 1).max()
             print(f"  mitsuba llvm    {t_mi:8.3f} s  {paths / t_mi / 1e6:7.2f} Mpaths/s")
             print(f"  ratio mitsuba / jaxrender = {t_mi / t_ours:.2f}x (target >= 1.0); "

@@ -76,23 +76,24 @@ class _Env:
         self.vals: dict[int, Any] = {}
         self.regions: dict[int, tuple[Node, dict[int, int]]] = {}
 
-    def get(self, n: Node):
+    def _find(self, table: str, n: Node):
         e = self
         while e is not None:
-            v = e.vals.get(n.id)
+            v = getattr(e, table).get(n.id)
             if v is not None:
                 return v
             e = e.parent
-        return n  # a value captured from outside the copied graph
+        return None
+
+    def get(self, n: Node):
+        v = self._find("vals", n)
+        return n if v is None else v  # not in the map: a value captured from outside the copied graph
 
     def region(self, n: Node):
-        e = self
-        while e is not None:
-            r = e.regions.get(n.id)
-            if r is not None:
-                return r
-            e = e.parent
-        raise IRError(f"internal: region node %{n.id} was not copied")
+        r = self._find("regions", n)
+        if r is None:
+            raise IRError(f"internal: region node %{n.id} was not copied")
+        return r
 
 
 def _node_of(v) -> Node:

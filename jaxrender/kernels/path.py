@@ -3,8 +3,8 @@
 Unidirectional path tracing with next-event estimation and multiple
 importance sampling (power heuristic) and Russian roulette, following the
 structure of Mitsuba 3's ``path`` integrator so that images agree in
-expectation. This first version supports triangle geometry, the diffuse
-BSDF and area emitters; other plugins plug in through the same buffers.
+expectation. Geometry is triangles; BSDFs come from ``bsdfs.registry`` and
+emitters (area, point, directional, constant) through one dispatch each.
 
 Pixel reconstruction filters are importance sampled (the offset of each
 sample within the filter's support is drawn from the filter), so every sample
@@ -199,7 +199,6 @@ def path_kernel(tris, tri_attr, bvh_bounds, bvh_links, bsdf_type, bsdf_data, emi
                 """Ray origin just off the surface, on the side w leaves towards."""
                 return p + ng * ir.copysign(scale, ir.dot(ng, w))
             r = rand(s, 1 + depth * 2)
-            r = (r[0], r[1], r[2], rand(s, 1000 + depth)[0])
 
             # Emitter sample (independent of the BSDF), then one BSDF query for
             # both its value there and the next direction.

@@ -114,12 +114,8 @@ class ItemCodegen:
         b = ll.IRBuilder(fn.append_basic_block("entry"))
         self.b, self.fn = b, fn
         L = self.layout
-        info = self.ctx_field(b, ctx, 0, "info")
-
-        def info_at(k: int, name: str):
-            v = b.load(b.gep(info, [i64(k)], inbounds=True, source_etype=i64), name=name, typ=i64)
-            v.set_metadata("invariant.load", self.m.add_metadata([]))
-            return v
+        self.info = self.ctx_field(b, ctx, 0, "info")
+        info_at = self.info_at
 
         n_local = info_at(0, "n_local")
         self.n_local = n_local
@@ -176,6 +172,13 @@ class ItemCodegen:
                 pos += 1
         b.ret_void()
         return fn
+
+    def info_at(self, k: int, name: str):
+        """Word k of the launch info (the same for every item of a launch)."""
+        b = self.b
+        v = b.load(b.gep(self.info, [i64(k)], inbounds=True, source_etype=i64), name=name, typ=i64)
+        v.set_metadata("invariant.load", self.m.add_metadata([]))
+        return v
 
     def ctx_field_ptr(self, b, ctx, field: int, i: int, name: str):
         p = b.gep(ctx, [i32(0), i32(field), i32(i)], inbounds=True, source_etype=self.ctx_type)
@@ -610,12 +613,8 @@ class PacketCodegen(ItemCodegen):
         self.b, self.fn = b, fn
         L = self.layout
         n = self.lanes
-        info = self.ctx_field(b, ctx, 0, "info")
-
-        def info_at(k: int, name: str):
-            v = b.load(b.gep(info, [i64(k)], inbounds=True, source_etype=i64), name=name, typ=i64)
-            v.set_metadata("invariant.load", self.m.add_metadata([]))
-            return v
+        self.info = self.ctx_field(b, ctx, 0, "info")
+        info_at = self.info_at
 
         lane_ids = ll.Constant(self.T64(), [i64(k) for k in range(n)])
         g = b.add(self.splat(g0), lane_ids, name="g")

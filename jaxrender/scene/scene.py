@@ -5,8 +5,9 @@ film size) and the parameter arrays under the keys ``mitsuba.traverse``
 uses (``red.reflectance.value``, ``light.emitter.radiance.value``, ...).
 Geometry is flattened to world-space triangles in BVH leaf order.
 
-Supported so far: shapes rectangle, cube, obj, ply; BSDF diffuse (also
-inside twosided); area, point, directional and constant emitters; perspective
+Supported so far: shapes rectangle, cube, obj, ply; the BSDFs of
+``kernels.bsdfs.registry`` (also inside twosided); area, point, directional
+and constant emitters; perspective
 sensor; hdrfilm with box, tent and gaussian filters; independent sampler;
 path and direct integrators.
 Anything else raises :class:`SceneError` naming the plugin, never a wrong
@@ -14,6 +15,7 @@ image.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -149,9 +151,10 @@ class Scene:
                     light_tris=self.light_tris, light_cdf=self.light_cdf, emitter_meta=self.emitter_meta,
                     emitter_geom=self.emitter_geom, env_emitter=np.int32(self.env_emitter),
                     camera=camera[None, :],
-                    **filter_tables(cam.rfilter))
+                    **filter_tables(cam.rfilter))  # cached: shared, never mutated
 
 
+@functools.lru_cache(maxsize=None)
 def filter_tables(kind: str, n: int = 1025) -> dict:
     """Tables of a separable reconstruction filter (Mitsuba's definitions):
     its inverse CDF at n uniform points of [0, 1] (offsets in pixels), its CDF
