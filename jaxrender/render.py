@@ -4,30 +4,71 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
-from .kernels.path import trace_path
-from .primitives import launch
+from .kernels import path
+from .primitives.render_rules import RenderConfig, nondifferentiable, render_image
 from .scene.errors import SceneError
 
+_CAMERA_WHY = ("gradients with respect to camera parameters ({key}) need the reparameterized "
+               "(geometry) integrator, which jaxrender does not have yet")
+_GEOMETRY_WHY = ("gradients with respect to scene geometry need the reparameterized (geometry) "
+                 "integrator, which jaxrender does not have yet")
 
-def render(scene, params: Mapping[str, Any] | None = None, *, spp: int | None = None,
-           seed: Any = 0) -> jax.Array:
+
+def _positive_int(v, what: str) -> int:
+    if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+        raise SceneError(f"{what} must be a positive integer, got {v!r}")
+    return int(v)
+
+
+def _seed(v, what: str):
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        if not 0 <= int(v) < 2 ** 32:
+            raise SceneError(f"{what} must be in [0, 2**32), got {v}")
+        return np.uint32(v)
+    if hasattr(v, "dtype") and jnp.issubdtype(v.dtype, jnp.integer) and np.shape(v) == ():
+        return jnp.asarray(v).astype(jnp.uint32)
+    raise SceneError(f"{what} must be an integer scalar (Python int or integer jax array), got {v!r}")
+
+
+def _decorrelated(seed):
+    # An affine bijection of uint32 with no fixed point (odd multiplier,
+    # odd increment): seed_grad differs from seed for every seed.
+    return (jnp.asarray(seed, jnp.uint32) * jnp.uint32(2654435761) + jnp.uint32(0x632BE5AB)).astype(jnp.uint32)
+
+
+def render(scene, params: Mapping[str, Any] | None = None, *, spp: int | None = None, seed: Any = 0,
+           seed_grad: Any = None, spp_grad: int | None = None, method: str = "prb") -> jax.Array:
     """Render ``scene`` to a linear-RGB image of shape (height, width, 3).
 
     ``params`` overrides values of ``scene.params`` (same keys as
-    ``mitsuba.traverse``); ``seed`` may be a traced value under ``jax.jit``.
-    Changing parameters, spp or seed never recompiles the kernel.
+    ``mitsuba.traverse``). The image is differentiable with respect to those
+    values (``jax.grad``, ``jax.jvp``, ``jax.vjp``, ``jax.linearize``):
+    derivatives are computed by a forward-mode kernel and its transpose, an
+    adjoint kernel (``method``: ``"prb"`` path replay backpropagation,
+    ``"rb"`` radiative backpropagation, ``"rb_biased"`` radiative
+    backpropagation with incident radiance taken as 1), which run with
+    ``seed_grad`` / ``spp_grad`` (defaults: a hash of ``seed`` / ``spp``),
+    decorrelated from the primal image as unbiased gradients of non-linear
+    losses require. ``seed`` may be a traced value under ``jax.jit``;
+    changing parameters, spp or seeds never recompiles the kernels.
 
     Example::
 
         scene = jaxrender.load_dict(jaxrender.cornell_box())
         image = jaxrender.render(scene, spp=16, seed=1)
+
+        key = "red.reflectance.value"
+        loss = lambda x: jnp.mean(jaxrender.render(scene, {key: x}, spp=16) ** 2)
+        g = jax.grad(loss)(scene.params[key])
     """
     cam = scene.camera
-    spp = cam.spp if spp is None else spp
-    if not isinstance(spp, (int, np.integer)) or spp < 1:
-        raise SceneError(f"spp must be a positive integer, got {spp!r}")
+    spp = _positive_int(cam.spp if spp is None else spp, "spp")
+    spp_grad = _positive_int(spp if spp_grad is None else spp_grad, "spp_grad")
+    if method not in path.ADJOINT_METHODS:
+        raise SceneError(f"method must be one of {path.ADJOINT_METHODS}, got {method!r}")
     integ = scene.integrator
     if integ["type"] == "direct":
         max_depth, rr_depth = 2, 1 << 30
@@ -36,10 +77,16 @@ def render(scene, params: Mapping[str, Any] | None = None, *, spp: int | None = 
         rr_depth = int(integ.get("rr_depth", 5))
         if max_depth < -1:
             raise SceneError(f"integrator.max_depth must be >= -1, got {max_depth}")
+    seed = _seed(seed, "seed")
+    seed_grad = _decorrelated(seed) if seed_grad is None else _seed(seed_grad, "seed_grad")
+    if params:
+        nondiff = scene.nondifferentiable
+        params = {k: nondifferentiable(v, nondiff[k]) if k in nondiff else v for k, v in params.items()}
     inputs = scene.kernel_inputs(params)
-    out = launch(trace_path(), (cam.height * cam.width,), **inputs,
-                 width=np.uint32(cam.width), height=np.uint32(cam.height), spp=np.uint32(spp),
-                 max_depth=np.int32(max_depth), rr_depth=np.int32(rr_depth),
-                 hide_emitters=np.int32(bool(integ.get("hide_emitters", False))),
-                 seed=seed if hasattr(seed, "dtype") else np.uint32(seed))["image"]
-    return out.reshape(cam.height, cam.width, 3)
+    inputs.update(width=np.uint32(cam.width), height=np.uint32(cam.height), spp=np.uint32(spp),
+                  max_depth=np.int32(max_depth), rr_depth=np.int32(rr_depth),
+                  hide_emitters=np.int32(bool(integ.get("hide_emitters", False))), seed=seed,
+                  seed_grad=seed_grad, spp_grad=np.uint32(spp_grad))
+    why = (("camera", _CAMERA_WHY.format(key=scene.camera_key)), ("tris", _GEOMETRY_WHY))
+    config = RenderConfig((cam.height * cam.width,), method, why)
+    return render_image(config, inputs).reshape(cam.height, cam.width, 3)

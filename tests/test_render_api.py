@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import jaxrender
+from jaxpr_util import count_primitive
 from jaxrender import cli
 from jaxrender.lowering import stats
 
@@ -114,7 +115,7 @@ def test_vmap_over_cameras_is_one_launch():
     views = np.stack(views).astype(np.float32)
     f = jax.vmap(lambda m: jaxrender.render(scene, {"sensor.to_world": m}, spp=2, seed=3))
     jaxpr = jax.make_jaxpr(f)(views)
-    assert sum(e.primitive.name == "jaxrender_kernel" for e in jaxpr.jaxpr.eqns) == 1
+    assert count_primitive(jaxpr, "jaxrender_kernel") == 1
     batched = np.asarray(f(views))
     for k in range(3):
         single = np.asarray(jaxrender.render(scene, {"sensor.to_world": views[k]}, spp=2, seed=3))

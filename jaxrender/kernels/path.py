@@ -1,4 +1,4 @@
-"""The path-tracing megakernel: one work item per pixel, ``spp`` paths each.
+"""The path-tracing megakernels: one work item per pixel, ``spp`` paths each.
 
 Unidirectional path tracing with next-event estimation and multiple
 importance sampling (power heuristic) and Russian roulette, following the
@@ -8,9 +8,29 @@ emitters (area, point, directional, constant) through one dispatch each.
 
 Pixel reconstruction filters are importance sampled (the offset of each
 sample within the filter's support is drawn from the filter), so every sample
-has weight one; in expectation this equals Mitsuba's weighted splatting.
+has weight one; in expectation this equals Mitsuba's weighted splatting. The
+image is therefore the plain mean of per-sample radiance, and the adjoint
+kernels give each sample the cotangent of its own pixel over spp.
+
+Three kernels come from the same bounce code (:func:`_bounce`):
+
+* the primal kernel (:func:`trace_path`);
+* the forward-mode kernel (:func:`trace_forward`): the IR's ``jvp`` of the
+  path kernel traced in *differentiable* form, which detaches sampling
+  (directions, pdfs, MIS weights, Russian roulette) so that only BSDF values
+  and emitted radiance carry derivatives (Zeltner et al. 2021, detached
+  sampling);
+* the adjoint kernel (:func:`trace_adjoint`): path replay backpropagation,
+  or radiative backpropagation (unbiased: the incident radiance at each
+  vertex re-estimated by replaying the rest of the path; biased: incident
+  radiance taken as 1). It computes the transpose of the forward kernel's
+  linear map for the same seed.
 """
 from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
 
 from .. import ir
 from ..ir import Vec
@@ -50,6 +70,12 @@ INPUTS = {
 }
 OUTPUTS = {"image": ir.Out("f32", (3,))}
 
+# Float inputs whose values may carry derivatives: what the forward kernel
+# takes tangents of and the adjoint kernel accumulates gradients into.
+DIFFERENTIABLE_INPUTS = ("bsdf_data", "emitter_radiance")
+# Ways to run the adjoint (see trace_adjoint).
+ADJOINT_METHODS = ("prb", "rb", "rb_biased")
+
 
 def _vec3(buf, row, start=0) -> Vec:
     return Vec(buf.read(row, start), buf.read(row, start + 1), buf.read(row, start + 2))
@@ -57,6 +83,10 @@ def _vec3(buf, row, start=0) -> Vec:
 
 def _max3(v: Vec):
     return ir.maximum(ir.maximum(v.x, v.y), v.z)
+
+
+def _zero3() -> Vec:
+    return Vec(0.0, 0.0, 0.0)
 
 
 def _mis(a, b):
@@ -104,7 +134,25 @@ def _sample_light_triangle(light_cdf, start, count, u):
     return lo
 
 
-def _bsdf_query(kind, row, wi: Vec, wo_light: Vec, u1, u2: Vec):
+def _continuation_weight(t, params, wi: Vec, wo: Vec, pdf, weight: Vec, delta, diff: bool) -> Vec:
+    """The BSDF sample weight f/pdf. In differentiable form the sampled
+    direction and pdf are constants (detached sampling): for a smooth lobe
+    the derivative is that of eval(wo) / pdf; for a delta lobe, whose
+    weight is value / (discrete lobe probability), the probability's
+    derivative is cancelled by multiplying with pdf / detach(pdf)."""
+    if not diff:
+        return weight
+    wo_d = ir.detach(wo)
+    pdf_d = ir.detach(pdf)
+    e = t.call("eval", params, wi, wo_d)
+    safe = pdf_d > 0.0
+    inv_pdf = ir.select(safe, 1.0 / ir.select(safe, pdf_d, 1.0), 0.0)
+    smooth = ir.detach(weight) + (e - ir.detach(e)) * inv_pdf
+    ratio = ir.select(safe, pdf / ir.select(safe, pdf_d, 1.0), 0.0)
+    return ir.select(delta, weight * ratio, smooth)
+
+
+def _bsdf_query(kind, row, wi: Vec, wo_light: Vec, u1, u2: Vec, diff: bool):
     """Dispatch over the BSDF types: (value and pdf towards the light sample,
     then a sampled direction with its pdf, weight and delta flag). A twosided
     BSDF is evaluated as if seen from its front."""
@@ -119,170 +167,349 @@ def _bsdf_query(kind, row, wi: Vec, wo_light: Vec, u1, u2: Vec):
             f = t.call("eval", params, wi_f, wl_f)
             pdf = t.call("pdf", params, wi_f, wl_f)
             wo, pdf_s, weight, delta = t.call("sample", params, wi_f, u1, u2)
+            weight = _continuation_weight(t, params, wi_f, wo, pdf_s, weight, delta, diff)
             return f, pdf, Vec(wo.x, wo.y, wo.z * sz), pdf_s, weight, delta
         return run
 
     return ir.dispatch(kind, [branch(t) for t in bsdf_registry.TYPES])
 
 
-def path_kernel(tris, tri_attr, bvh_bounds, bvh_links, bsdf_type, bsdf_data, emitter_radiance, light_tris,
-                light_cdf, emitter_meta, emitter_geom, env_emitter, camera, filter_icdf, filter_cdf,
-                filter_radius, width, height, spp, max_depth, rr_depth, hide_emitters, seed):
-    geo = SceneGeometry(tris, bvh_bounds, bvh_links)
-    pixel = ir.item_index()
-    W, H = width.value, height.value
-    px = ir.cast(pixel % W, "f32")
-    py = ir.cast(pixel // W, "f32")
-    fw, fh = ir.cast(W, "f32"), ir.cast(H, "f32")
-    m = [camera.read(0, k) for k in range(16)]
-    tan_x, tan_y, near_clip = camera.read(0, 16), camera.read(0, 17), camera.read(0, 18)
-    cam_o = Vec(m[3], m[7], m[11])
-    n_emitters = ir.cast(emitter_meta.len, "i32")
-    pdf_select = 1.0 / ir.cast(ir.maximum(n_emitters, 1), "f32")  # emitters are chosen uniformly, as Mitsuba
-    env = env_emitter.value
-    seed_v = seed.value
-    max_d = max_depth.value
-    rr_d = rr_depth.value
-    show_emitters = hide_emitters.value == 0
+@dataclasses.dataclass
+class _Ctx:
+    """The kernel's buffers and per-work-item constants."""
+    b: dict                 # input name -> Buffer
+    geo: SceneGeometry
+    pixel: Any
+    px: Any
+    py: Any
+    seed: Any
+    diff: bool
 
-    def rand(stream, dim):
-        return ir.rng.uniform4(seed_v, pixel, dim, stream)
+    def rand(self, stream, dim):
+        return ir.rng.uniform4(self.seed, self.pixel, dim, stream)
+
+    @property
+    def n_emitters(self):
+        return ir.cast(self.b["emitter_meta"].len, "i32")
+
+    @property
+    def pdf_select(self):
+        # Emitters are chosen uniformly, as in Mitsuba.
+        return 1.0 / ir.cast(ir.maximum(self.n_emitters, 1), "f32")
+
+
+def _context(b: dict, seed, diff: bool) -> _Ctx:
+    pixel = ir.item_index()
+    W = b["width"].value
+    return _Ctx(b, SceneGeometry(b["tris"], b["bvh_bounds"], b["bvh_links"]), pixel,
+                ir.cast(pixel % W, "f32"), ir.cast(pixel // W, "f32"), seed, diff)
+
+
+def _camera_ray(c: _Ctx, s):
+    """Primary ray of sample ``s``: (origin, direction, t_min)."""
+    b = c.b
+    cam = b["camera"]
+    m = [cam.read(0, k) for k in range(16)]
+    tan_x, tan_y, near_clip = cam.read(0, 16), cam.read(0, 17), cam.read(0, 18)
+    fw, fh = ir.cast(b["width"].value, "f32"), ir.cast(b["height"].value, "f32")
+    u = c.rand(s, 0)
+    radius = b["filter_radius"].value
+    ox = _filter_offset(b["filter_icdf"], b["filter_cdf"], radius, u[0], c.px, fw)
+    oy = _filter_offset(b["filter_icdf"], b["filter_cdf"], radius, u[1], c.py, fh)
+    sx = (c.px + 0.5 + ox) / fw
+    sy = (c.py + 0.5 + oy) / fh
+    # Mitsuba's camera space looks down +z with +x to the image's left.
+    dc = ir.normalize(Vec((1.0 - 2.0 * sx) * tan_x, (1.0 - 2.0 * sy) * tan_y, 1.0))
+    d = ir.normalize(Vec(m[0] * dc.x + m[1] * dc.y + m[2] * dc.z,
+                         m[4] * dc.x + m[5] * dc.y + m[6] * dc.z,
+                         m[8] * dc.x + m[9] * dc.y + m[10] * dc.z))
+    return Vec(m[3], m[7], m[11]), d, near_clip / dc.z
+
+
+@dataclasses.dataclass
+class _Hit:
+    t: Any
+    tri: Any
+    hit: Any
+    p: Vec
+    ng: Vec
+    frame: Frame
+    wi: Vec
+    attr_bsdf: Any
+    attr_em: Any
+    is_emitter: Any
+    cos_l: Any
+    scale: Any
+
+
+def _intersect(c: _Ctx, o: Vec, d: Vec, t_min) -> _Hit:
+    t, tri, _, _ = closest_hit(c.geo, o, d, t_min, geometry.INF)
+    p0, p1, p2 = c.geo.triangle(tri)
+    ng = ir.normalize(ir.cross(p1 - p0, p2 - p0))
+    p = o + d * t
+    attr = c.b["tri_attr"]
+    attr_em = attr.read(tri, 1)
+    hit = tri >= 0
+    frame = Frame(ng)
+    scale = 1e-4 * (1.0 + _max3(Vec(ir.abs(p.x), ir.abs(p.y), ir.abs(p.z))))
+    return _Hit(t, tri, hit, p, ng, frame, frame.to_local(-d), attr.read(tri, 0), attr_em,
+                hit & (attr_em >= 0), -ir.dot(ng, d), scale)
+
+
+@dataclasses.dataclass
+class _EmitterSample:
+    sel: Any          # emitter index
+    w: Vec            # direction towards it (world)
+    dist: Any
+    factor: Any       # radiance scale from geometry (1/dist^2 for point lights, 0 behind an area light)
+    pdf_dir: Any      # solid-angle pdf given the emitter (0 for delta emitters)
+    delta: Any
+
+
+def _sample_emitter(c: _Ctx, h: _Hit, d: Vec, r) -> _EmitterSample:
+    """Choose an emitter and a point/direction on it; no radiance is read here
+    (that is the differentiable part, in _shade)."""
+    b = c.b
+    n_em = c.n_emitters
+    sel = ir.minimum(ir.cast(r[0] * ir.cast(n_em, "f32"), "i32"), n_em - 1)
+    meta, geom = b["emitter_meta"], b["emitter_geom"]
+    g = _vec3(geom, sel)
+    p_near = h.p + h.ng * ir.copysign(h.scale, -ir.dot(h.ng, d))  # on the side the ray came from
+
+    def area_light():
+        start, count = meta.read(sel, 1), meta.read(sel, 2)
+        lt = b["light_tris"][_sample_light_triangle(b["light_cdf"], start, count, r[1])]
+        q0, q1, q2 = c.geo.triangle(lt)
+        bc = square_to_uniform_triangle(Vec(r[2], r[3]))
+        q = q0 * (1.0 - bc.x - bc.y) + q1 * bc.x + q2 * bc.y
+        nl = ir.normalize(ir.cross(q1 - q0, q2 - q0))
+        to_light = q - p_near
+        dist2 = ir.dot(to_light, to_light)
+        dist = ir.sqrt(dist2)
+        wo_w = to_light / dist
+        cos_light = -ir.dot(nl, wo_w)
+        # The back of an area light does not emit: report a zero pdf (no sample).
+        front_side = cos_light > 0.0
+        pdf = ir.select(front_side, dist2 / (ir.maximum(cos_light, 1e-20) * geom.read(sel, 3)), 0.0)
+        return wo_w, dist, ir.select(front_side, 1.0, 0.0), pdf, ir.Bool(False)
+
+    def point_light():
+        to_light = g - p_near
+        dist2 = ir.dot(to_light, to_light)
+        dist = ir.sqrt(dist2)
+        return to_light / dist, dist, 1.0 / dist2, ir.Float(0.0), ir.Bool(True)
+
+    def directional_light():
+        return -g, ir.Float(geometry.INF), ir.Float(1.0), ir.Float(0.0), ir.Bool(True)
+
+    def environment():
+        w = square_to_uniform_sphere(Vec(r[2], r[3]))
+        return w, ir.Float(geometry.INF), ir.Float(1.0), ir.Float(INV_FOUR_PI), ir.Bool(False)
+
+    w, dist, factor, pdf_dir, delta = ir.dispatch(
+        meta.read(sel, 0), [area_light, point_light, directional_light, environment])
+    return _EmitterSample(sel, w, dist, factor, pdf_dir, delta)
+
+
+def _shade(c: _Ctx, h: _Hit, es: _EmitterSample, r2, depth, prev_pdf, prev_delta, show_emitters):
+    """Everything at a vertex that reads differentiable parameters.
+
+    Returns (emitted radiance times its MIS weight, the unshadowed
+    emitter-sample contribution, sampled direction (world), its pdf, the
+    continuation weight, delta flag); multiplying by the path throughput is
+    left to the caller."""
+    b = c.b
+    rad = b["emitter_radiance"]
+    env = b["env_emitter"].value
+    dt = ir.detach if c.diff else (lambda x: x)
+    le = _vec3(rad, h.attr_em) * ir.select(h.is_emitter & (h.cos_l > 0.0), 1.0, 0.0)
+    # A ray that leaves the scene sees the environment.
+    le = ir.select(h.hit, le, _vec3(rad, env) * ir.select(env >= 0, 1.0, 0.0))
+    # MIS weight of the BSDF strategy for this emitter hit.
+    area_e = b["emitter_geom"].read(h.attr_em, 3)
+    light_pdf = ir.select(h.hit, c.pdf_select * h.t * h.t / (ir.maximum(h.cos_l, 1e-20) * area_e),
+                          c.pdf_select * INV_FOUR_PI)
+    w_bsdf = ir.select(depth == 0, ir.select(show_emitters, 1.0, 0.0),
+                       ir.select(prev_delta, 1.0, _mis(dt(prev_pdf), light_pdf)))
+    row = [b["bsdf_data"].read(h.attr_bsdf, k) for k in range(bsdf_registry.ROW)]
+    wl = h.frame.to_local(es.w)
+    f_l, bsdf_pdf_l, wo, bsdf_pdf, weight, bsdf_delta = _bsdf_query(
+        b["bsdf_type"][h.attr_bsdf], row, h.wi, wl, r2[3], Vec(r2[0], r2[1]), c.diff)
+    em = _vec3(rad, es.sel) * es.factor
+    pdf_light = c.pdf_select * es.pdf_dir
+    w_em = ir.select(es.delta, 1.0 / c.pdf_select, _mis(pdf_light, dt(bsdf_pdf_l)) / pdf_light)
+    wo_w = h.frame.to_world(wo)
+    if c.diff:
+        wo_w, bsdf_pdf = ir.detach(wo_w), ir.detach(bsdf_pdf)
+    return le * w_bsdf, f_l * em * w_em, wo_w, bsdf_pdf, weight, bsdf_delta
+
+
+# Loop state of one path: depth, origin, direction, t_min, throughput,
+# accumulated radiance, previous BSDF pdf, previous delta flag, alive.
+def _initial_state(o: Vec, d: Vec, t_min):
+    return (ir.Int(0), o, d, t_min, Vec(1.0, 1.0, 1.0), _zero3(), ir.Float(1.0), ir.Bool(True), ir.Bool(True))
+
+
+def _bounce(c: _Ctx, s, st, shade=_shade):
+    """One path vertex: intersect, shade (through ``shade``, which the
+    adjoint wraps), trace the shadow ray, continue with the BSDF sample.
+    Returns the next state and what the adjoint needs about this vertex."""
+    b = c.b
+    depth, o, d, t_min, beta, L, prev_pdf, prev_delta, alive = st
+    max_d, rr_d = b["max_depth"].value, b["rr_depth"].value
+    show_emitters = b["hide_emitters"].value == 0
+    h = _intersect(c, o, d, t_min)
+    # hide_emitters: a camera ray passes through the emitters it meets
+    # (as in Mitsuba), without counting a bounce.
+    pass_through = h.is_emitter & (depth == 0) & ~show_emitters
+    active_next = h.hit & ((max_d < 0) | (depth + 1 < max_d)) & ~pass_through
+    es = _sample_emitter(c, h, d, c.rand(s, 1 + depth * 2))
+    r2 = c.rand(s, 2 + depth * 2)
+    le_w, nee, wo_w, bsdf_pdf, weight, bsdf_delta = shade(c, h, es, r2, depth, prev_pdf, prev_delta,
+                                                          show_emitters)
+    L = L + beta * le_w
+
+    def spawn(w):
+        """Ray origin just off the surface, on the side w leaves towards."""
+        return h.p + h.ng * ir.copysign(h.scale, ir.dot(h.ng, w))
+    contrib = beta * nee
+    useful = active_next & (c.n_emitters > 0) & (es.delta | (es.pdf_dir > 0.0)) & (_max3(contrib) > 0.0)
+    blocked = ir.cond(useful, lambda: occluded(c.geo, spawn(es.w), es.w, ir.Float(0.0), es.dist * (1.0 - 1e-3)),
+                      lambda: ir.Bool(True))
+    L = L + ir.select(blocked, _zero3(), contrib)
+    # Continue with the BSDF sample.
+    beta_in = beta
+    beta = beta * weight
+    # Russian roulette, as Mitsuba: after rr_depth bounces.
+    b_max = _max3(beta)
+    active_next = active_next & (b_max != 0.0)
+    rr_prob = ir.minimum(b_max, 0.95)
+    if c.diff:
+        rr_prob = ir.detach(rr_prob)
+    rr_active = depth >= rr_d
+    beta = beta * ir.select(rr_active, 1.0 / rr_prob, 1.0)
+    active_next = active_next & (~rr_active | (r2[2] < rr_prob))
+    beyond = h.p + d * h.scale
+    new = (ir.select(pass_through, depth, depth + 1), ir.select(pass_through, beyond, spawn(wo_w)),
+           ir.select(pass_through, d, wo_w), ir.Float(0.0), ir.select(pass_through, Vec(1.0, 1.0, 1.0), beta),
+           L, ir.select(pass_through, prev_pdf, bsdf_pdf), ir.select(pass_through, prev_delta, bsdf_delta),
+           active_next | pass_through)
+    info = {"beta": beta_in, "blocked": blocked, "weight": weight, "continues": active_next & ~pass_through}
+    return new, info
+
+
+def _trace(c: _Ctx, s, st):
+    """Radiance of the rest of a path from loop state ``st``."""
+    final = ir.while_loop(lambda q: q[8], lambda q: _bounce(c, s, q)[0], st)
+    return final[5]
+
+
+def path_kernel(diff: bool = False, **b):
+    c = _context(b, b["seed"].value, diff)
 
     def one_path(s, acc):
-        u = rand(s, 0)
-        radius = filter_radius.value
-        ox = _filter_offset(filter_icdf, filter_cdf, radius, u[0], px, fw)
-        oy = _filter_offset(filter_icdf, filter_cdf, radius, u[1], py, fh)
-        sx = (px + 0.5 + ox) / fw
-        sy = (py + 0.5 + oy) / fh
-        # Mitsuba's camera space looks down +z with +x to the image's left.
-        dc = ir.normalize(Vec((1.0 - 2.0 * sx) * tan_x, (1.0 - 2.0 * sy) * tan_y, 1.0))
-        d = ir.normalize(Vec(m[0] * dc.x + m[1] * dc.y + m[2] * dc.z,
-                             m[4] * dc.x + m[5] * dc.y + m[6] * dc.z,
-                             m[8] * dc.x + m[9] * dc.y + m[10] * dc.z))
-        t_min0 = near_clip / dc.z
+        o, d, t_min = _camera_ray(c, s)
+        return acc + _trace(c, s, _initial_state(o, d, t_min))
 
-        def bounce(st):
-            depth, o, d, t_min, beta, L, prev_pdf, prev_delta, alive = st
-            t, tri, _, _ = closest_hit(geo, o, d, t_min, geometry.INF)
-            hit = tri >= 0
-            p0, p1, p2 = geo.triangle(tri)
-            ng = ir.normalize(ir.cross(p1 - p0, p2 - p0))
-            p = o + d * t
-            attr_bsdf = tri_attr.read(tri, 0)
-            attr_em = tri_attr.read(tri, 1)
-            is_emitter = hit & (attr_em >= 0)
-            cos_l = -ir.dot(ng, d)
-            le = _vec3(emitter_radiance, attr_em) * ir.select(is_emitter & (cos_l > 0.0), 1.0, 0.0)
-            # A ray that leaves the scene sees the environment.
-            has_env = env >= 0
-            le = ir.select(hit, le, _vec3(emitter_radiance, env) * ir.select(has_env, 1.0, 0.0))
-            # MIS weight of the BSDF strategy for this emitter hit.
-            area_e = emitter_geom.read(attr_em, 3)
-            light_pdf = ir.select(hit, pdf_select * t * t / (ir.maximum(cos_l, 1e-20) * area_e),
-                                  pdf_select * INV_FOUR_PI)
-            w_bsdf = ir.select(depth == 0, ir.select(show_emitters, 1.0, 0.0),
-                               ir.select(prev_delta, 1.0, _mis(prev_pdf, light_pdf)))
-            L = L + beta * le * w_bsdf
-            # hide_emitters: a camera ray passes through the emitters it meets
-            # (as in Mitsuba), without counting a bounce.
-            pass_through = is_emitter & (depth == 0) & ~show_emitters
-            active_next = hit & ((max_d < 0) | (depth + 1 < max_d)) & ~pass_through
-
-            frame = Frame(ng)
-            wi = frame.to_local(-d)
-            kind = bsdf_type[attr_bsdf]
-            row = [bsdf_data.read(attr_bsdf, k) for k in range(bsdf_registry.ROW)]
-            scale = 1e-4 * (1.0 + _max3(Vec(ir.abs(p.x), ir.abs(p.y), ir.abs(p.z))))
-
-            def spawn(w):
-                """Ray origin just off the surface, on the side w leaves towards."""
-                return p + ng * ir.copysign(scale, ir.dot(ng, w))
-            r = rand(s, 1 + depth * 2)
-
-            # Emitter sample (independent of the BSDF), then one BSDF query for
-            # both its value there and the next direction.
-            sel = ir.minimum(ir.cast(r[0] * ir.cast(n_emitters, "f32"), "i32"), n_emitters - 1)
-            em_kind = emitter_meta.read(sel, 0)
-            em = _vec3(emitter_radiance, sel)
-            g = _vec3(emitter_geom, sel)
-            p_near = p + ng * ir.copysign(scale, -ir.dot(ng, d))  # on the side the ray came from
-
-            def area_light():
-                start, count = emitter_meta.read(sel, 1), emitter_meta.read(sel, 2)
-                lt = light_tris[_sample_light_triangle(light_cdf, start, count, r[1])]
-                q0, q1, q2 = geo.triangle(lt)
-                b = square_to_uniform_triangle(Vec(r[2], r[3]))
-                q = q0 * (1.0 - b.x - b.y) + q1 * b.x + q2 * b.y
-                nl = ir.normalize(ir.cross(q1 - q0, q2 - q0))
-                to_light = q - p_near
-                dist2 = ir.dot(to_light, to_light)
-                dist = ir.sqrt(dist2)
-                wo_w = to_light / dist
-                cos_light = -ir.dot(nl, wo_w)
-                # The back of an area light does not emit: report a zero pdf (no sample).
-                front_side = cos_light > 0.0
-                pdf = ir.select(front_side, dist2 / (ir.maximum(cos_light, 1e-20) * emitter_geom.read(sel, 3)), 0.0)
-                return wo_w, dist, ir.select(front_side, em, Vec(0.0, 0.0, 0.0)), pdf, ir.Bool(False)
-
-            def point_light():
-                to_light = g - p_near
-                dist2 = ir.dot(to_light, to_light)
-                dist = ir.sqrt(dist2)
-                return to_light / dist, dist, em / dist2, ir.Float(0.0), ir.Bool(True)
-
-            def directional_light():
-                return -g, ir.Float(geometry.INF), em, ir.Float(0.0), ir.Bool(True)
-
-            def environment():
-                w = square_to_uniform_sphere(Vec(r[2], r[3]))
-                return w, ir.Float(geometry.INF), em, ir.Float(INV_FOUR_PI), ir.Bool(False)
-
-            have_emitters = n_emitters > 0
-            wl_w, dist, radiance, pdf_dir, em_delta = ir.dispatch(
-                em_kind, [area_light, point_light, directional_light, environment])
-            wl = frame.to_local(wl_w)
-            r2 = rand(s, 2 + depth * 2)
-            f_l, bsdf_pdf_l, wo, bsdf_pdf, weight, bsdf_delta = _bsdf_query(
-                kind, row, wi, wl, r2[3], Vec(r2[0], r2[1]))
-            pdf_light = pdf_select * pdf_dir
-            w_em = ir.select(em_delta, 1.0 / pdf_select, _mis(pdf_light, bsdf_pdf_l) / pdf_light)
-            contrib = beta * f_l * radiance * w_em
-            useful = active_next & have_emitters & (em_delta | (pdf_dir > 0.0)) & (_max3(contrib) > 0.0)
-            blocked = ir.cond(useful, lambda: occluded(geo, spawn(wl_w), wl_w, ir.Float(0.0), dist * (1.0 - 1e-3)),
-                              lambda: ir.Bool(True))
-            L = L + ir.select(blocked, Vec(0.0, 0.0, 0.0), contrib)
-            # Continue with the BSDF sample.
-            beta = beta * weight
-            d_new = frame.to_world(wo)
-            origin = spawn(d_new)
-            # Russian roulette, as Mitsuba: after rr_depth bounces.
-            b_max = _max3(beta)
-            active_next = active_next & (b_max != 0.0)
-            rr_prob = ir.minimum(b_max, 0.95)
-            rr_active = depth >= rr_d
-            beta = beta * ir.select(rr_active, 1.0 / rr_prob, 1.0)
-            active_next = active_next & (~rr_active | (r2[2] < rr_prob))
-            beyond = p + d * scale
-            return (ir.select(pass_through, depth, depth + 1), ir.select(pass_through, beyond, origin),
-                    ir.select(pass_through, d, d_new), ir.Float(0.0), ir.select(pass_through, Vec(1.0, 1.0, 1.0), beta),
-                    L, ir.select(pass_through, prev_pdf, bsdf_pdf), ir.select(pass_through, prev_delta, bsdf_delta),
-                    active_next | pass_through)
-
-        init = (ir.Int(0), cam_o, d, t_min0, Vec(1.0, 1.0, 1.0), Vec(0.0, 0.0, 0.0), ir.Float(1.0),
-                ir.Bool(True), ir.Bool(True))
-        final = ir.while_loop(lambda st: st[8], bounce, init)
-        return acc + final[5]
-
-    total = ir.fori_loop(ir.UInt(0), spp.value, one_path, Vec(0.0, 0.0, 0.0))
-    return {"image": total / ir.cast(spp.value, "f32")}
+    spp = b["spp"].value
+    total = ir.fori_loop(ir.UInt(0), spp, one_path, _zero3())
+    return {"image": total / ir.cast(spp, "f32")}
 
 
-_traced = None
+def _adjoint_kernel(active: tuple, method: str, **b):
+    """Accumulates, into ``grad_<name>`` for each active input, the image
+    cotangent ``grad_image`` pulled back through the differentiable path
+    kernel with the same seed (see the module docstring)."""
+    c = _context(b, b["seed"].value, True)
+    grads = {b[n]: b["grad_" + n] for n in active}
+    spp = b["spp"].value
+    g = b["grad_image"]
+    inv_spp = 1.0 / ir.cast(spp, "f32")
+    d_l = Vec(g.read(c.pixel, 0), g.read(c.pixel, 1), g.read(c.pixel, 2)) * inv_spp
+
+    def one_path(s, carry):
+        o, d, t_min = _camera_ray(c, s)
+        st0 = _initial_state(o, d, t_min)
+        total = _trace(c, s, st0) if method == "prb" else _zero3()
+
+        def replay(st):
+            pullbacks = []
+
+            def shade_with_vjp(*args):
+                outs, pb = ir.vjp(lambda: _shade(*args), buffer_grads=grads)
+                pullbacks.append(pb)
+                return outs
+
+            new, info = _bounce(c, s, st, shade_with_vjp)
+            beta, weight = info["beta"], info["weight"]
+            if method == "prb":
+                # Radiance the rest of the path brings (exactly 0 when it ends).
+                rest = total - new[5]
+            elif method == "rb":
+                rest = ir.cond(info["continues"], lambda: _trace(c, s, new[:5] + (_zero3(),) + new[6:]),
+                               _zero3)
+            else:  # rb_biased: incident radiance taken as 1
+                rest = ir.select(info["continues"], new[4], _zero3())
+            nz = Vec(*(w != 0.0 for w in weight))
+            ct_weight = Vec(*(ir.select(z, dl * r / ir.select(z, w, 1.0), 0.0)
+                              for z, dl, r, w in zip(nz, d_l, rest, weight)))
+            ct_weight = ir.select(info["continues"], ct_weight, _zero3())
+            ct_nee = ir.select(info["blocked"], _zero3(), d_l * beta)
+            pullbacks[0]((d_l * beta, ct_nee, (None, None, None), None, ct_weight, None))
+            return new
+
+        ir.while_loop(lambda q: q[8], replay, st0)
+        return carry
+
+    ir.fori_loop(ir.UInt(0), spp, one_path, ir.Int(0))
+    return {}
 
 
+@functools.lru_cache(maxsize=None)
 def trace_path() -> ir.Kernel:
-    global _traced
-    if _traced is None:
-        _traced = ir.trace(path_kernel, INPUTS, OUTPUTS, name="path")
-    return _traced
+    """The primal path kernel."""
+    return ir.trace(functools.partial(path_kernel, False), INPUTS, OUTPUTS, name="path")
+
+
+def _check_active(active: tuple) -> tuple:
+    bad = [n for n in active if n not in DIFFERENTIABLE_INPUTS]
+    if bad or not active:
+        raise ValueError(f"differentiable inputs must be a non-empty subset of {DIFFERENTIABLE_INPUTS}, got {active}")
+    return tuple(sorted(set(active)))
+
+
+@functools.lru_cache(maxsize=None)
+def trace_forward(active: tuple) -> ir.Kernel:
+    """Forward-mode kernel: inputs of the path kernel plus ``d_<name>`` (the
+    tangent of each active input, same shape); output ``image`` is the image
+    tangent. Linear in the tangents."""
+    active = _check_active(active)
+    inputs = dict(INPUTS)
+    for n in active:
+        inputs["d_" + n] = INPUTS[n]
+
+    def fwd(**b):
+        prim = {k: b[k] for k in INPUTS}
+        _, tangent = ir.jvp(lambda: path_kernel(True, **prim), (), (),
+                            buffer_tangents={b[n]: b["d_" + n] for n in active})
+        return {"image": tangent["image"]}
+
+    return ir.trace(fwd, inputs, OUTPUTS, name="path_forward_" + "_".join(active))
+
+
+@functools.lru_cache(maxsize=None)
+def trace_adjoint(active: tuple, method: str = "prb") -> ir.Kernel:
+    """Adjoint kernel: inputs of the path kernel plus ``grad_image`` (the
+    image cotangent, (pixels, 3)); accumulators ``grad_<name>`` with the
+    shape of each active input. ``method`` is "prb" (path replay
+    backpropagation), "rb" (radiative backpropagation, incident radiance
+    re-estimated at every vertex by replaying the rest of the path: quadratic
+    in path length, same result as prb) or "rb_biased" (incident radiance 1)."""
+    active = _check_active(active)
+    if method not in ADJOINT_METHODS:
+        raise ValueError(f"adjoint method must be one of {ADJOINT_METHODS}, got {method!r}")
+    inputs = dict(INPUTS)
+    inputs["grad_image"] = ir.In("f32", (3,))
+    outputs = {"grad_" + n: ir.Accum(INPUTS[n].dtype, INPUTS[n].item_shape) for n in active}
+    return ir.trace(functools.partial(_adjoint_kernel, active, method), inputs, outputs,
+                    name=f"path_adjoint_{method}_" + "_".join(active))

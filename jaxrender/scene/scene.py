@@ -118,6 +118,9 @@ class Scene:
     params: dict = field(default_factory=dict)   # traverse-style key -> numpy array
     bsdfs: list = field(default_factory=list)    # (type index, [(param key, width)], twosided)
     emitter_keys: list = field(default_factory=list)
+    # Parameters the renderer cannot differentiate (key -> why); asking for
+    # their derivative raises instead of returning a wrong number.
+    nondifferentiable: dict = field(default_factory=dict)
 
     def kernel_inputs(self, params: Mapping[str, Any] | None = None) -> dict:
         """Buffers for the path kernel; ``params`` overrides scene.params values."""
@@ -251,6 +254,9 @@ def load_dict(d: Mapping) -> Scene:
     params: dict[str, np.ndarray] = {camera_key: camera.to_world.astype(np.float32)}
     bsdfs: list = []
     bsdf_index: dict[str, int] = {}
+    nondiff: dict[str, str] = {camera_key: f"{camera_key}: gradients with respect to camera parameters need "
+                                           "the reparameterized (geometry) integrator, which jaxrender does "
+                                           "not have yet"}
 
     def add_bsdf(spec: Mapping, key: str) -> int:
         if spec.get("type") == "ref":
@@ -282,6 +288,10 @@ def load_dict(d: Mapping) -> Scene:
                 name = "alpha"  # isotropic roughness: one parameter (Mitsuba's key alpha.value)
             if name == "eta" and isinstance(default, str):  # a relative IOR given as int_ior / ext_ior
                 pkey = f"{inner_key}.eta"
+                if name in bsdf_registry.TYPES[t].nondiff:
+                    nondiff[pkey] = (f"{pkey}: the derivative with respect to an index of refraction that "
+                                     "bends transmitted rays needs attached sampling, which the adjoint "
+                                     "integrators do not do")
                 params[pkey] = np.array(_ior(inner.get("int_ior", default), f"{inner_key}.int_ior")
                                         / _ior(inner.get("ext_ior", "air"), f"{inner_key}.ext_ior"))
                 fields.append((pkey, width))
@@ -382,4 +392,4 @@ def load_dict(d: Mapping) -> Scene:
     light_cdf = np.concatenate(cdf).astype(np.float32) if cdf else np.zeros(0, np.float32)
     return Scene(camera, integrator, tri, attr, bvh.node_bounds.astype(np.float32),
                  bvh.node_links.astype(np.int32), light_tris, light_cdf, meta, geom, env, camera_key, params,
-                 bsdfs, emitter_keys)
+                 bsdfs, emitter_keys, nondiff)

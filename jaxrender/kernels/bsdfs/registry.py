@@ -25,6 +25,9 @@ class BsdfType:
     fields: tuple            # (Mitsuba parameter name, width, default), in row order
     make: Callable           # row values -> params object
     kw: tuple = ()           # trace-time keywords of eval / pdf / sample
+    # Fields whose derivative the detached-sampling adjoint cannot give
+    # (they move the sampled direction itself, e.g. a refracting IOR).
+    nondiff: tuple = ()
 
     def call(self, what: str, *args):
         return getattr(self.module, what)(*args, **dict(self.kw))
@@ -60,7 +63,7 @@ def _rough_glass(distribution: str) -> BsdfType:
         f"roughdielectric-{distribution}", roughdielectric,
         _GLASS + (("alpha_u", 1, 0.1), ("alpha_v", 1, 0.1)),
         lambda r: roughdielectric.RoughDielectricParams(r[6], r[7], r[8], _v(r, 0), _v(r, 3)),
-        (("distribution", distribution),))
+        (("distribution", distribution),), ("eta",))
 
 
 TYPES = [
@@ -72,9 +75,9 @@ TYPES = [
     _plastic(False),
     _plastic(True),
     BsdfType("dielectric", dielectric, _GLASS,
-             lambda r: dielectric.DielectricParams(r[6], _v(r, 0), _v(r, 3))),
+             lambda r: dielectric.DielectricParams(r[6], _v(r, 0), _v(r, 3)), nondiff=("eta",)),
     BsdfType("thindielectric", thindielectric, _GLASS,
-             lambda r: thindielectric.ThinDielectricParams(r[6], _v(r, 0), _v(r, 3))),
+             lambda r: thindielectric.ThinDielectricParams(r[6], _v(r, 0), _v(r, 3)), nondiff=("eta",)),
     _rough_glass("beckmann"),
     _rough_glass("ggx"),
 ]

@@ -1,0 +1,206 @@
+"""The JAX contract of rendering: primal, forward-mode and adjoint kernels.
+
+``render_image(config, inputs)`` is a ``jax.custom_jvp`` function over the
+path kernel's input buffers. Its jvp rule binds :data:`render_jvp_p`, a
+primitive *linear in the tangents* of the differentiable buffers that runs
+the forward-mode megakernel; the transpose of that primitive runs the
+adjoint megakernel (path replay backpropagation by default). So
+``jax.jvp``, ``jax.linearize``, ``jax.vjp`` and ``jax.grad`` all work, under
+``jax.jit`` and ``jax.vmap``, and the only residuals are the primal inputs.
+
+Random numbers: the tangent / adjoint kernels run with ``seed_grad`` and
+``spp_grad`` (decorrelated from the primal's ``seed``), and the forward and
+adjoint kernels use the *same* ``seed_grad``, so for one seed the adjoint is
+exactly the transpose of the forward kernel's linear map.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.custom_derivatives import SymbolicZero
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+
+from ..kernels import path
+from .kernel_call import launch
+
+INPUT_NAMES = tuple(path.INPUTS)
+
+
+class NotDifferentiableError(ValueError):
+    """A derivative was requested with respect to something the renderer
+    cannot differentiate (yet); the message names it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RenderConfig:
+    """Static (trace-time) settings of one render call."""
+    launch_shape: tuple        # (pixels,)
+    method: str = "prb"        # adjoint: prb | rb | rb_biased
+    # Float inputs that must not receive tangents, with the reason shown.
+    why_not: tuple = ()
+
+
+def _is_zero(t) -> bool:
+    return t is None or isinstance(t, SymbolicZero) or type(t) is ad.Zero
+
+
+def _kernel_inputs(inputs: Mapping[str, Any]) -> dict:
+    return {k: inputs[k] for k in INPUT_NAMES}
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def render_image(config: RenderConfig, inputs: dict) -> jax.Array:
+    """The primal image, (pixels, 3). ``inputs`` holds the path kernel's
+    buffers plus ``seed_grad`` and ``spp_grad`` for its derivatives."""
+    return launch(path.trace_path(), config.launch_shape, **_kernel_inputs(inputs))["image"]
+
+
+def _render_jvp(config: RenderConfig, primals, tangents):
+    (inputs,), (tin,) = primals, tangents
+    out = render_image(config, inputs)
+    reasons = dict(config.why_not)
+    for name, t in tin.items():
+        if name in path.DIFFERENTIABLE_INPUTS or _is_zero(t):
+            continue
+        if jnp.issubdtype(jnp.result_type(inputs[name]), jnp.floating):
+            raise NotDifferentiableError(
+                reasons.get(name, f"the renderer cannot differentiate its input {name!r}"))
+    active = tuple(n for n in path.DIFFERENTIABLE_INPUTS if not _is_zero(tin[n]))
+    if not active:
+        return out, jnp.zeros_like(out)
+    prim = _kernel_inputs(inputs)
+    prim["seed"], prim["spp"] = inputs["seed_grad"], inputs["spp_grad"]
+    args = [jnp.asarray(prim[k]) for k in INPUT_NAMES] + [tin[n] for n in active]
+    t_out = render_jvp_p.bind(*args, config=config, active=active, batch_shape=(),
+                              in_batch=tuple(() for _ in args))
+    return out, t_out
+
+
+render_image.defjvp(_render_jvp, symbolic_zeros=True)
+
+# ---------------------------------------------------------------------------
+# The forward-mode primitive and its transpose
+# ---------------------------------------------------------------------------
+
+render_jvp_p = Primitive("jaxrender_render_jvp")
+
+
+def _vmap_levels(fn, in_batch, n_levels: int, out_axes=0):
+    """``fn`` over unbatched arguments, vmapped over each batch level
+    (outermost first in ``in_batch`` flags, as in kernel_call_p)."""
+    for k in reversed(range(n_levels)):
+        fn = jax.vmap(fn, in_axes=[0 if flags[k] else None for flags in in_batch], out_axes=out_axes)
+    return fn
+
+
+def _forward_unbatched(config, active, *args):
+    n = len(INPUT_NAMES)
+    kw = dict(zip(INPUT_NAMES, args[:n]))
+    kw.update({"d_" + a: t for a, t in zip(active, args[n:])})
+    return launch(path.trace_forward(active), config.launch_shape, **kw)["image"]
+
+
+def _jvp_impl_fn(*args, config, active, batch_shape, in_batch):
+    fn = _vmap_levels(functools.partial(_forward_unbatched, config, active), in_batch, len(batch_shape))
+    return fn(*args)
+
+
+def _jvp_abstract(*args, config, active, batch_shape, in_batch):
+    return jax.core.ShapedArray(batch_shape + tuple(config.launch_shape) + (3,), np.float32)
+
+
+def _jvp_impl(*args, **params):
+    from jax._src import dispatch
+    return dispatch.apply_primitive(render_jvp_p, *args, **params)
+
+
+render_jvp_p.def_impl(_jvp_impl)
+render_jvp_p.def_abstract_eval(_jvp_abstract)
+mlir.register_lowering(render_jvp_p, mlir.lower_fun(_jvp_impl_fn, multiple_results=False))
+
+
+def _jvp_batch(args, dims, *, config, active, batch_shape, in_batch):
+    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    new_args, new_flags = [], []
+    for a, d, flags in zip(args, dims, in_batch):
+        new_args.append(a if d is None else jnp.moveaxis(a, d, 0))
+        new_flags.append((d is not None,) + flags)
+    out = render_jvp_p.bind(*new_args, config=config, active=active, batch_shape=(size,) + batch_shape,
+                            in_batch=tuple(new_flags))
+    return out, 0
+
+
+batching.primitive_batchers[render_jvp_p] = _jvp_batch
+
+
+def _jvp_of_jvp(primals, tangents, *, config, active, batch_shape, in_batch):
+    n = len(INPUT_NAMES)
+    if any(type(t) is not ad.Zero for t in tangents[:n]):
+        raise NotDifferentiableError("second derivatives of renders (a derivative of the tangent image "
+                                     "with respect to scene parameters) are not supported")
+    params = dict(config=config, active=active, batch_shape=batch_shape, in_batch=in_batch)
+    out = render_jvp_p.bind(*primals, **params)
+    dt = [ad.instantiate_zeros(t) for t in tangents[n:]]
+    return out, render_jvp_p.bind(*primals[:n], *dt, **params)
+
+
+ad.primitive_jvps[render_jvp_p] = _jvp_of_jvp
+
+
+def _adjoint_unbatched(config, active, *args):
+    n = len(INPUT_NAMES)
+    kw = dict(zip(INPUT_NAMES, args[:n]))
+    kw["grad_image"] = args[n]
+    rows = {"grad_" + a: int(np.shape(kw[a])[0]) for a in active}
+    grads = launch(path.trace_adjoint(active, config.method), config.launch_shape, rows, **kw)
+    return tuple(grads["grad_" + a] for a in active)
+
+
+def _jvp_transpose(ct, *args, config, active, batch_shape, in_batch):
+    n = len(INPUT_NAMES)
+    primals, tangents = args[:n], args[n:]
+    if any(ad.is_undefined_primal(p) for p in primals):
+        raise NotDifferentiableError("the tangent image is linear only in the parameter tangents")
+    if type(ct) is ad.Zero:
+        return [None] * n + [ad.Zero(t.aval) for t in tangents]
+    nb = len(batch_shape)
+    # The cotangent carries every batch level; each gradient comes back per
+    # batch element and is summed over the levels its tangent is not mapped in.
+    fn = _vmap_levels(functools.partial(_adjoint_unbatched, config, active),
+                      list(in_batch[:n]) + [(True,) * nb], nb)
+    grads = fn(*primals, ct)
+    out = []
+    for g, flags in zip(grads, in_batch[n:]):
+        axes = tuple(k for k in range(nb) if not flags[k])
+        out.append(jnp.sum(g, axis=axes) if axes else g)
+    return [None] * n + out
+
+
+ad.primitive_transposes[render_jvp_p] = _jvp_transpose
+
+
+def nondifferentiable(x: Any, reason: str) -> Any:
+    """``x`` unchanged, but asking for a derivative through it raises
+    :class:`NotDifferentiableError` with ``reason`` (never a silent zero)."""
+    return _guard(reason, x)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _guard(reason, x):
+    return x
+
+
+@functools.partial(_guard.defjvp, symbolic_zeros=True)
+def _guard_jvp(reason, primals, tangents):
+    if not _is_zero(tangents[0]):
+        raise NotDifferentiableError(reason)
+    return primals[0], jnp.zeros_like(primals[0])
+
+
+__all__ = ["render_image", "render_jvp_p", "RenderConfig", "NotDifferentiableError", "nondifferentiable"]
