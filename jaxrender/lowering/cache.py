@@ -1,4 +1,4 @@
-"""On-disk cache of compiled kernel object code.
+"""On-disk cache of compiled kernel object code (and GPU kernels' PTX).
 
 Entries are keyed by a hash of everything the machine code is a function
 of: the kernel graph, the code generator's source, the target CPU and
@@ -35,16 +35,17 @@ def cache_dir() -> Path | None:
     return base / "jaxrender"
 
 
-def _path(key: str) -> Path | None:
+def _path(key: str, suffix: str = ".o") -> Path | None:
     d = cache_dir()
     if d is None:
         return None
-    return d / key[:2] / f"{key}.o"
+    return d / key[:2] / f"{key}{suffix}"
 
 
-def load(key: str) -> bytes | None:
-    """The cached payload for ``key``, or None if absent or invalid."""
-    p = _path(key)
+def load(key: str, suffix: str = ".o") -> bytes | None:
+    """The cached payload for ``key``, or None if absent or invalid.
+    ``suffix`` names the kind of entry: ``.o`` host object code, ``.ptx``."""
+    p = _path(key, suffix)
     if p is None:
         return None
     try:
@@ -63,15 +64,15 @@ def load(key: str) -> bytes | None:
 _warned = False
 
 
-def store(key: str, payload: bytes) -> None:
+def store(key: str, payload: bytes, suffix: str = ".o") -> None:
     """Atomically write an entry; failures only warn (the cache is optional)."""
     global _warned
-    p = _path(key)
+    p = _path(key, suffix)
     if p is None:
         return
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".tmp-", suffix=".o")
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".tmp-", suffix=suffix)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(_HEADER.pack(MAGIC, hashlib.sha256(payload).digest(), len(payload)))

@@ -156,7 +156,7 @@ class ItemCodegen:
                          source_etype=LLTYPE[spec.dtype]) if L.nb else data
             self.acc_base.append(base)
             self.acc_rows.append(rows)
-        self.err_ptr = b.gep(ctx, [i32(0), i32(5)], inbounds=True, source_etype=self.ctx_type)
+        self.err_ptr = self.error_pointer(b, ctx)
         # Body.
         self.lower_block(self.k.block)
         # Per-item outputs.
@@ -179,6 +179,12 @@ class ItemCodegen:
         v = b.load(b.gep(self.info, [i64(k)], inbounds=True, source_etype=i64), name=name, typ=i64)
         v.set_metadata("invariant.load", self.m.add_metadata([]))
         return v
+
+    def error_pointer(self, b: ll.IRBuilder, ctx):
+        """Where a failed ``check`` records its message number (atomic max):
+        the launch context's error word (the GPU code generator overrides
+        this with a device buffer)."""
+        return b.gep(ctx, [i32(0), i32(5)], inbounds=True, source_etype=self.ctx_type)
 
     def ctx_field_ptr(self, b, ctx, field: int, i: int, name: str):
         p = b.gep(ctx, [i32(0), i32(field), i32(i)], inbounds=True, source_etype=self.ctx_type)
@@ -654,7 +660,7 @@ class PacketCodegen(ItemCodegen):
             width = _width(spec.item_shape)
             self.acc_off.append(b.mul(bidx, self.splat(b.mul(rows, i64(width)))) if L.nb else zero64)
             self.acc_rows.append(self.splat(rows))
-        self.err_ptr = b.gep(ctx, [i32(0), i32(5)], inbounds=True, source_etype=self.ctx_type)
+        self.err_ptr = self.error_pointer(b, ctx)
         self.lower_block(self.k.block)
         results = [self.vals[r.id] for r in self.k.block.results]
         pos = 0

@@ -17,6 +17,7 @@ Example::
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Mapping
 
@@ -201,14 +202,19 @@ def _launch_info(kernel: Kernel, arrays_shapes, launch_shape, accum_rows, batch_
     return info
 
 
-def _ffi_call(*args, kernel, launch_shape, accum_rows, batch_shape, in_batch, num_threads, simd_lanes):
-    from ..lowering.cpu import compile_kernel
+def _ffi_call(*args, kernel, launch_shape, accum_rows, batch_shape, in_batch, num_threads, simd_lanes,
+              platform="cpu"):
     k = kernel.kernel
     for name, x in zip(k.inputs, args):  # under vmap the batched array is the one that counts
         if _prod(x.shape) >= 2 ** 31:
             raise ValueError(f"kernel {k.name!r}: batched input {name!r} has {_prod(x.shape)} elements; "
                              "at most 2**31 - 1 are supported")
-    compiled = compile_kernel(k, len(batch_shape), simd_lanes)
+    if platform == "cuda":
+        from ..lowering import cuda  # only when lowering for a GPU: no CUDA import on CPU-only installs
+        compiled = cuda.compile_kernel(k, len(batch_shape))
+    else:
+        from ..lowering.cpu import compile_kernel
+        compiled = compile_kernel(k, len(batch_shape), simd_lanes)
     padded = []
     for spec, x, flags in zip(k.inputs.values(), args, in_batch):
         nbi = sum(flags)
@@ -222,13 +228,21 @@ def _ffi_call(*args, kernel, launch_shape, accum_rows, batch_shape, in_batch, nu
                  for a in _out_avals(k, launch_shape, accum_rows, batch_shape)]
     if not out_types:
         return []
-    call = jax.ffi.ffi_call(compiled.target_name, out_types, has_side_effect=False)
     # JAX without x64 has no int64 arrays: ship the int64 words as int32 pairs
     # (little-endian), which the handler reads back as int64.
-    return call(jnp.asarray(info.view(np.int32)), *padded)
+    info32 = jnp.asarray(info.view(np.int32))
+    if platform == "cuda":
+        # Same buffers; the host side of the GPU handler reads the launch
+        # info from an attribute (it cannot read device memory).
+        return cuda.ffi_call(compiled, out_types, info, info32, *padded)
+    call = jax.ffi.ffi_call(compiled.target_name, out_types, has_side_effect=False)
+    return call(info32, *padded)
 
 
 mlir.register_lowering(kernel_call_p, mlir.lower_fun(_ffi_call, multiple_results=True), platform="cpu")
+# On a GPU backend the same primitive launches the PTX kernel on XLA's stream.
+mlir.register_lowering(kernel_call_p, mlir.lower_fun(functools.partial(_ffi_call, platform="cuda"),
+                                                     multiple_results=True), platform="cuda")
 
 
 def _batch(args, dims, *, kernel, launch_shape, accum_rows, batch_shape, in_batch, num_threads, simd_lanes):
