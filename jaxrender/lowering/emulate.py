@@ -39,7 +39,7 @@ from llvmlite import ir as ll
 
 from ..ir.kernel import Kernel
 from . import ptx
-from .codegen import ptr
+from .codegen import _ieee_float_mode, ptr
 from .cpu import CompileError, _new_target_machine, target_machine
 
 LAUNCH_SYMBOL = "jaxrender_emu_launch"
@@ -241,23 +241,25 @@ def emulated_libdevice() -> llvm.ModuleRef:
                                                         str(tm.target_data)))
 
 
-def _build_launcher(text: str, kernel: Kernel) -> str:
-    """Append ``void jaxrender_emu_launch(void** params)``: call the kernel
-    with ``*params[k]`` as argument k, like cuLaunchKernel does."""
+def _build_launcher(kernel: Kernel) -> str:
+    """A module with ``void jaxrender_emu_launch(void** params)``: call the
+    kernel with ``*params[k]`` as argument k, like cuLaunchKernel does."""
     m = ll.Module()
+    m.triple = llvm.get_process_triple()
     n = ptx.kernel_param_count(kernel)
     kfn = ll.Function(m, ll.FunctionType(ll.VoidType(), [ptr] * n), ptx.KERNEL_SYMBOL)
     fn = ll.Function(m, ll.FunctionType(ll.VoidType(), [ptr]), LAUNCH_SYMBOL)
     b = ll.IRBuilder(fn.append_basic_block("entry"))
+    # The GPU keeps denormals; XLA's threads flush them (MXCSR FTZ/DAZ).
+    restore = _ieee_float_mode(m, b)
     args = []
     for k in range(n):
         slot = b.load(b.gep(fn.args[0], [ll.Constant(ll.IntType(64), k)], source_etype=ptr), typ=ptr)
         args.append(b.load(slot, typ=ptr))
     b.call(kfn, args)
+    restore(b)
     b.ret_void()
-    body = str(m)
-    launcher = body[body.index(f'define void @"{LAUNCH_SYMBOL}"'):]
-    return text + "\n" + launcher
+    return str(m)
 
 
 @dataclass
@@ -269,11 +271,14 @@ class EmulatedKernel:
 
 def compile_emulated_kernel(kernel: Kernel, nb: int = 0) -> EmulatedKernel:
     """The GPU kernel compiled for the host (see the module docstring)."""
-    text = _build_launcher(ptx.generate_llvm_ir(kernel, nb, emulate=True), kernel)
+    text = ptx.generate_llvm_ir(kernel, nb, emulate=True)
     tm = target_machine()
     try:
         mod = llvm.parse_assembly(text)
         mod.data_layout = str(tm.target_data)
+        launcher = llvm.parse_assembly(_build_launcher(kernel))
+        launcher.data_layout = mod.data_layout
+        mod.link_in(launcher)
         if ptx.libdevice_functions(text):
             ptx.link_libdevice(mod, emulated_libdevice())
             for f in mod.functions:

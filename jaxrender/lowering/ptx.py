@@ -37,7 +37,12 @@ from .codegen import ItemCodegen, f32, i1, i32, i64, ptr
 
 KERNEL_SYMBOL = "jaxrender_kernel"
 TRIPLE = "nvptx64-nvidia-cuda"
-BLOCK_SIZE = 128            # threads per block (also the kernel's .maxntid)
+# Threads per block. The kernel carries no .maxntid / .minnctapersm: with
+# .maxntid 128 ptxas aims at three blocks per SM and spills the forward
+# kernel (168 registers, 92 bytes of spill stores); without, it takes the
+# registers it needs (at most 255; 128 x 255 fit any sm_80+ SM) and
+# spills nothing but the prb adjoint's 8 bytes (tests/test_gpu_ptx.py).
+BLOCK_SIZE = 128
 MIN_SM = 80
 # Targets LLVM's NVPTX backend knows (checked in the tests): a device of
 # compute capability c gets the highest one <= c; PTX runs on later GPUs.
@@ -291,14 +296,7 @@ def generate_llvm_ir(kernel: Kernel, nb: int, emulate: bool = False) -> str:
     build_kernel(m, kernel, layout, emulate)
     if not emulate:
         _add_module_flags(m)
-    text = str(m)
-    if not emulate:
-        # llvmlite's IR builder knows no string attributes: add .maxntid to
-        # the kernel's definition line.
-        head, sep, rest = text.partition(f'define ptx_kernel void @"{KERNEL_SYMBOL}"(')
-        params, close, tail = rest.partition(")")
-        text = head + sep + params + close + f' "nvvm.maxntid"="{BLOCK_SIZE}"' + tail
-    return text
+    return str(m)
 
 
 def libdevice_functions(text: str) -> list[str]:
@@ -350,11 +348,12 @@ def compile_ptx(kernel: Kernel, nb: int, sm: int) -> str:
     from .toolkit import libdevice_bytes
     text = generate_llvm_ir(kernel, nb)
     tm = target_machine(sm)
+    ctx = llvm.create_context()  # a private LLVM context: compiles may run in parallel threads
     try:
-        mod = llvm.parse_assembly(text)
+        mod = llvm.parse_assembly(text, context=ctx)
         mod.data_layout = str(tm.target_data)
         if libdevice_functions(text):
-            link_libdevice(mod, llvm.parse_bitcode(libdevice_bytes()))
+            link_libdevice(mod, llvm.parse_bitcode(libdevice_bytes(), context=ctx))
         mod.verify()
     except RuntimeError as exc:
         raise CompileError(f"jaxrender generated invalid GPU LLVM IR: {exc}") from exc
