@@ -321,12 +321,14 @@ class Call:
 class MockDriver:
     """ctypes callbacks with the driver functions' C signatures. Launches
     run emulated kernels; ``fail[name] = code`` makes a call return that
-    CUresult; ``calls`` records every call in order."""
+    CUresult; ``context`` is the CUcontext of every stream; ``calls``
+    records every call in order."""
 
     def __init__(self):
         self.calls: list[Call] = []
         self.fail: dict[str, int] = {}
         self.kernels: list[EmulatedKernel] = []
+        self.context = CU_CTX       # what cuStreamGetCtx answers
         self._lock = threading.Lock()
         C = ctypes
         self._fns = {
@@ -354,7 +356,7 @@ class MockDriver:
     def _stream_get_ctx(self, stream, pctx):
         rc = self._record("cuStreamGetCtx", stream)
         if rc == 0:
-            ctypes.c_void_p.from_address(pctx).value = CU_CTX
+            ctypes.c_void_p.from_address(pctx).value = self.context
         return rc
 
     def _memset(self, dptr, value, n, stream):

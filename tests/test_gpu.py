@@ -1,0 +1,149 @@
+"""The GPU backend on a real NVIDIA GPU: results against numpy and the CPU
+backend (same checks as test_gpu_emulation.py, with NaN payloads compared
+as values), the megakernels' images and gradients within noise of the CPU
+backend, checks raising Python errors, jit / vmap, and timings.
+
+Skipped unless JAX has a CUDA backend (``pip install 'jax[cuda12]'`` or
+``'jax[cuda13]'`` and ``'jaxrender[gpu]'`` on a machine with an NVIDIA GPU
+of compute capability 8.0 or newer). Run them with ``pytest -m gpu -s``.
+"""
+from __future__ import annotations
+
+import importlib.util
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrender
+from jaxrender import ir
+from jaxrender.lowering import cuda
+from jaxrender.primitives import launch
+
+
+def _gpu():
+    try:
+        return jax.devices("gpu")[0]
+    except RuntimeError:
+        return None
+
+
+GPU = _gpu()
+_why = None
+if GPU is None:
+    _why = "no GPU: JAX has no CUDA backend here (needs jax[cuda12|cuda13] and an NVIDIA GPU)"
+elif importlib.util.find_spec("cuda") is None:
+    _why = "cuda-python is not installed: pip install 'jaxrender[gpu]'"
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_why is not None, reason=_why or "")]
+
+if _why is None:
+    import gpu_checks
+
+
+def gpu():
+    return jax.default_device(GPU)
+
+
+def cpu():
+    return jax.default_device(jax.devices("cpu")[0])
+
+
+def test_default_backend_renders_on_the_gpu_without_code_changes():
+    scene = jaxrender.load_dict(jaxrender.cornell_box())
+    before = cuda.stats["compiled"] + cuda.stats["memory_hits"]
+    img = jaxrender.render(scene, spp=4)          # no device argument anywhere
+    assert GPU in img.devices()
+    assert cuda.stats["compiled"] + cuda.stats["memory_hits"] > before
+    assert np.isfinite(np.asarray(img)).all()
+
+
+def test_exact_ops_match_numpy():
+    fails = gpu_checks.exact_op_failures(gpu, nan_bits=False)
+    assert not [f for f in fails if f], "\n".join(f for f in fails if f)
+
+
+def test_transcendentals_within_stated_ulp_bounds(capsys):
+    fails, worst = gpu_checks.transcendental_failures(gpu, cpu)
+    with capsys.disabled():
+        print(f"\n  {GPU.device_kind} math, worst ulp (vs correctly rounded, vs CPU backend): "
+              + ", ".join(f"{op} {a}/{b}" for op, (a, b) in sorted(worst.items())), end="")
+    assert not [f for f in fails if f], "\n".join(f for f in fails if f)
+
+
+def test_transcendental_special_values():
+    assert gpu_checks.special_value_failures(gpu) == []
+
+
+def test_control_flow_dispatch_and_scatter_match_the_cpu():
+    assert gpu_checks.kitchen_sink_failures(gpu, cpu) == []
+
+
+def test_image_matches_the_cpu_within_noise(capsys):
+    r, t = gpu_checks.render_comparison(gpu, cpu, size=64, spp=16)
+    with capsys.disabled():
+        print(f"\n  image 64x64x16spp: GPU vs CPU mean |diff| {r['diff']:.3g} (noise {r['noise']:.3g}), "
+              f"{r['identical']:.1%} pixels identical, GPU render {t['render'] * 1e3:.1f} ms", end="")
+    assert r["finite"]
+    assert r["diff"] < 0.02 * r["noise"], r
+    assert abs(r["mean_gpu"] - r["mean_cpu"]) < 0.01 * r["noise"], r
+
+
+def test_gradients_match_the_cpu_within_noise(capsys):
+    rows = gpu_checks.gradient_comparison(gpu, cpu)
+    with capsys.disabled():
+        print("\n  gradients GPU vs CPU: " + str(rows), end="")
+    for k, row in rows.items():
+        if k == "jvp":
+            assert row["diff"] <= 1e-2 * row["scale"], rows
+        else:
+            assert row["diff"] <= 0.05 * row["spread"] + 1e-5 * row["scale"], rows
+
+
+def test_failed_check_is_a_python_error():
+    def body(x):
+        v = x[ir.item_index()]
+        ir.check(v < 100.0, "x must be below 100")
+        return v * 3.0
+    k = ir.trace(body, {"x": ir.In("f32")}, {"y": ir.Out("f32")}, name="gpu_checked")
+    with gpu():
+        np.testing.assert_array_equal(np.asarray(launch(k, (3,), x=np.float32([1, 2, 3]))["y"]), [3, 6, 9])
+        with pytest.raises(Exception, match="check failed: x must be below 100"):
+            np.asarray(launch(k, (3,), x=np.float32([1, 200, 3]))["y"])
+
+
+def test_vmap_over_cameras_and_jit():
+    scene = jaxrender.load_dict(gpu_checks.cbox(16))
+    cam = "sensor.to_world"
+    m = jnp.asarray(scene.params[cam])
+    ms = jnp.stack([m, m.at[0, 3].add(0.1)])
+    f = jax.jit(jax.vmap(lambda mm: jaxrender.render(scene, {cam: mm}, spp=2, seed=3)))
+    with gpu():
+        g = np.asarray(f(ms))
+    with cpu():
+        c = np.asarray(f(ms))
+    assert g.shape == (2, 16, 16, 3)
+    assert np.abs(g - c).mean() < 1e-3 * np.abs(c).mean()
+
+
+def test_timings(capsys):
+    """Cornell box 256x256: primal at 64 spp, gradient (PRB) at 16 spp."""
+    scene = jaxrender.load_dict(jaxrender.cornell_box())
+    key = "red.reflectance.value"
+    x0 = jnp.asarray(scene.params[key])
+    grad = jax.jit(jax.grad(lambda x: jnp.sum(jaxrender.render(scene, {key: x}, spp=16, seed=1) ** 2)))
+    lines = []
+    for name, ctx in (("gpu", gpu), ("cpu", cpu)):
+        with ctx():
+            jaxrender.render(scene, spp=64, seed=0).block_until_ready()
+            t = time.perf_counter()
+            jaxrender.render(scene, spp=64, seed=1).block_until_ready()
+            t_primal = time.perf_counter() - t
+            grad(x0).block_until_ready()
+            t = time.perf_counter()
+            grad(x0).block_until_ready()
+            t_grad = time.perf_counter() - t
+        lines.append(f"{name}: primal 64 spp {t_primal * 1e3:.1f} ms, grad 16 spp {t_grad * 1e3:.1f} ms")
+    with capsys.disabled():
+        print(f"\n  timings on {GPU.device_kind}: " + "; ".join(lines), end="")
