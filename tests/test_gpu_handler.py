@@ -443,3 +443,18 @@ def test_wrong_launch_info_attribute_or_buffer_size_is_rejected():
     with pytest.raises(Exception, match="input 'x' has a different number of elements"):
         np.asarray(call(info32, jnp.arange(5, dtype=jnp.float32), info=info)[0])
     np.testing.assert_array_equal(np.asarray(call(info32, jnp.asarray(x), info=info)[0]), 2 * x)
+
+
+def test_ptx_is_cached_on_disk_with_the_cpu_objects(tmp_path, monkeypatch):
+    monkeypatch.setenv("JAXRENDER_CACHE_DIR", str(tmp_path))
+    k = ir.trace(lambda x: x[ir.item_index()] - 1.0, {"x": ir.In("f32")}, {"y": ir.Out("f32")},
+                 name="cache_probe_gpu")
+    before = dict(ptx.stats)
+    key, text = ptx.ptx_for(k, 0, 80)
+    assert ptx.stats["compiled"] == before["compiled"] + 1
+    assert ptx.ptx_for(k, 0, 80) == (key, text)
+    assert ptx.stats["disk_hits"] == before["disk_hits"] + 1
+    assert (tmp_path / key[:2] / f"{key}.ptx").is_file()
+    assert len({key, ptx.ptx_key(k, 0, 90), ptx.ptx_key(k, 1, 80)}) == 3
+    cuda.handler_object(k, 0)
+    assert (tmp_path / cuda.handler_key(k, 0)[:2] / f"{cuda.handler_key(k, 0)}.o").is_file()

@@ -76,7 +76,8 @@ class DriverRuntime:
             devs = jax.local_devices(backend="gpu")
         except RuntimeError:
             devs = []
-        ords = sorted({int(getattr(d, "local_hardware_id", None) or d.id) for d in devs})
+        ords = sorted({int(d.id if getattr(d, "local_hardware_id", None) is None else d.local_hardware_id)
+                       for d in devs})
         if not ords:
             n = self._check(self.cu.cuDeviceGetCount(), "cuDeviceGetCount")
             ords = list(range(int(n)))
@@ -232,12 +233,12 @@ def compile_kernel(kernel: Kernel, nb: int = 0, runtime_: object | None = None) 
         devices = rt.devices()
         caps = [rt.compute_capability(d) for d in devices]
         sm = min(ptx.pick_sm(*c) for c in caps)
-        key, text = ptx.ptx_for(kernel, nb, sm)
-        mkey = f"{key}|{id(rt)}"
+        mkey = f"{ptx.ptx_key(kernel, nb, sm)}|{id(rt)}"
         hit = _compiled.get(mkey)
         if hit is not None:
             stats["memory_hits"] += 1
             return hit
+        key, text = ptx.ptx_for(kernel, nb, sm)
         handler = load_handler(handler_object(kernel, nb, getattr(rt, "xla_stream", True)))
         handler.set_driver(rt.driver_addresses())
         image = text.encode() + b"\0"

@@ -24,6 +24,7 @@ each transcendental (tests/test_gpu_emulation.py measures them).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import llvmlite
@@ -367,12 +368,24 @@ def ptx_key(kernel: Kernel, nb: int, sm: int) -> str:
     """Cache key of the PTX: kernel graph, batch dims, target, the code
     generators' source, libdevice's bytes, llvmlite and LLVM versions."""
     from .cpu import codegen_digest
-    from .toolkit import libdevice_path
-    ld = libdevice_path()
-    ld_digest = hashlib.sha256(ld.read_bytes()).hexdigest() if ld is not None else "none"
     parts = [TRIPLE, f"sm_{sm}", llvmlite.__version__, ".".join(map(str, llvm.llvm_version_info)),
-             GPU_CODEGEN_VERSION, codegen_digest(), ld_digest, f"nb={nb}", kernel.text]
+             GPU_CODEGEN_VERSION, codegen_digest(), _libdevice_digest(), f"nb={nb}", kernel.text]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _libdevice_digest() -> str:
+    from .toolkit import libdevice_path
+    p = libdevice_path()
+    if p is None:
+        return "none"
+    st = p.stat()
+    return _digest_file(str(p), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _digest_file(path: str, mtime_ns: int, size: int) -> str:
+    from pathlib import Path
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 stats = {"compiled": 0, "disk_hits": 0}
