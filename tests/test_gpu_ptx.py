@@ -206,3 +206,10 @@ def test_megakernels_assemble_for_sm80_and_sm90(name, capsys):
         assert r.spill_stores <= 32 and r.spill_loads <= 32, r.log
         if name == "path":
             assert r.spill_stores == 0 and r.spill_loads == 0, r.log
+
+
+def test_emulator_knows_which_functions_it_approximates():
+    from jaxrender.lowering import emulate
+    c_name = {"erf": "erff", "tan": "tanf", "atan": "atanf", "pow": "powf", "asin": "asinf", "acos": "acosf"}
+    want = {ptx.LIBDEVICE[c_name[op]][0]: ins for op, ins in APPROX.items()}
+    assert {f: {i} for f, i in emulate.APPROXIMATE_FUNCTIONS.items()} == want

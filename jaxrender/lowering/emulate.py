@@ -8,11 +8,15 @@ Two pieces:
   of ``nvptx64``. libdevice's NVVM intrinsics become small host functions
   with the PTX instructions' semantics (``fma.rn.f32`` -> ``llvm.fma.f32``,
   ``cvt.rni.s32.f32`` -> round-half-even then saturate, ...), and
-  ``__nvvm_reflect`` folds as on the GPU (FTZ 0). For functions built from
-  IEEE operations only — all the ones the GPU lowering uses except ``erf``
-  — the host computes the bits the GPU computes. ``erf`` uses the
-  hardware's approximate ``ex2.approx.ftz.f32``, emulated with a correctly
-  rounded exp2 (:data:`APPROXIMATE`).
+  ``__nvvm_reflect`` folds as on the GPU (FTZ 0). For the functions built
+  from IEEE operations and exact integer arithmetic only (sin, cos, log,
+  log2, exp, exp2, atan2 as the GPU lowering calls them) the host computes
+  the bits the GPU computes. The others use approximate hardware
+  instructions (:data:`APPROXIMATE_FUNCTIONS`), emulated with correctly
+  rounded values: erf's ``ex2.approx.ftz.f32`` reaches the result (NVIDIA
+  documents erff at 2 ulp); tan, atan, pow, asin and acos (in double) use
+  ``rcp`` / ``rsqrt.approx.ftz.f64`` only as seeds of Newton steps, so the
+  float results differ from the GPU's at most in rare near-ties.
 * :class:`EmulatedRuntime` stands in for the CUDA driver in
   :func:`.cuda.compile_kernel`: the generated CUDA handler (built with
   ``xla_stream=False``) is registered with XLA:CPU, and its driver table
@@ -91,10 +95,13 @@ _SHIMS = {
 }
 APPROXIMATE = frozenset({"ex2.approx.ftz.f32", "ex2.approx.f32", "rsqrt.approx.ftz.f", "div.approx.f",
                          "rcp.approx.ftz.d"})
-# libdevice functions of the GPU lowering whose emulation is approximate
-# (tests/test_gpu_ptx.py checks that no other one leaves an .approx
-# instruction in the PTX).
-APPROXIMATE_FUNCTIONS = {"__nv_erff": "ex2.approx.ftz.f32"}
+# libdevice functions of the GPU lowering whose emulation is approximate,
+# with the instruction (tests/test_gpu_ptx.py checks that these are the only
+# .approx instructions in the PTX).
+APPROXIMATE_FUNCTIONS = {"__nv_erff": "ex2.approx.ftz.f32",
+                         "__nv_tan": "rcp.approx.ftz.f64", "__nv_atan": "rcp.approx.ftz.f64",
+                         "__nv_pow": "rcp.approx.ftz.f64", "__nv_asin": "rsqrt.approx.ftz.f64",
+                         "__nv_acos": "rsqrt.approx.ftz.f64"}
 
 # libdevice's inline PTX, recognised by a fragment of the asm string ->
 # (shim name, return type, parameter types, body). The integer ones are
