@@ -88,5 +88,5 @@ def render(scene, params: Mapping[str, Any] | None = None, *, spp: int | None = 
                   hide_emitters=np.int32(bool(integ.get("hide_emitters", False))), seed=seed,
                   seed_grad=seed_grad, spp_grad=np.uint32(spp_grad))
     why = (("camera", _CAMERA_WHY.format(key=scene.camera_key)), ("tris", _GEOMETRY_WHY))
-    config = RenderConfig((cam.height * cam.width,), method, why)
+    config = RenderConfig((cam.height * cam.width,), method, why, scene.structure)
     return render_image(config, inputs).reshape(cam.height, cam.width, 3)
