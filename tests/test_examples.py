@@ -28,3 +28,14 @@ def test_ambient_occlusion_matches_numpy_reference():
     # that rounds onto another surface.
     assert np.mean(got != ref) < 0.01
     assert np.abs(got - ref).mean() < 1e-3
+
+
+def test_material_and_light_example_runs_and_moves_towards_the_truth(tmp_path):
+    import material_and_light
+    r = material_and_light.run(steps=4, res=12, spp=2, target_spp=16, out=tmp_path, progress=False)
+    for name in ("target.png", "initial.png", "final.png", "convergence.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    # Started at roughness 0.5 and a light at (0.5, 0.6, 0.9) x the truth.
+    assert r["true_alpha"] < r["alpha"] < 0.5
+    assert np.all(np.isfinite(r["light"]))
+    assert np.linalg.norm(r["light"] - r["true_light"]) < np.linalg.norm(r["true_light"] * (1 - np.array([0.5, 0.6, 0.9])))

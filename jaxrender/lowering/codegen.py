@@ -716,12 +716,36 @@ class PacketCodegen(ItemCodegen):
         et = f32 if n.args[1].type == F32 else i32
         off = b.add(b.add(b.mul(r, self.ci64(width)), self.ci64(comp)), self.acc_off[acc])
         ptrs = self.lane_ptrs(self.acc_data[acc], off, et)
-        # Atomics are per address: one per active lane.
+        rmw = "fadd" if et == f32 else "add"
         with b.if_then(self.any(ok), likely=True):
-            for lane in range(self.lanes):
-                with b.if_then(b.extract_element(ok, i32(lane))):
-                    b.atomic_rmw("fadd" if et == f32 else "add", b.extract_element(ptrs, i32(lane)),
-                                 b.extract_element(value, i32(lane)), "monotonic")
+            # Adjoint kernels scatter into parameter rows that neighbouring
+            # pixels share (one material): when every active lane targets
+            # the same address, sum the lanes and do one atomic, not 16
+            # contended ones.
+            bits = b.bitcast(ok, ll.IntType(self.lanes))
+            it = ll.IntType(self.lanes)
+            cttz = self.decl(f"llvm.cttz.i{self.lanes}", it, [it, i1])
+            first = b.zext(b.call(cttz, [bits, ll.Constant(i1, 1)]), i32) if self.lanes < 32 else \
+                b.trunc(b.call(cttz, [bits, ll.Constant(i1, 1)]), i32)
+            ref = b.extract_element(off, first)
+            same = b.or_(b.icmp_signed("==", off, self.splat(ref)), b.not_(ok))
+            uniform = b.call(self.decl(f"llvm.vector.reduce.and.v{self.lanes}i1", i1, [self.T(BOOL)]), [same])
+            with b.if_else(uniform, likely=True) as (then, otherwise):
+                with then:
+                    zero = self.broadcast(ll.Constant(et, 0.0 if et == f32 else 0))
+                    vals = b.select(ok, value, zero)
+                    if et == f32:
+                        red = b.call(self.decl(f"llvm.vector.reduce.fadd.v{self.lanes}f32", f32,
+                                               [f32, self.T(F32)]), [ll.Constant(f32, -0.0), vals])
+                    else:
+                        red = b.call(self.decl(f"llvm.vector.reduce.add.v{self.lanes}i32", i32,
+                                               [self.T(I32)]), [vals])
+                    b.atomic_rmw(rmw, b.extract_element(ptrs, first), red, "monotonic")
+                with otherwise:
+                    for lane in range(self.lanes):
+                        with b.if_then(b.extract_element(ok, i32(lane))):
+                            b.atomic_rmw(rmw, b.extract_element(ptrs, i32(lane)),
+                                         b.extract_element(value, i32(lane)), "monotonic")
 
     def lower_check(self, n: Node, ok):
         b = self.b

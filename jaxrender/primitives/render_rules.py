@@ -190,7 +190,9 @@ ad.primitive_transposes[render_jvp_p] = _jvp_transpose
 def nondifferentiable(x: Any, reason: str) -> Any:
     """``x`` unchanged, but asking for a derivative through it raises
     :class:`NotDifferentiableError` with ``reason`` (never a silent zero)."""
-    return _guard(reason, x)
+    # A numpy array captured under jit must become a jax array before it
+    # enters the custom_jvp call (JAX asserts canonical constants there).
+    return _guard(reason, jnp.asarray(x))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
