@@ -116,7 +116,7 @@ class Scene:
     light_cdf: np.ndarray                  # area CDF within each emitter's group
     emitter_meta: np.ndarray               # (E, 4) type, first light triangle, count, texture (envmap)
     emitter_geom: np.ndarray               # (E, 4) position / direction, area
-    env_emitter: int                       # index of the constant emitter, -1 if none
+    env_emitter: int                       # index of the constant or envmap emitter, -1 if none
     camera_key: str = "sensor.to_world"
     params: dict = field(default_factory=dict)   # traverse-style key -> numpy array
     bsdfs: list = field(default_factory=list)    # (type index, [(param key, width)], twosided)
