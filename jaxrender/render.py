@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .kernels import path
+from .primitives.bsdf_tables import bsdf_table
 from .primitives.render_rules import RenderConfig, nondifferentiable, render_image
 from .scene.errors import SceneError
 
@@ -37,6 +38,14 @@ def _decorrelated(seed):
     # An affine bijection of uint32 with no fixed point (odd multiplier,
     # odd increment): seed_grad differs from seed for every seed.
     return (jnp.asarray(seed, jnp.uint32) * jnp.uint32(2654435761) + jnp.uint32(0x632BE5AB)).astype(jnp.uint32)
+
+
+def kernel_inputs(scene, params: Mapping[str, Any] | None = None) -> dict:
+    """The scene's buffers (``Scene.kernel_inputs``) plus the BSDF tables
+    computed from them."""
+    inputs = scene.kernel_inputs(params)
+    inputs["bsdf_table"] = bsdf_table(inputs["bsdf_type"], inputs["bsdf_data"])
+    return inputs
 
 
 def render(scene, params: Mapping[str, Any] | None = None, *, spp: int | None = None, seed: Any = 0,
@@ -82,7 +91,7 @@ def render(scene, params: Mapping[str, Any] | None = None, *, spp: int | None = 
     if params:
         nondiff = scene.nondifferentiable
         params = {k: nondifferentiable(v, nondiff[k]) if k in nondiff else v for k, v in params.items()}
-    inputs = scene.kernel_inputs(params)
+    inputs = kernel_inputs(scene, params)
     inputs.update(width=np.uint32(cam.width), height=np.uint32(cam.height), spp=np.uint32(spp),
                   max_depth=np.int32(max_depth), rr_depth=np.int32(rr_depth),
                   hide_emitters=np.int32(bool(integ.get("hide_emitters", False))), seed=seed,

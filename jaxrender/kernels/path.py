@@ -36,6 +36,7 @@ from .. import ir
 from ..ir import Vec
 from . import geometry
 from .bsdfs import registry as bsdf_registry
+from .bsdfs.roughplastic import TABLE_STRIDE
 from .geometry import SceneGeometry, closest_hit, occluded
 from .sampling import (INV_FOUR_PI, Frame, square_to_uniform_sphere,
                        square_to_uniform_triangle)
@@ -67,6 +68,7 @@ INPUTS = {
     "rr_depth": ir.Scalar("i32"),
     "hide_emitters": ir.Scalar("i32"),
     "seed": ir.Scalar("u32"),
+    "bsdf_table": ir.In("f32"),               # per-BSDF tables, TABLE_STRIDE floats a BSDF (primitives/bsdf_tables.py)
 }
 OUTPUTS = {"image": ir.Out("f32", (3,))}
 
@@ -152,10 +154,27 @@ def _continuation_weight(t, params, wi: Vec, wo: Vec, pdf, weight: Vec, delta, d
     return ir.select(delta, weight * ratio, smooth)
 
 
-def _bsdf_query(kind, row, wi: Vec, wo_light: Vec, u1, u2: Vec, diff: bool):
+class _TableRow:
+    """Reader of one BSDF's precomputed table in the ``bsdf_table`` buffer."""
+
+    def __init__(self, buf, bsdf):
+        self.buf = buf
+        self.base = ir.cast(bsdf, "u32") * ir.UInt(TABLE_STRIDE)
+
+    def read(self, i):
+        return self.buf.read(self.base + (i if isinstance(i, ir.Var) else ir.UInt(i)))
+
+
+def make_params(t, row, table):
+    """The params object of BSDF type ``t`` from its row (and table)."""
+    return t.make(row, table) if t.table is not None else t.make(row)
+
+
+def _bsdf_query(kind, row, wi: Vec, wo_light: Vec, u1, u2: Vec, diff: bool, table=None):
     """Dispatch over the BSDF types: (value and pdf towards the light sample,
     then a sampled direction with its pdf, weight and delta flag). A twosided
-    BSDF is evaluated as if seen from its front."""
+    BSDF is evaluated as if seen from its front. ``table``: the BSDF's
+    :class:`_TableRow`."""
     flip = (row[bsdf_registry.TWOSIDED_SLOT] > 0.5) & (wi.z < 0.0)
     sz = ir.select(flip, -1.0, 1.0)
     wi_f = Vec(wi.x, wi.y, wi.z * sz)
@@ -163,7 +182,7 @@ def _bsdf_query(kind, row, wi: Vec, wo_light: Vec, u1, u2: Vec, diff: bool):
 
     def branch(t):
         def run():
-            params = t.make(row)
+            params = make_params(t, row, table)
             f = t.call("eval", params, wi_f, wl_f)
             pdf = t.call("pdf", params, wi_f, wl_f)
             wo, pdf_s, weight, delta = t.call("sample", params, wi_f, u1, u2)
@@ -334,7 +353,8 @@ def _shade(c: _Ctx, h: _Hit, es: _EmitterSample, r2, depth, prev_pdf, prev_delta
     row = [b["bsdf_data"].read(h.attr_bsdf, k) for k in range(bsdf_registry.ROW)]
     wl = h.frame.to_local(es.w)
     f_l, bsdf_pdf_l, wo, bsdf_pdf, weight, bsdf_delta = _bsdf_query(
-        b["bsdf_type"][h.attr_bsdf], row, h.wi, wl, r2[3], Vec(r2[0], r2[1]), c.diff)
+        b["bsdf_type"][h.attr_bsdf], row, h.wi, wl, r2[3], Vec(r2[0], r2[1]), c.diff,
+        _TableRow(b["bsdf_table"], h.attr_bsdf))
     em = _vec3(rad, es.sel) * es.factor
     pdf_light = c.pdf_select * es.pdf_dir
     w_em = ir.select(es.delta, 1.0 / c.pdf_select, _mis(pdf_light, dt(bsdf_pdf_l)) / pdf_light)

@@ -116,7 +116,7 @@ class Scene:
     env_emitter: int                       # index of the constant emitter, -1 if none
     camera_key: str = "sensor.to_world"
     params: dict = field(default_factory=dict)   # traverse-style key -> numpy array
-    bsdfs: list = field(default_factory=list)    # (type index, [(param key, width)], twosided)
+    bsdfs: list = field(default_factory=list)    # (type index, [(param key | constant, width)], twosided)
     emitter_keys: list = field(default_factory=list)
     # Parameters the renderer cannot differentiate (key -> why); asking for
     # their derivative raises instead of returning a wrong number.
@@ -137,7 +137,9 @@ class Scene:
         import jax.numpy as jnp
         rows = []
         for _, fields, twosided in self.bsdfs:
-            parts = [jnp.asarray(p[k], jnp.float32).reshape(w) for k, w in fields]
+            # a field is a parameter key, or a constant (a flag such as nonlinear)
+            parts = [jnp.asarray(p[k] if isinstance(k, str) else np.full(w, k), jnp.float32).reshape(w)
+                     for k, w in fields]
             used = sum(w for _, w in fields)
             parts.append(jnp.zeros(bsdf_registry.ROW - 1 - used, jnp.float32))
             parts.append(jnp.full((1,), 1.0 if twosided else 0.0, jnp.float32))
@@ -178,6 +180,24 @@ def filter_tables(kind: str, n: int = 1025) -> dict:
     return {"filter_icdf": np.interp(np.linspace(0, 1, n), cdf, x).astype(np.float32),
             "filter_cdf": np.interp(np.linspace(-r, r, n), x, cdf).astype(np.float32),
             "filter_radius": np.float32(r)}
+
+
+def _check_roughplastic(spec: Mapping, where: str) -> None:
+    """What Mitsuba's roughplastic rejects, and what jaxrender does not do yet."""
+    if "alpha_u" in spec or "alpha_v" in spec:
+        raise SceneError(f"{where}: roughplastic does not support anisotropic roughness (alpha_u / alpha_v); "
+                         "use alpha")
+    if not spec.get("sample_visible", True):
+        raise SceneError(f"{where}.sample_visible: roughplastic without visible-normal sampling is not "
+                         "supported yet")
+    if "alpha" in spec and not isinstance(spec["alpha"], Mapping):
+        a = np.asarray(spec["alpha"], np.float64)
+        if a.size == 1 and not (np.isfinite(a) and 0.0 < float(a) <= 4.0):
+            raise SceneError(f"{where}.alpha: roughness must be in (0, 4], got {float(a)}")
+    eta = (_ior(spec.get("int_ior", "polypropylene"), f"{where}.int_ior")
+           / _ior(spec.get("ext_ior", "air"), f"{where}.ext_ior"))
+    if eta == 1.0:
+        raise SceneError(f"{where}: int_ior and ext_ior must differ")
 
 
 def _camera(sensor: Mapping, where: str) -> Camera:
@@ -274,10 +294,12 @@ def load_dict(d: Mapping) -> Scene:
             inner_key, inner = f"{key}.{nested[0][0]}", nested[0][1]
         twosided = spec.get("type") == "twosided"
         btype = inner.get("type")
-        if btype in ("roughconductor", "roughdielectric"):
+        if btype in ("roughconductor", "roughdielectric", "roughplastic"):
             btype = f"{btype}-{inner.get('distribution', 'beckmann')}"
         elif btype == "plastic" and inner.get("nonlinear", False):
             btype = "plastic-nonlinear"
+        if inner.get("type") == "roughplastic":
+            _check_roughplastic(inner, inner_key)
         if btype not in bsdf_registry.TYPE_INDEX:
             raise SceneError(f"{inner_key}: bsdf type {inner.get('type')!r} is not supported yet "
                              f"({', '.join(sorted({t.name.split('-')[0] for t in bsdf_registry.TYPES}))})")
@@ -296,7 +318,11 @@ def load_dict(d: Mapping) -> Scene:
                                         / _ior(inner.get("ext_ior", "air"), f"{inner_key}.ext_ior"))
                 fields.append((pkey, width))
                 continue
-            pkey = f"{inner_key}.{name}.value"
+            if isinstance(default, bool):  # a flag stored in the row, not a parameter
+                fields.append((float(bool(inner.get(name, default))), width))
+                continue
+            plain = name in bsdf_registry.TYPES[t].plain_keys
+            pkey = f"{inner_key}.{name}" if plain else f"{inner_key}.{name}.value"
             if pkey not in params:
                 value = inner.get(name, default)
                 params[pkey] = _rgb(value, pkey) if width == 3 else _scalar(value, pkey)

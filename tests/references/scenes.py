@@ -95,5 +95,21 @@ def cbox_glass(d):
     return d
 
 
+def cbox_roughplastics(d):
+    """roughplastic: both distributions, nonlinear, tinted specular, IOR below and above the default,
+    inside twosided."""
+    d = _base(d)
+    d["floor"]["bsdf"] = {"type": "roughplastic", "distribution": "ggx", "alpha": 0.25,
+                          "diffuse_reflectance": {"type": "rgb", "value": [0.3, 0.5, 0.7]}}
+    d["large-box"]["bsdf"] = {"type": "roughplastic", "int_ior": 1.7, "nonlinear": True,
+                              "diffuse_reflectance": {"type": "rgb", "value": [0.8, 0.3, 0.2]}}
+    d["small-box"]["bsdf"] = {"type": "twosided", "material": {
+        "type": "roughplastic", "distribution": "ggx", "alpha": 0.5, "int_ior": 1.33,
+        "specular_reflectance": {"type": "rgb", "value": [0.6, 0.8, 1.0]}}}
+    d["integrator"] = {"type": "path", "max_depth": 5}
+    return d
+
+
 VARIANTS = {f.__name__: f for f in (cbox_gaussian, cbox_box_direct, cbox_tent_depth3_hidden, cbox_rect_wide,
-                                    cbox_point_and_env, cbox_directional, cbox_metals, cbox_plastics, cbox_glass)}
+                                    cbox_point_and_env, cbox_directional, cbox_metals, cbox_plastics, cbox_glass,
+                                    cbox_roughplastics)}
