@@ -4,7 +4,7 @@ Unidirectional path tracing with next-event estimation and multiple
 importance sampling (power heuristic) and Russian roulette, following the
 structure of Mitsuba 3's ``path`` integrator so that images agree in
 expectation. Geometry is triangles; BSDFs come from ``bsdfs.registry`` and
-emitters (area, point, directional, constant) through one dispatch each.
+emitters (area, point, directional, constant, spot) through one dispatch each.
 
 Pixel reconstruction filters are importance sampled (the offset of each
 sample within the filter's support is drawn from the filter), so every sample
@@ -42,7 +42,7 @@ from .sampling import (INV_FOUR_PI, Frame, square_to_uniform_sphere,
                        square_to_uniform_triangle)
 
 # Emitter type ids (jaxrender.scene.scene defines the same).
-AREA, POINT, DIRECTIONAL, CONSTANT = 0, 1, 2, 3
+AREA, POINT, DIRECTIONAL, CONSTANT, SPOT = 0, 1, 2, 3, 4
 
 INPUTS = {
     "tris": ir.In("f32", (9,)),
@@ -69,6 +69,7 @@ INPUTS = {
     "hide_emitters": ir.Scalar("i32"),
     "seed": ir.Scalar("u32"),
     "bsdf_table": ir.In("f32"),               # per-BSDF tables, TABLE_STRIDE floats a BSDF (primitives/bsdf_tables.py)
+    "emitter_frame": ir.In("f32", (16,)),     # world-to-local 3x3 (row-major), per-type constants (spot)
 }
 OUTPUTS = {"image": ir.Out("f32", (3,))}
 
@@ -285,6 +286,18 @@ class _EmitterSample:
     delta: Any
 
 
+def spot_falloff(frame, sel, w: Vec):
+    """Mitsuba's spot falloff in world direction ``w`` (from the light):
+    1 within the beam width, then linear in angle down to 0 at the cutoff."""
+    local = Vec(*(ir.dot(Vec(frame.read(sel, 3 * k), frame.read(sel, 3 * k + 1), frame.read(sel, 3 * k + 2)), w)
+                  for k in range(3)))
+    cos_t = local.z * ir.rsqrt(ir.dot(local, local))
+    cos_cutoff, cos_beam = frame.read(sel, 9), frame.read(sel, 10)
+    cutoff, inv_width = frame.read(sel, 11), frame.read(sel, 12)
+    beam = ir.select(cos_t >= cos_beam, 1.0, (cutoff - ir.acos(ir.clamp(cos_t, -1.0, 1.0))) * inv_width)
+    return ir.select(cos_t > cos_cutoff, beam, 0.0)
+
+
 def _sample_emitter(c: _Ctx, h: _Hit, d: Vec, r) -> _EmitterSample:
     """Choose an emitter and a point/direction on it; no radiance is read here
     (that is the differentiable part, in _shade)."""
@@ -321,13 +334,30 @@ def _sample_emitter(c: _Ctx, h: _Hit, d: Vec, r) -> _EmitterSample:
     def directional_light():
         return -g, ir.Float(geometry.INF), ir.Float(1.0), ir.Float(0.0), ir.Bool(True)
 
+    def spot_light():
+        to_light = g - p_near
+        dist2 = ir.dot(to_light, to_light)
+        dist = ir.sqrt(dist2)
+        w = to_light / dist
+        return w, dist, spot_falloff(b["emitter_frame"], sel, -w) / dist2, ir.Float(0.0), ir.Bool(True)
+
     def environment():
         w = square_to_uniform_sphere(Vec(r[2], r[3]))
         return w, ir.Float(geometry.INF), ir.Float(1.0), ir.Float(INV_FOUR_PI), ir.Bool(False)
 
     w, dist, factor, pdf_dir, delta = ir.dispatch(
-        meta.read(sel, 0), [area_light, point_light, directional_light, environment])
+        meta.read(sel, 0), [area_light, point_light, directional_light, environment, spot_light])
     return _EmitterSample(sel, w, dist, factor, pdf_dir, delta)
+
+
+def emitter_pdf(c: _Ctx, h: _Hit):
+    """Solid-angle density with which :func:`_sample_emitter` (emitter
+    choice included) produces the direction of the ray that found ``h``: the
+    emitter it hit, or the environment if it left the scene. Meaningful
+    where that ray sees emitted radiance."""
+    area_e = c.b["emitter_geom"].read(h.attr_em, 3)
+    return ir.select(h.hit, c.pdf_select * h.t * h.t / (ir.maximum(h.cos_l, 1e-20) * area_e),
+                     c.pdf_select * INV_FOUR_PI)
 
 
 def _shade(c: _Ctx, h: _Hit, es: _EmitterSample, r2, depth, prev_pdf, prev_delta, show_emitters):
@@ -345,9 +375,7 @@ def _shade(c: _Ctx, h: _Hit, es: _EmitterSample, r2, depth, prev_pdf, prev_delta
     # A ray that leaves the scene sees the environment.
     le = ir.select(h.hit, le, _vec3(rad, env) * ir.select(env >= 0, 1.0, 0.0))
     # MIS weight of the BSDF strategy for this emitter hit.
-    area_e = b["emitter_geom"].read(h.attr_em, 3)
-    light_pdf = ir.select(h.hit, c.pdf_select * h.t * h.t / (ir.maximum(h.cos_l, 1e-20) * area_e),
-                          c.pdf_select * INV_FOUR_PI)
+    light_pdf = emitter_pdf(c, h)
     w_bsdf = ir.select(depth == 0, ir.select(show_emitters, 1.0, 0.0),
                        ir.select(prev_delta, 1.0, _mis(dt(prev_pdf), light_pdf)))
     row = [b["bsdf_data"].read(h.attr_bsdf, k) for k in range(bsdf_registry.ROW)]

@@ -6,8 +6,8 @@ uses (``red.reflectance.value``, ``light.emitter.radiance.value``, ...).
 Geometry is flattened to world-space triangles in BVH leaf order.
 
 Supported so far: shapes rectangle, cube, obj, ply; the BSDFs of
-``kernels.bsdfs.registry`` (also inside twosided); area, point, directional
-and constant emitters; perspective
+``kernels.bsdfs.registry`` (also inside twosided); area, point, spot,
+directional and constant emitters; perspective
 sensor; hdrfilm with box, tent and gaussian filters; independent sampler;
 path and direct integrators.
 Anything else raises :class:`SceneError` naming the plugin, never a wrong
@@ -28,7 +28,8 @@ from .shapes import cube_mesh, rectangle_mesh
 
 SUPPORTED_SHAPES = ("rectangle", "cube", "obj", "ply")
 # Emitter type ids shared with kernels/path.py.
-EMITTER_AREA, EMITTER_POINT, EMITTER_DIRECTIONAL, EMITTER_CONSTANT = 0, 1, 2, 3
+EMITTER_AREA, EMITTER_POINT, EMITTER_DIRECTIONAL, EMITTER_CONSTANT, EMITTER_SPOT = 0, 1, 2, 3, 4
+EMITTER_FRAME_WIDTH = 16   # floats per row of Scene.emitter_frame
 
 
 def _matrix(t: Any, where: str) -> np.ndarray:
@@ -66,7 +67,10 @@ def _ior(value: Any, where: str) -> float:
 def _scalar(value: Any, where: str) -> np.ndarray:
     if isinstance(value, Mapping):
         raise SceneError(f"{where}: textured values are not supported yet (use a float)")
-    arr = np.asarray(value, dtype=np.float64)
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise SceneError(f"{where}: expected a finite float, got {value!r}") from None
     if arr.size != 1 or not np.isfinite(arr).all():
         raise SceneError(f"{where}: expected a finite float, got {value!r}")
     return arr.reshape(())
@@ -121,6 +125,10 @@ class Scene:
     # Parameters the renderer cannot differentiate (key -> why); asking for
     # their derivative raises instead of returning a wrong number.
     nondifferentiable: dict = field(default_factory=dict)
+    # (E, EMITTER_FRAME_WIDTH) per emitter: world-to-local 3x3 (row-major),
+    # then per-type constants (spot: cos cutoff, cos beam width, cutoff in
+    # radians, 1 / transition width in radians).
+    emitter_frame: np.ndarray = field(default_factory=lambda: np.zeros((0, EMITTER_FRAME_WIDTH), np.float32))
 
     def kernel_inputs(self, params: Mapping[str, Any] | None = None) -> dict:
         """Buffers for the path kernel; ``params`` overrides scene.params values."""
@@ -155,6 +163,7 @@ class Scene:
                     bvh_links=self.bvh_links, bsdf_type=bsdf_type, bsdf_data=bsdf_data, emitter_radiance=rad,
                     light_tris=self.light_tris, light_cdf=self.light_cdf, emitter_meta=self.emitter_meta,
                     emitter_geom=self.emitter_geom, env_emitter=np.int32(self.env_emitter),
+                    emitter_frame=self.emitter_frame,
                     camera=camera[None, :],
                     **filter_tables(cam.rfilter))  # cached: shared, never mutated
 
@@ -180,6 +189,28 @@ def filter_tables(kind: str, n: int = 1025) -> dict:
     return {"filter_icdf": np.interp(np.linspace(0, 1, n), cdf, x).astype(np.float32),
             "filter_cdf": np.interp(np.linspace(-r, r, n), x, cdf).astype(np.float32),
             "filter_radius": np.float32(r)}
+
+
+def _spot_frame(spec: Mapping, m: np.ndarray, key: str) -> np.ndarray:
+    """emitter_frame row of a spot light (Mitsuba's ``spot``: it shines
+    along +z of ``to_world``; full intensity within ``beam_width`` degrees of
+    the axis, falling off linearly in angle to 0 at ``cutoff_angle``)."""
+    if "texture" in spec:
+        raise SceneError(f"{key}.texture: textured spot lights are not supported yet")
+    cutoff = float(_scalar(spec.get("cutoff_angle", 20.0), f"{key}.cutoff_angle"))
+    if not 0.0 < cutoff <= 180.0:
+        raise SceneError(f"{key}.cutoff_angle: must be in (0, 180] degrees, got {cutoff}")
+    beam = float(_scalar(spec.get("beam_width", cutoff * 0.75), f"{key}.beam_width"))
+    if not 0.0 <= beam <= cutoff:
+        raise SceneError(f"{key}.beam_width: must be in [0, cutoff_angle = {cutoff}] degrees, got {beam}")
+    lin = m[:3, :3]
+    if abs(np.linalg.det(lin)) < 1e-12:
+        raise SceneError(f"{key}.to_world: the transform is singular")
+    row = np.zeros(EMITTER_FRAME_WIDTH)
+    row[:9] = np.linalg.inv(lin).reshape(-1)
+    c, b = math.radians(cutoff), math.radians(beam)
+    row[9:13] = (math.cos(c), math.cos(b), c, 1.0 / (c - b) if c > b else 0.0)
+    return row
 
 
 def _check_roughplastic(spec: Mapping, where: str) -> None:
@@ -334,6 +365,7 @@ def load_dict(d: Mapping) -> Scene:
     tris, attrs = [], []
     emitter_keys: list[str] = []
     emitters: list[tuple[int, np.ndarray]] = []   # (type, geometry row)
+    frames: dict[int, np.ndarray] = {}              # emitter index -> emitter_frame row
     env = -1
     for key, spec in named.items():
         kind = spec["type"]
@@ -359,9 +391,12 @@ def load_dict(d: Mapping) -> Scene:
                 emitters.append((EMITTER_AREA, np.zeros(4)))
             tris.append(vw[f].reshape(-1, 9))
             attrs.append(np.tile([b, em], (len(f), 1)))
-        elif kind in ("point", "directional", "constant"):
+        elif kind in ("point", "directional", "constant", "spot"):
             m = _matrix(spec.get("to_world"), key)
-            if kind == "point":
+            if kind == "spot":
+                frames[len(emitter_keys)] = _spot_frame(spec, m, key)
+                geom, vkey, default = np.append(m[:3, 3], 0.0), "intensity", 1.0
+            elif kind == "point":
                 pos = m @ np.append(np.asarray(spec.get("position", [0.0, 0.0, 0.0]), np.float64), 1.0)
                 geom, vkey, default = np.append(pos[:3], 0.0), "intensity", 1.0
             elif kind == "directional":
@@ -379,7 +414,7 @@ def load_dict(d: Mapping) -> Scene:
             params[pkey] = _rgb(spec.get(vkey, default), pkey)
             emitter_keys.append(pkey)
             emitters.append(({"point": EMITTER_POINT, "directional": EMITTER_DIRECTIONAL,
-                              "constant": EMITTER_CONSTANT}[kind], geom))
+                              "constant": EMITTER_CONSTANT, "spot": EMITTER_SPOT}[kind], geom))
         elif kind in ("perspective", "path", "direct", "twosided") or kind in bsdf_registry.PLUGINS:
             continue  # sensor and integrator were read above; bsdfs when a shape uses them
         else:
@@ -416,6 +451,9 @@ def load_dict(d: Mapping) -> Scene:
         cdf.append(np.cumsum(area) / total)
     light_tris = np.concatenate(light).astype(np.int32) if light else np.zeros(0, np.int32)
     light_cdf = np.concatenate(cdf).astype(np.float32) if cdf else np.zeros(0, np.float32)
+    emitter_frame = np.zeros((len(emitters), EMITTER_FRAME_WIDTH), np.float32)
+    for e, row in frames.items():
+        emitter_frame[e] = row
     return Scene(camera, integrator, tri, attr, bvh.node_bounds.astype(np.float32),
                  bvh.node_links.astype(np.int32), light_tris, light_cdf, meta, geom, env, camera_key, params,
-                 bsdfs, emitter_keys, nondiff)
+                 bsdfs, emitter_keys, nondiff, emitter_frame)

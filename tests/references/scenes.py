@@ -110,6 +110,21 @@ def cbox_roughplastics(d):
     return d
 
 
+def cbox_spots(d):
+    """Two spot lights (default beam width; a wide linear transition), aimed with look_at, besides the
+    area light."""
+    d = _base(d)
+    T = type(d["sensor"]["to_world"])
+    d["spot"] = {"type": "spot", "cutoff_angle": 30.0,
+                 "to_world": T().look_at(origin=[-0.3, 0.9, 0.2], target=[0.2, -1.0, -0.1], up=[0, 0, 1]),
+                 "intensity": {"type": "rgb", "value": [8.0, 6.0, 4.0]}}
+    d["spot2"] = {"type": "spot", "cutoff_angle": 25.0, "beam_width": 5.0,
+                  "to_world": T().look_at(origin=[0.5, 0.0, 0.9], target=[-0.4, 0.2, -1.0], up=[0, 1, 0]),
+                  "intensity": {"type": "rgb", "value": [1.5, 4.0, 6.0]}}
+    d["integrator"] = {"type": "path", "max_depth": 4}
+    return d
+
+
 VARIANTS = {f.__name__: f for f in (cbox_gaussian, cbox_box_direct, cbox_tent_depth3_hidden, cbox_rect_wide,
                                     cbox_point_and_env, cbox_directional, cbox_metals, cbox_plastics, cbox_glass,
-                                    cbox_roughplastics)}
+                                    cbox_roughplastics, cbox_spots)}
