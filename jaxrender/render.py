@@ -7,8 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .kernels import path
+from .kernels import aov, path
 from .primitives.bsdf_tables import bsdf_table
+from .primitives.kernel_call import launch
 from .primitives.render_rules import RenderConfig, nondifferentiable, render_image
 from .scene.errors import SceneError
 
@@ -50,7 +51,9 @@ def kernel_inputs(scene, params: Mapping[str, Any] | None = None) -> dict:
 
 def render(scene, params: Mapping[str, Any] | None = None, *, spp: int | None = None, seed: Any = 0,
            seed_grad: Any = None, spp_grad: int | None = None, method: str = "prb") -> jax.Array:
-    """Render ``scene`` to a linear-RGB image of shape (height, width, 3).
+    """Render ``scene`` to a linear-RGB image of shape (height, width, 3), or,
+    for an ``aov`` integrator, to its AOV channels, (height, width, C) in the
+    order :func:`aov_names` lists them (as ``mitsuba.render`` does).
 
     ``params`` overrides values of ``scene.params`` (same keys as
     ``mitsuba.traverse``). The image is differentiable with respect to those
@@ -79,6 +82,8 @@ def render(scene, params: Mapping[str, Any] | None = None, *, spp: int | None = 
     if method not in path.ADJOINT_METHODS:
         raise SceneError(f"method must be one of {path.ADJOINT_METHODS}, got {method!r}")
     integ = scene.integrator
+    if integ["type"] == "aov":
+        return _render_aov(scene, params, spp, _seed(seed, "seed"))
     if integ["type"] == "direct":
         max_depth, rr_depth = 2, 1 << 30
     else:
@@ -99,3 +104,27 @@ def render(scene, params: Mapping[str, Any] | None = None, *, spp: int | None = 
     why = (("camera", _CAMERA_WHY.format(key=scene.camera_key)), ("tris", _GEOMETRY_WHY))
     config = RenderConfig((cam.height * cam.width,), method, why)
     return render_image(config, inputs).reshape(cam.height, cam.width, 3)
+
+
+_AOV_WHY = "the aov integrator is not differentiable"
+
+
+def aov_names(scene) -> list[str]:
+    """Channel names of an aov integrator's image (Mitsuba's, e.g. ``dd.T``)."""
+    if scene.integrator["type"] != "aov":
+        raise SceneError(f"the scene's integrator is {scene.integrator['type']!r}, not 'aov'")
+    return aov.channel_names(aov.parse_aovs(scene.integrator["aovs"]))
+
+
+def _render_aov(scene, params, spp: int, seed) -> jax.Array:
+    cam = scene.camera
+    spec = aov.parse_aovs(scene.integrator["aovs"])
+    if params:
+        params = {k: nondifferentiable(v, _AOV_WHY) for k, v in params.items()}
+    inputs = kernel_inputs(scene, params)
+    inputs.update(width=np.uint32(cam.width), height=np.uint32(cam.height), spp=np.uint32(spp),
+                  max_depth=np.int32(1), rr_depth=np.int32(1 << 30), hide_emitters=np.int32(0), seed=seed)
+    for k in ("camera", "bsdf_data"):
+        inputs[k] = nondifferentiable(inputs[k], _AOV_WHY)
+    img = launch(aov.trace_aov(tuple(t for _, t in spec)), (cam.height * cam.width,), **inputs)["image"]
+    return img.reshape(cam.height, cam.width, -1)

@@ -9,7 +9,7 @@ Supported so far: shapes rectangle, cube, obj, ply; the BSDFs of
 ``kernels.bsdfs.registry`` (also inside twosided); area, point, spot,
 directional and constant emitters; perspective
 sensor; hdrfilm with box, tent and gaussian filters; independent sampler;
-path and direct integrators.
+path, direct and aov integrators.
 Anything else raises :class:`SceneError` naming the plugin, never a wrong
 image.
 """
@@ -213,6 +213,18 @@ def _spot_frame(spec: Mapping, m: np.ndarray, key: str) -> np.ndarray:
     return row
 
 
+def _check_aov(integrator: Mapping) -> None:
+    from ..kernels.aov import AovSpecError, parse_aovs
+    nested = [k for k, v in integrator.items() if isinstance(v, Mapping) and "type" in v]
+    if nested:
+        raise SceneError(f"integrator.{nested[0]}: integrators nested in an aov integrator are not supported "
+                         "yet (render them separately)")
+    try:
+        parse_aovs(integrator.get("aovs", ""))
+    except AovSpecError as exc:
+        raise SceneError(f"integrator.aovs: {exc}") from None
+
+
 def _check_roughplastic(spec: Mapping, where: str) -> None:
     """What Mitsuba's roughplastic rejects, and what jaxrender does not do yet."""
     if "alpha_u" in spec or "alpha_v" in spec:
@@ -299,8 +311,10 @@ def load_dict(d: Mapping) -> Scene:
     camera_key = f"{sensors[0][0]}.to_world"
     integrators = [v for v in named.values() if v["type"] in ("path", "direct", "aov", "prb", "volpath")]
     integrator = dict(integrators[0]) if integrators else {"type": "path"}
-    if integrator["type"] not in ("path", "direct"):
-        raise SceneError(f"integrator {integrator['type']!r} is not supported yet (path, direct)")
+    if integrator["type"] not in ("path", "direct", "aov"):
+        raise SceneError(f"integrator {integrator['type']!r} is not supported yet (path, direct, aov)")
+    if integrator["type"] == "aov":
+        _check_aov(integrator)
 
     params: dict[str, np.ndarray] = {camera_key: camera.to_world.astype(np.float32)}
     bsdfs: list = []
@@ -415,7 +429,7 @@ def load_dict(d: Mapping) -> Scene:
             emitter_keys.append(pkey)
             emitters.append(({"point": EMITTER_POINT, "directional": EMITTER_DIRECTIONAL,
                               "constant": EMITTER_CONSTANT, "spot": EMITTER_SPOT}[kind], geom))
-        elif kind in ("perspective", "path", "direct", "twosided") or kind in bsdf_registry.PLUGINS:
+        elif kind in ("perspective", "path", "direct", "aov", "twosided") or kind in bsdf_registry.PLUGINS:
             continue  # sensor and integrator were read above; bsdfs when a shape uses them
         else:
             raise SceneError(f"{key!r}: plugin type {kind!r} is not supported yet")

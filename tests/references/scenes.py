@@ -128,3 +128,25 @@ def cbox_spots(d):
 VARIANTS = {f.__name__: f for f in (cbox_gaussian, cbox_box_direct, cbox_tent_depth3_hidden, cbox_rect_wide,
                                     cbox_point_and_env, cbox_directional, cbox_metals, cbox_plastics, cbox_glass,
                                     cbox_roughplastics, cbox_spots)}
+
+
+# AOV integrator references: (H, W, C) images, channels in the order of the
+# "aovs" string (compared by tests/test_aov.py; uv is not, see there).
+AOVS = "dd:depth,pp:position,uv:uv,nn:geo_normal,sh:sh_normal,al:albedo"
+
+
+def cbox_aovs(d):
+    """Every AOV type over BSDFs whose albedo comes from their diffuse reflectance (diffuse, plastic,
+    twosided roughplastic), from pi * eval (rough conductor) or is 0 (dielectric)."""
+    d = _base(d, 24)
+    d["sensor"]["film"]["rfilter"] = {"type": "tent"}
+    d["large-box"]["bsdf"] = {"type": "roughconductor", "distribution": "ggx", "alpha": 0.4}
+    d["small-box"]["bsdf"] = {"type": "plastic", "diffuse_reflectance": {"type": "rgb", "value": [0.2, 0.6, 0.3]}}
+    d["back"]["bsdf"] = {"type": "twosided", "material": {
+        "type": "roughplastic", "diffuse_reflectance": {"type": "rgb", "value": [0.7, 0.4, 0.1]}}}
+    d["floor"]["bsdf"] = {"type": "dielectric"}
+    d["integrator"] = {"type": "aov", "aovs": AOVS}
+    return d
+
+
+AOV_VARIANTS = {f.__name__: f for f in (cbox_aovs,)}
