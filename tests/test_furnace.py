@@ -182,3 +182,22 @@ def test_white_box_disappears_in_the_furnace():
     hit = np.abs(img - 1.0).max(-1) > 0   # noisy pixels: the box; the sky alone is exact
     assert hit.mean() > 0.2
     _image_mean_ok(img[hit], 1.0)
+
+
+def test_glass_box_in_the_furnace_and_russian_roulette_with_eta():
+    """A glass box under a unit sky with unbounded depth returns exactly 1
+    (a lossless dielectric; Russian roulette from the first bounce stays
+    unbiased). Roulette runs on throughput * eta^2 as in Mitsuba: inside the
+    glass the throughput carries 1 / eta^2, which would otherwise kill ~55%
+    of the paths there and triple the pixel noise (std ~0.21 instead of
+    ~0.07 at 16 spp for this scene)."""
+    d = {"type": "scene", "integrator": {"type": "path", "max_depth": -1, "rr_depth": 1},
+         "sensor": _sensor([2.5, 1.5, 2.0], [0, 0, 0], 30, 16),
+         "sky": {"type": "constant"},
+         "box": {"type": "cube", "to_world": T().rotate([0, 0, 1], 20).scale([0.8, 0.6, 0.7]),
+                 "bsdf": {"type": "dielectric"}}}
+    img = np.asarray(jaxrender.render(jaxrender.load_dict(d), spp=16, seed=6), np.float64)
+    hit = np.abs(img - 1.0).max(-1) > 0
+    assert hit.mean() > 0.5
+    _image_mean_ok(img[hit], 1.0)
+    assert img[hit].std(0).mean() < 0.12

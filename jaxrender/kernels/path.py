@@ -393,9 +393,28 @@ def _shade(c: _Ctx, h: _Hit, es: _EmitterSample, r2, depth, prev_pdf, prev_delta
 
 
 # Loop state of one path: depth, origin, direction, t_min, throughput,
-# accumulated radiance, previous BSDF pdf, previous delta flag, alive.
+# accumulated radiance, previous BSDF pdf, previous delta flag, alive,
+# eta (product of the relative IORs of the refractions so far, as Mitsuba's
+# path integrator keeps it for Russian roulette).
 def _initial_state(o: Vec, d: Vec, t_min):
-    return (ir.Int(0), o, d, t_min, Vec(1.0, 1.0, 1.0), _zero3(), ir.Float(1.0), ir.Bool(True), ir.Bool(True))
+    return (ir.Int(0), o, d, t_min, Vec(1.0, 1.0, 1.0), _zero3(), ir.Float(1.0), ir.Bool(True), ir.Bool(True),
+            ir.Float(1.0))
+
+
+def _sampled_eta(c: _Ctx, h: _Hit, wo_w: Vec):
+    """Relative IOR of the sampled interaction (Mitsuba's bs.eta): eta_it of
+    a dielectric the sample refracted through, else 1. Not differentiated
+    (only Russian roulette uses it, detached)."""
+    kind = c.b["bsdf_type"][h.attr_bsdf]
+    cos_i = h.wi.z
+    refracted = ir.dot(h.ng, wo_w) * cos_i < 0.0
+    eta = ir.Float(1.0)
+    for idx, t in enumerate(bsdf_registry.TYPES):
+        if t.eta_slot is not None:
+            e = c.b["bsdf_data"].read(h.attr_bsdf, t.eta_slot)
+            eta = ir.select(kind == idx, ir.select(cos_i >= 0.0, e, 1.0 / e), eta)
+    eta = ir.select(refracted, eta, 1.0)
+    return ir.detach(eta) if c.diff else eta
 
 
 def _bounce(c: _Ctx, s, st, shade=_shade):
@@ -403,7 +422,7 @@ def _bounce(c: _Ctx, s, st, shade=_shade):
     adjoint wraps), trace the shadow ray, continue with the BSDF sample.
     Returns the next state and what the adjoint needs about this vertex."""
     b = c.b
-    depth, o, d, t_min, beta, L, prev_pdf, prev_delta, alive = st
+    depth, o, d, t_min, beta, L, prev_pdf, prev_delta, alive = st[:9]
     max_d, rr_d = b["max_depth"].value, b["rr_depth"].value
     show_emitters = b["hide_emitters"].value == 0
     h = _intersect(c, o, d, t_min)
@@ -428,10 +447,12 @@ def _bounce(c: _Ctx, s, st, shade=_shade):
     # Continue with the BSDF sample.
     beta_in = beta
     beta = beta * weight
-    # Russian roulette, as Mitsuba: after rr_depth bounces.
+    # Russian roulette, as Mitsuba: after rr_depth bounces, on the
+    # throughput times eta^2 (undoing the radiance scaling of refractions).
+    eta = st[9] * _sampled_eta(c, h, wo_w)
     b_max = _max3(beta)
     active_next = active_next & (b_max != 0.0)
-    rr_prob = ir.minimum(b_max, 0.95)
+    rr_prob = ir.minimum(b_max * eta * eta, 0.95)
     if c.diff:
         rr_prob = ir.detach(rr_prob)
     rr_active = depth >= rr_d
@@ -441,7 +462,7 @@ def _bounce(c: _Ctx, s, st, shade=_shade):
     new = (ir.select(pass_through, depth, depth + 1), ir.select(pass_through, beyond, spawn(wo_w)),
            ir.select(pass_through, d, wo_w), ir.Float(0.0), ir.select(pass_through, Vec(1.0, 1.0, 1.0), beta),
            L, ir.select(pass_through, prev_pdf, bsdf_pdf), ir.select(pass_through, prev_delta, bsdf_delta),
-           active_next | pass_through)
+           active_next | pass_through, ir.select(pass_through, st[9], eta))
     info = {"beta": beta_in, "blocked": blocked, "weight": weight, "continues": active_next & ~pass_through}
     return new, info
 

@@ -40,6 +40,10 @@ class BsdfType:
     # ``eval_diffuse_reflectance`` returns (the albedo AOV); None: the
     # default, pi * eval(wi, normal).
     albedo_slot: int | None = None
+    # Row slot of the relative IOR (interior / exterior) by which a sampled
+    # refraction scales the path's eta (Mitsuba's BSDFSample3f::eta, used by
+    # Russian roulette); None: sampled interactions have eta 1.
+    eta_slot: int | None = None
 
     def call(self, what: str, *args):
         return getattr(self.module, what)(*args, **dict(self.kw))
@@ -86,7 +90,7 @@ def _rough_glass(distribution: str) -> BsdfType:
         f"roughdielectric-{distribution}", roughdielectric,
         _GLASS + (("alpha_u", 1, 0.1), ("alpha_v", 1, 0.1)),
         lambda r: roughdielectric.RoughDielectricParams(r[6], r[7], r[8], _v(r, 0), _v(r, 3)),
-        (("distribution", distribution),), ("eta",))
+        (("distribution", distribution),), ("eta",), eta_slot=6)
 
 
 TYPES = [
@@ -99,7 +103,7 @@ TYPES = [
     _plastic(False),
     _plastic(True),
     BsdfType("dielectric", dielectric, _GLASS,
-             lambda r: dielectric.DielectricParams(r[6], _v(r, 0), _v(r, 3)), nondiff=("eta",)),
+             lambda r: dielectric.DielectricParams(r[6], _v(r, 0), _v(r, 3)), nondiff=("eta",), eta_slot=6),
     BsdfType("thindielectric", thindielectric, _GLASS,
              lambda r: thindielectric.ThinDielectricParams(r[6], _v(r, 0), _v(r, 3)), nondiff=("eta",)),
     _rough_glass("beckmann"),
