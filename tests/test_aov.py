@@ -158,3 +158,48 @@ def test_cli_writes_named_aov_channels(tmp_path):
     assert np.isclose(ch["nn.Z"].pixels[3, 3], 1.0)
     with pytest.raises(SystemExit, match="named channels"):
         cli.main(["render", str(xml), "-o", str(tmp_path / "a.png"), "--spp", "1", "-q"])
+
+
+@pytest.mark.parametrize("camera, size", [
+    ({}, (8, 8)),                                   # Mitsuba's default: 50mm lens, diagonal field of view
+    ({}, (10, 6)),
+    ({"focal_length": "28mm"}, (6, 9)),
+    ({"fov": 30.0, "fov_axis": "y"}, (9, 6)),
+    ({"fov": 50.0, "fov_axis": "diagonal"}, (8, 5)),
+    ({"fov": 25.0, "fov_axis": "smaller"}, (5, 8)),
+])
+def test_camera_field_of_view_matches_mitsuba(camera, size):
+    """Where each pixel looks (positions on a wall filling the view) equals
+    Mitsuba's, for its default lens and every fov_axis."""
+    mi = pytest.importorskip("mitsuba")
+    mi.set_variant("scalar_rgb")
+
+    def scene_dict(transform):
+        return {"type": "scene", "integrator": {"type": "aov", "aovs": "p:position"},
+                "sensor": {"type": "perspective", **camera,
+                           "to_world": transform().look_at(origin=[0, 0, 3], target=[0, 0, 0], up=[0, 1, 0]),
+                           "film": {"type": "hdrfilm", "width": size[0], "height": size[1],
+                                    "rfilter": {"type": "box"}}},
+                "wall": {"type": "rectangle", "to_world": transform().scale([10.0, 10.0, 1.0])}}
+
+    from jaxrender.scene.transform import Transform
+    ours = np.asarray(jaxrender.render(jaxrender.load_dict(scene_dict(Transform)), spp=1024, seed=1))
+    ref = np.array(mi.render(mi.load_dict(scene_dict(mi.ScalarTransform4f)), spp=1024))
+    assert ours.shape == ref.shape == (size[1], size[0], 3)
+    # pixel means of a linear function: noise ~1% of a pixel; a wrong field
+    # of view moves border pixels by a large fraction of one
+    spacing = abs(float(ours[0, 1, 0] - ours[0, 0, 0]))
+    np.testing.assert_allclose(ours[..., :2], ref[..., :2], atol=0.08 * spacing)
+
+
+@pytest.mark.parametrize("camera, message", [
+    ({"fov": 30.0, "focal_length": "50mm"}, "sensor: give either fov or focal_length"),
+    ({"focal_length": "long"}, "sensor.focal_length: expected '<x>mm'"),
+    ({"focal_length": "-5mm"}, "sensor.focal_length: must be positive"),
+])
+def test_bad_camera_lens_raises(camera, message):
+    d = jaxrender.cornell_box()
+    d["sensor"].pop("fov")
+    d["sensor"].update(camera)
+    with pytest.raises(jaxrender.SceneError, match=re.escape(message)):
+        jaxrender.load_dict(d)

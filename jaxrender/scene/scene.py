@@ -254,8 +254,22 @@ def _camera(sensor: Mapping, where: str) -> Camera:
         raise SceneError(f"{where}.film: width and height must be positive, got {w}x{h}")
     rfilter = film.get("rfilter", {"type": "gaussian"}).get("type", "gaussian")
     filter_tables(rfilter, 3)  # validates the type
-    fov = float(sensor.get("fov", 39.597755))
-    axis = sensor.get("fov_axis", "x")
+    if "fov" in sensor and "focal_length" in sensor:
+        raise SceneError(f"{where}: give either fov or focal_length, not both")
+    if "fov" in sensor:
+        fov = float(_scalar(sensor["fov"], f"{where}.fov"))
+        axis = sensor.get("fov_axis", "x")
+    else:
+        # Mitsuba's default: a 50mm lens on 35mm film, i.e. a *diagonal* field of view
+        focal = str(sensor.get("focal_length", "50mm"))
+        try:
+            f_mm = float(focal[:-2] if focal.endswith("mm") else focal)
+        except ValueError:
+            raise SceneError(f"{where}.focal_length: expected '<x>mm', got {focal!r}") from None
+        if not f_mm > 0:
+            raise SceneError(f"{where}.focal_length: must be positive, got {focal!r}")
+        fov = 2.0 * math.degrees(math.atan(math.sqrt(36.0 * 36.0 + 24.0 * 24.0) / (2.0 * f_mm)))
+        axis = "diagonal"
     aspect = w / h
     if axis == "smaller":
         axis = "x" if w <= h else "y"
