@@ -354,7 +354,11 @@ def load_dict(d: Mapping) -> Scene:
         twosided = spec.get("type") == "twosided"
         btype = inner.get("type")
         if btype in ("roughconductor", "roughdielectric", "roughplastic"):
-            btype = f"{btype}-{inner.get('distribution', 'beckmann')}"
+            dist = inner.get("distribution", "beckmann")
+            if dist not in ("beckmann", "ggx"):
+                raise SceneError(f"{inner_key}.distribution: unknown microfacet distribution {dist!r} "
+                                 "(beckmann, ggx)")
+            btype = f"{btype}-{dist}"
         elif btype == "plastic" and inner.get("nonlinear", False):
             btype = "plastic-nonlinear"
         if inner.get("type") == "roughplastic":
