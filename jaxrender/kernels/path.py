@@ -455,7 +455,7 @@ def _bounce(c: _Ctx, s, st, shade=_shade):
     rr_prob = ir.minimum(b_max * eta * eta, 0.95)
     if c.diff:
         rr_prob = ir.detach(rr_prob)
-    rr_active = depth >= rr_d
+    rr_active = depth + 1 >= rr_d   # Mitsuba counts this vertex first (depth += 1, then roulette)
     beta = beta * ir.select(rr_active, 1.0 / rr_prob, 1.0)
     active_next = active_next & (~rr_active | (r2[2] < rr_prob))
     beyond = h.p + d * h.scale
