@@ -374,7 +374,7 @@ def main(argv=None) -> None:
             rows.append(r)
             if r.get("ok"):
                 print(f"   {d:>9} {s:>5} {r['baseline_mb']:9.0f} {r['peak_mb']:8.0f} "
-                      f"{r['peak_mb'] - r['baseline_mb']:9.0f} {r['call_mb']:7.0f} {r['time_s']:7.2f}")
+                      f"{r['peak_mb'] - r['baseline_mb']:9.0f} {r['call_mb']:7.1f} {r['time_s']:7.2f}")
             else:
                 print(f"   {d:>9} {s:>5}  {describe(r, args.mem_cap_gb)}")
         results["jaxrender_memory"] = rows
@@ -415,7 +415,7 @@ def main(argv=None) -> None:
                 rows.append(r)
                 if r.get("ok"):
                     print(f"   {d:>9} {s:>5} {r['baseline_mb']:9.0f} {r['peak_mb']:8.0f} "
-                          f"{r['peak_mb'] - r['baseline_mb']:9.0f} {r['call_mb']:7.0f} {r['time_s']:7.2f} "
+                          f"{r['peak_mb'] - r['baseline_mb']:9.0f} {r['call_mb']:7.1f} {r['time_s']:7.2f} "
                           f"{r['compile_s']:9.2f}")
                 else:
                     print(f"   {d:>9} {s:>5}  {describe(r, args.mem_cap_gb)}")

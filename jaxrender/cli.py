@@ -88,7 +88,9 @@ def cmd_info(args) -> None:
           f"{len(scene.light_tris)} emissive triangles")
     print("parameters:")
     for k, v in scene.params.items():
-        print(f"  {k:40s} {np.asarray(v).tolist()}")
+        v = np.asarray(v)
+        # Textures and environment maps: their shape, not every texel.
+        print(f"  {k:40s} {v.tolist() if v.size <= 16 else f'array {v.shape} {v.dtype}'}")
 
 
 def main(argv=None) -> None:

@@ -102,7 +102,7 @@ def render(scene, params: Mapping[str, Any] | None = None, *, spp: int | None = 
                   hide_emitters=np.int32(bool(integ.get("hide_emitters", False))), seed=seed,
                   seed_grad=seed_grad, spp_grad=np.uint32(spp_grad))
     why = (("camera", _CAMERA_WHY.format(key=scene.camera_key)), ("tris", _GEOMETRY_WHY))
-    config = RenderConfig((cam.height * cam.width,), method, why)
+    config = RenderConfig((cam.height * cam.width,), method, why, scene.structure)
     return render_image(config, inputs).reshape(cam.height, cam.width, 3)
 
 
@@ -126,5 +126,5 @@ def _render_aov(scene, params, spp: int, seed) -> jax.Array:
                   max_depth=np.int32(1), rr_depth=np.int32(1 << 30), hide_emitters=np.int32(0), seed=seed)
     for k in ("camera", "bsdf_data"):
         inputs[k] = nondifferentiable(inputs[k], _AOV_WHY)
-    img = launch(aov.trace_aov(tuple(t for _, t in spec)), (cam.height * cam.width,), **inputs)["image"]
+    img = launch(aov.trace_aov(tuple(t for _, t in spec), scene.structure), (cam.height * cam.width,), **inputs)["image"]
     return img.reshape(cam.height, cam.width, -1)

@@ -50,7 +50,7 @@ def sample_kernel() -> ir.Kernel:
         c = path._context(b, b["seed"].value, False)
         p, n = Vec(*b["pts"][i]), Vec(*b["nrm"][i])
         scale = 1e-4 * (1.0 + path._max3(Vec(ir.abs(p.x), ir.abs(p.y), ir.abs(p.z))))
-        h = path._Hit(ir.Float(1.0), ir.Int(-1), ir.Bool(True), p, n, Frame(n), Vec(0.0, 0.0, 1.0), ir.Int(0),
+        h = path._Hit(ir.Float(1.0), ir.Int(-1), ir.Float(0.0), ir.Float(0.0), -n, ir.Bool(True), p, n, Frame(n), Vec(0.0, 0.0, 1.0), ir.Int(0),
                       ir.Int(-1), ir.Bool(False), ir.Float(1.0), scale)
         es = path._sample_emitter(c, h, -n, b["u"][i])
         return {"w": tuple(es.w), "dist": es.dist, "factor": es.factor, "pdf": es.pdf_dir,

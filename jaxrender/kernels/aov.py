@@ -36,7 +36,7 @@ import math
 
 from .. import ir
 from ..ir import Vec
-from . import path
+from . import path, textures
 from .bsdfs import registry as bsdf_registry
 
 # type -> channel suffixes (Mitsuba's)
@@ -78,6 +78,8 @@ def channel_names(spec: tuple) -> list[str]:
 def _albedo(c, h: path._Hit) -> Vec:
     b = c.b
     row = [b["bsdf_data"].read(h.attr_bsdf, k) for k in range(bsdf_registry.ROW)]
+    if c.structure.tex_slots:
+        row = textures.apply_textures(b, h.attr_bsdf, row, h.tri, h.b1, h.b2, h.hit, c.structure.tex_slots)
     table = path._TableRow(b["bsdf_table"], h.attr_bsdf)
     flip = (row[bsdf_registry.TWOSIDED_SLOT] > 0.5) & (h.wi.z < 0.0)
     wi = Vec(h.wi.x, h.wi.y, ir.select(flip, -h.wi.z, h.wi.z))
@@ -105,14 +107,18 @@ def _channels(kinds: tuple, c, h: path._Hit, t_min) -> list:
         elif kind in ("geo_normal", "sh_normal"):
             vals.extend(h.ng)
         elif kind == "uv":
-            vals.extend((z, z))
+            if c.structure.tex_slots:
+                uv = textures.hit_uv(c.b, h.tri, h.b1, h.b2)
+                vals.extend((uv.x, uv.y))
+            else:
+                vals.extend((z, z))  # texture coordinates reach the kernel only for textured scenes
         elif kind == "albedo":
             vals.extend(_albedo(c, h))
     return [ir.select(h.hit, v, 0.0) for v in vals]
 
 
-def aov_kernel(kinds: tuple, **b):
-    c = path._context(b, b["seed"].value, False)
+def aov_kernel(kinds: tuple, structure: path.Structure, **b):
+    c = path._context(b, b["seed"].value, False, structure)
     n = sum(len(AOV_TYPES[k]) for k in kinds)
 
     def one_sample(s, acc):
@@ -127,12 +133,12 @@ def aov_kernel(kinds: tuple, **b):
 
 
 @functools.lru_cache(maxsize=None)
-def trace_aov(kinds: tuple) -> ir.Kernel:
+def trace_aov(kinds: tuple, structure: path.Structure = path.Structure()) -> ir.Kernel:
     """The AOV kernel for AOV types ``kinds`` (in channel order); inputs
     are the path kernel's, output ``image`` has one float per channel."""
     bad = [k for k in kinds if k not in AOV_TYPES]
     if bad or not kinds:
         raise ValueError(f"AOV types must be a non-empty tuple of {tuple(AOV_TYPES)}, got {kinds}")
     n = sum(len(AOV_TYPES[k]) for k in kinds)
-    return ir.trace(functools.partial(aov_kernel, tuple(kinds)), path.INPUTS, {"image": ir.Out("f32", (n,))},
+    return ir.trace(functools.partial(aov_kernel, tuple(kinds), structure), path.INPUTS, {"image": ir.Out("f32", (n,))},
                     name="aov_" + "_".join(kinds))
