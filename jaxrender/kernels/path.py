@@ -4,9 +4,9 @@ Unidirectional path tracing with next-event estimation and multiple
 importance sampling (power heuristic) and Russian roulette, following the
 structure of Mitsuba 3's ``path`` integrator so that images agree in
 expectation. Geometry is triangles; BSDFs come from ``bsdfs.registry`` and
-emitters (area, point, directional, constant, envmap) through one dispatch
-each. Textured BSDF parameters (``textures``) and the environment map's
-radiance (``envmap``) are read in :func:`_shade`, like every other
+emitters (area, point, directional, constant, spot, envmap) through one
+dispatch each. Textured BSDF parameters (``textures``) and the environment
+map's radiance (``envmap``) are read in :func:`_shade`, like every other
 differentiable value.
 
 Pixel reconstruction filters are importance sampled (the offset of each
@@ -40,13 +40,14 @@ from ..ir import Vec
 from . import geometry
 from . import textures
 from .bsdfs import registry as bsdf_registry
+from .bsdfs.roughplastic import TABLE_STRIDE
 from .envmap import EnvMap
 from .geometry import SceneGeometry, closest_hit, occluded
 from .sampling import (INV_FOUR_PI, Frame, square_to_uniform_sphere,
                        square_to_uniform_triangle)
 
 # Emitter type ids (jaxrender.scene.scene defines the same).
-AREA, POINT, DIRECTIONAL, CONSTANT, ENVMAP = 0, 1, 2, 3, 4
+AREA, POINT, DIRECTIONAL, CONSTANT, SPOT, ENVMAP = 0, 1, 2, 3, 4, 5
 
 INPUTS = {
     "tris": ir.In("f32", (9,)),
@@ -81,6 +82,8 @@ INPUTS = {
     "rr_depth": ir.Scalar("i32"),
     "hide_emitters": ir.Scalar("i32"),
     "seed": ir.Scalar("u32"),
+    "bsdf_table": ir.In("f32"),               # per-BSDF tables, TABLE_STRIDE floats a BSDF (primitives/bsdf_tables.py)
+    "emitter_frame": ir.In("f32", (16,)),     # world-to-local 3x3 (row-major), per-type constants (spot)
 }
 OUTPUTS = {"image": ir.Out("f32", (3,))}
 
@@ -181,10 +184,27 @@ def _continuation_weight(t, params, wi: Vec, wo: Vec, pdf, weight: Vec, delta, d
     return ir.select(delta, weight * ratio, smooth)
 
 
-def _bsdf_query(kind, row, wi: Vec, wo_light: Vec, u1, u2: Vec, diff: bool):
+class _TableRow:
+    """Reader of one BSDF's precomputed table in the ``bsdf_table`` buffer."""
+
+    def __init__(self, buf, bsdf):
+        self.buf = buf
+        self.base = ir.cast(bsdf, "u32") * ir.UInt(TABLE_STRIDE)
+
+    def read(self, i):
+        return self.buf.read(self.base + (i if isinstance(i, ir.Var) else ir.UInt(i)))
+
+
+def make_params(t, row, table):
+    """The params object of BSDF type ``t`` from its row (and table)."""
+    return t.make(row, table) if t.table is not None else t.make(row)
+
+
+def _bsdf_query(kind, row, wi: Vec, wo_light: Vec, u1, u2: Vec, diff: bool, table=None):
     """Dispatch over the BSDF types: (value and pdf towards the light sample,
     then a sampled direction with its pdf, weight and delta flag). A twosided
-    BSDF is evaluated as if seen from its front."""
+    BSDF is evaluated as if seen from its front. ``table``: the BSDF's
+    :class:`_TableRow`."""
     flip = (row[bsdf_registry.TWOSIDED_SLOT] > 0.5) & (wi.z < 0.0)
     sz = ir.select(flip, -1.0, 1.0)
     wi_f = Vec(wi.x, wi.y, wi.z * sz)
@@ -192,7 +212,7 @@ def _bsdf_query(kind, row, wi: Vec, wo_light: Vec, u1, u2: Vec, diff: bool):
 
     def branch(t):
         def run():
-            params = t.make(row)
+            params = make_params(t, row, table)
             f = t.call("eval", params, wi_f, wl_f)
             pdf = t.call("pdf", params, wi_f, wl_f)
             wo, pdf_s, weight, delta = t.call("sample", params, wi_f, u1, u2)
@@ -228,7 +248,7 @@ class _Ctx:
         return 1.0 / ir.cast(ir.maximum(self.n_emitters, 1), "f32")
 
 
-def _context(b: dict, seed, diff: bool, structure: Structure) -> _Ctx:
+def _context(b: dict, seed, diff: bool, structure: Structure = Structure()) -> _Ctx:
     pixel = ir.item_index()
     W = b["width"].value
     return _Ctx(b, SceneGeometry(b["tris"], b["bvh_bounds"], b["bvh_links"]), pixel,
@@ -300,6 +320,18 @@ class _EmitterSample:
     is_env: Any       # an envmap sample (its radiance is looked up in _shade)
 
 
+def spot_falloff(frame, sel, w: Vec):
+    """Mitsuba's spot falloff in world direction ``w`` (from the light):
+    1 within the beam width, then linear in angle down to 0 at the cutoff."""
+    local = Vec(*(ir.dot(Vec(frame.read(sel, 3 * k), frame.read(sel, 3 * k + 1), frame.read(sel, 3 * k + 2)), w)
+                  for k in range(3)))
+    cos_t = local.z * ir.rsqrt(ir.dot(local, local))
+    cos_cutoff, cos_beam = frame.read(sel, 9), frame.read(sel, 10)
+    cutoff, inv_width = frame.read(sel, 11), frame.read(sel, 12)
+    beam = ir.select(cos_t >= cos_beam, 1.0, (cutoff - ir.acos(ir.clamp(cos_t, -1.0, 1.0))) * inv_width)
+    return ir.select(cos_t > cos_cutoff, beam, 0.0)
+
+
 def _sample_emitter(c: _Ctx, h: _Hit, d: Vec, r) -> _EmitterSample:
     """Choose an emitter and a point/direction on it; no radiance is read here
     (that is the differentiable part, in _shade)."""
@@ -336,6 +368,13 @@ def _sample_emitter(c: _Ctx, h: _Hit, d: Vec, r) -> _EmitterSample:
     def directional_light():
         return -g, ir.Float(geometry.INF), ir.Float(1.0), ir.Float(0.0), ir.Bool(True)
 
+    def spot_light():
+        to_light = g - p_near
+        dist2 = ir.dot(to_light, to_light)
+        dist = ir.sqrt(dist2)
+        w = to_light / dist
+        return w, dist, spot_falloff(b["emitter_frame"], sel, -w) / dist2, ir.Float(0.0), ir.Bool(True)
+
     def environment():
         w = square_to_uniform_sphere(Vec(r[2], r[3]))
         return w, ir.Float(geometry.INF), ir.Float(1.0), ir.Float(INV_FOUR_PI), ir.Bool(False)
@@ -345,12 +384,23 @@ def _sample_emitter(c: _Ctx, h: _Hit, d: Vec, r) -> _EmitterSample:
         return w, ir.Float(geometry.INF), ir.Float(1.0), pdf, ir.Bool(False)
 
     kind = meta.read(sel, 0)
-    branches = [area_light, point_light, directional_light, environment]
+    branches = [area_light, point_light, directional_light, environment, spot_light]
     if c.structure.envmap:
         branches.append(envmap)
     w, dist, factor, pdf_dir, delta = ir.dispatch(kind, branches)
     is_env = (kind == ENVMAP) if c.structure.envmap else ir.Bool(False)
     return _EmitterSample(sel, w, dist, factor, pdf_dir, delta, is_env)
+
+
+def emitter_pdf(c: _Ctx, h: _Hit, env_pdf=INV_FOUR_PI):
+    """Solid-angle density with which :func:`_sample_emitter` (emitter
+    choice included) produces the direction of the ray that found ``h``: the
+    emitter it hit, or the environment if it left the scene (``env_pdf``:
+    the environment's own density in that direction, uniform unless it is an
+    envmap). Meaningful where that ray sees emitted radiance."""
+    area_e = c.b["emitter_geom"].read(h.attr_em, 3)
+    return ir.select(h.hit, c.pdf_select * h.t * h.t / (ir.maximum(h.cos_l, 1e-20) * area_e),
+                     c.pdf_select * env_pdf)
 
 
 def _shade(c: _Ctx, h: _Hit, es: _EmitterSample, r2, depth, prev_pdf, prev_delta, show_emitters):
@@ -376,9 +426,7 @@ def _shade(c: _Ctx, h: _Hit, es: _EmitterSample, r2, depth, prev_pdf, prev_delta
         env_le, env_pdf = ir.cond(sees_map, env_map, lambda: (env_le, env_pdf))
     le = ir.select(h.hit, le, _vec3(rad, env) * env_le * ir.select(env >= 0, 1.0, 0.0))
     # MIS weight of the BSDF strategy for this emitter hit.
-    area_e = b["emitter_geom"].read(h.attr_em, 3)
-    light_pdf = ir.select(h.hit, c.pdf_select * h.t * h.t / (ir.maximum(h.cos_l, 1e-20) * area_e),
-                          c.pdf_select * env_pdf)
+    light_pdf = emitter_pdf(c, h, env_pdf)
     w_bsdf = ir.select(depth == 0, ir.select(show_emitters, 1.0, 0.0),
                        ir.select(prev_delta, 1.0, _mis(dt(prev_pdf), light_pdf)))
     row = [b["bsdf_data"].read(h.attr_bsdf, k) for k in range(bsdf_registry.ROW)]
@@ -386,7 +434,8 @@ def _shade(c: _Ctx, h: _Hit, es: _EmitterSample, r2, depth, prev_pdf, prev_delta
         row = textures.apply_textures(b, h.attr_bsdf, row, h.tri, h.b1, h.b2, h.hit, c.structure.tex_slots)
     wl = h.frame.to_local(es.w)
     f_l, bsdf_pdf_l, wo, bsdf_pdf, weight, bsdf_delta = _bsdf_query(
-        b["bsdf_type"][h.attr_bsdf], row, h.wi, wl, r2[3], Vec(r2[0], r2[1]), c.diff)
+        b["bsdf_type"][h.attr_bsdf], row, h.wi, wl, r2[3], Vec(r2[0], r2[1]), c.diff,
+        _TableRow(b["bsdf_table"], h.attr_bsdf))
     em = _vec3(rad, es.sel) * es.factor
     if c.structure.envmap:
         em = em * ir.cond(es.is_env, lambda: EnvMap(b, es.sel).eval(es.w), lambda: Vec(1.0, 1.0, 1.0))
@@ -399,9 +448,28 @@ def _shade(c: _Ctx, h: _Hit, es: _EmitterSample, r2, depth, prev_pdf, prev_delta
 
 
 # Loop state of one path: depth, origin, direction, t_min, throughput,
-# accumulated radiance, previous BSDF pdf, previous delta flag, alive.
+# accumulated radiance, previous BSDF pdf, previous delta flag, alive,
+# eta (product of the relative IORs of the refractions so far, as Mitsuba's
+# path integrator keeps it for Russian roulette).
 def _initial_state(o: Vec, d: Vec, t_min):
-    return (ir.Int(0), o, d, t_min, Vec(1.0, 1.0, 1.0), _zero3(), ir.Float(1.0), ir.Bool(True), ir.Bool(True))
+    return (ir.Int(0), o, d, t_min, Vec(1.0, 1.0, 1.0), _zero3(), ir.Float(1.0), ir.Bool(True), ir.Bool(True),
+            ir.Float(1.0))
+
+
+def _sampled_eta(c: _Ctx, h: _Hit, wo_w: Vec):
+    """Relative IOR of the sampled interaction (Mitsuba's bs.eta): eta_it of
+    a dielectric the sample refracted through, else 1. Not differentiated
+    (only Russian roulette uses it, detached)."""
+    kind = c.b["bsdf_type"][h.attr_bsdf]
+    cos_i = h.wi.z
+    refracted = ir.dot(h.ng, wo_w) * cos_i < 0.0
+    eta = ir.Float(1.0)
+    for idx, t in enumerate(bsdf_registry.TYPES):
+        if t.eta_slot is not None:
+            e = c.b["bsdf_data"].read(h.attr_bsdf, t.eta_slot)
+            eta = ir.select(kind == idx, ir.select(cos_i >= 0.0, e, 1.0 / e), eta)
+    eta = ir.select(refracted, eta, 1.0)
+    return ir.detach(eta) if c.diff else eta
 
 
 def _bounce(c: _Ctx, s, st, shade=_shade):
@@ -409,7 +477,7 @@ def _bounce(c: _Ctx, s, st, shade=_shade):
     adjoint wraps), trace the shadow ray, continue with the BSDF sample.
     Returns the next state and what the adjoint needs about this vertex."""
     b = c.b
-    depth, o, d, t_min, beta, L, prev_pdf, prev_delta, alive = st
+    depth, o, d, t_min, beta, L, prev_pdf, prev_delta, alive = st[:9]
     max_d, rr_d = b["max_depth"].value, b["rr_depth"].value
     show_emitters = b["hide_emitters"].value == 0
     h = _intersect(c, o, d, t_min)
@@ -434,20 +502,22 @@ def _bounce(c: _Ctx, s, st, shade=_shade):
     # Continue with the BSDF sample.
     beta_in = beta
     beta = beta * weight
-    # Russian roulette, as Mitsuba: after rr_depth bounces.
+    # Russian roulette, as Mitsuba: after rr_depth bounces, on the
+    # throughput times eta^2 (undoing the radiance scaling of refractions).
+    eta = st[9] * _sampled_eta(c, h, wo_w)
     b_max = _max3(beta)
     active_next = active_next & (b_max != 0.0)
-    rr_prob = ir.minimum(b_max, 0.95)
+    rr_prob = ir.minimum(b_max * eta * eta, 0.95)
     if c.diff:
         rr_prob = ir.detach(rr_prob)
-    rr_active = depth >= rr_d
+    rr_active = depth + 1 >= rr_d   # Mitsuba counts this vertex first (depth += 1, then roulette)
     beta = beta * ir.select(rr_active, 1.0 / rr_prob, 1.0)
     active_next = active_next & (~rr_active | (r2[2] < rr_prob))
     beyond = h.p + d * h.scale
     new = (ir.select(pass_through, depth, depth + 1), ir.select(pass_through, beyond, spawn(wo_w)),
            ir.select(pass_through, d, wo_w), ir.Float(0.0), ir.select(pass_through, Vec(1.0, 1.0, 1.0), beta),
            L, ir.select(pass_through, prev_pdf, bsdf_pdf), ir.select(pass_through, prev_delta, bsdf_delta),
-           active_next | pass_through)
+           active_next | pass_through, ir.select(pass_through, st[9], eta))
     info = {"beta": beta_in, "blocked": blocked, "weight": weight, "continues": active_next & ~pass_through}
     return new, info
 

@@ -8,9 +8,9 @@ Geometry is flattened to world-space triangles in BVH leaf order.
 Supported so far: shapes rectangle, cube, obj, ply (with Mitsuba's texture
 coordinates); the BSDFs of ``kernels.bsdfs.registry`` (also inside
 twosided), whose colour and roughness parameters may be ``bitmap`` or
-``checkerboard`` textures; area, point, directional, constant and envmap
-emitters; perspective sensor; hdrfilm with box, tent and gaussian filters;
-independent sampler; path and direct integrators.
+``checkerboard`` textures; area, point, spot, directional, constant and
+envmap emitters; perspective sensor; hdrfilm with box, tent and gaussian
+filters; independent sampler; path, direct and aov integrators.
 Anything else raises :class:`SceneError` naming the plugin, never a wrong
 image.
 """
@@ -31,7 +31,8 @@ from .shapes import cube_mesh, rectangle_mesh
 
 SUPPORTED_SHAPES = ("rectangle", "cube", "obj", "ply")
 # Emitter type ids shared with kernels/path.py.
-EMITTER_AREA, EMITTER_POINT, EMITTER_DIRECTIONAL, EMITTER_CONSTANT, EMITTER_ENVMAP = 0, 1, 2, 3, 4
+EMITTER_AREA, EMITTER_POINT, EMITTER_DIRECTIONAL, EMITTER_CONSTANT, EMITTER_SPOT, EMITTER_ENVMAP = 0, 1, 2, 3, 4, 5
+EMITTER_FRAME_WIDTH = 16   # floats per row of Scene.emitter_frame
 
 
 def _matrix(t: Any, where: str) -> np.ndarray:
@@ -69,7 +70,10 @@ def _ior(value: Any, where: str) -> float:
 def _scalar(value: Any, where: str) -> np.ndarray:
     if isinstance(value, Mapping):
         raise SceneError(f"{where}: expected a float here, got a {value.get('type')!r} value")
-    arr = np.asarray(value, dtype=np.float64)
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise SceneError(f"{where}: expected a finite float, got {value!r}") from None
     if arr.size != 1 or not np.isfinite(arr).all():
         raise SceneError(f"{where}: expected a finite float, got {value!r}")
     return arr.reshape(())
@@ -119,11 +123,15 @@ class Scene:
     env_emitter: int                       # index of the constant or envmap emitter, -1 if none
     camera_key: str = "sensor.to_world"
     params: dict = field(default_factory=dict)   # traverse-style key -> numpy array
-    bsdfs: list = field(default_factory=list)    # (type index, [(param key, width)], twosided)
+    bsdfs: list = field(default_factory=list)    # (type index, [(param key | constant, width)], twosided)
     emitter_keys: list = field(default_factory=list)
     # Parameters the renderer cannot differentiate (key -> why); asking for
     # their derivative raises instead of returning a wrong number.
     nondifferentiable: dict = field(default_factory=dict)
+    # (E, EMITTER_FRAME_WIDTH) per emitter: world-to-local 3x3 (row-major),
+    # then per-type constants (spot: cos cutoff, cos beam width, cutoff in
+    # radians, 1 / transition width in radians).
+    emitter_frame: np.ndarray = field(default_factory=lambda: np.zeros((0, EMITTER_FRAME_WIDTH), np.float32))
     # Textures (see jaxrender.scene.textures and kernels.textures).
     tri_uv: np.ndarray = field(default_factory=lambda: np.zeros((0, 6), np.float32))  # (N, 6) leaf order
     textures: list = field(default_factory=list)          # TextureSpec per texture (envmap included)
@@ -179,8 +187,10 @@ class Scene:
         import jax.numpy as jnp
         rows = []
         for _, fields, twosided in self.bsdfs:
-            # (a textured field, key None, is filled in by the kernel)
-            parts = [jnp.zeros(w, jnp.float32) if k is None else jnp.asarray(p[k], jnp.float32).reshape(w)
+            # a field is a parameter key, a constant (a flag such as nonlinear),
+            # or None: a textured field, filled in by the kernel
+            parts = [jnp.zeros(w, jnp.float32) if k is None else
+                     jnp.asarray(p[k] if isinstance(k, str) else np.full(w, k), jnp.float32).reshape(w)
                      for k, w in fields]
             used = sum(w for _, w in fields)
             parts.append(jnp.zeros(bsdf_registry.ROW - 1 - used, jnp.float32))
@@ -198,6 +208,7 @@ class Scene:
                     bvh_links=self.bvh_links, bsdf_type=bsdf_type, bsdf_data=bsdf_data, emitter_radiance=rad,
                     light_tris=self.light_tris, light_cdf=self.light_cdf, emitter_meta=self.emitter_meta,
                     emitter_geom=self.emitter_geom, env_emitter=np.int32(self.env_emitter),
+                    emitter_frame=self.emitter_frame,
                     camera=camera[None, :], **self.texture_inputs(p),
                     **filter_tables(cam.rfilter))  # cached: shared, never mutated
 
@@ -225,6 +236,58 @@ def filter_tables(kind: str, n: int = 1025) -> dict:
             "filter_radius": np.float32(r)}
 
 
+def _spot_frame(spec: Mapping, m: np.ndarray, key: str) -> np.ndarray:
+    """emitter_frame row of a spot light (Mitsuba's ``spot``: it shines
+    along +z of ``to_world``; full intensity within ``beam_width`` degrees of
+    the axis, falling off linearly in angle to 0 at ``cutoff_angle``)."""
+    if "texture" in spec:
+        raise SceneError(f"{key}.texture: textured spot lights are not supported yet")
+    cutoff = float(_scalar(spec.get("cutoff_angle", 20.0), f"{key}.cutoff_angle"))
+    if not 0.0 < cutoff <= 180.0:
+        raise SceneError(f"{key}.cutoff_angle: must be in (0, 180] degrees, got {cutoff}")
+    beam = float(_scalar(spec.get("beam_width", cutoff * 0.75), f"{key}.beam_width"))
+    if not 0.0 <= beam <= cutoff:
+        raise SceneError(f"{key}.beam_width: must be in [0, cutoff_angle = {cutoff}] degrees, got {beam}")
+    lin = m[:3, :3]
+    if abs(np.linalg.det(lin)) < 1e-12:
+        raise SceneError(f"{key}.to_world: the transform is singular")
+    row = np.zeros(EMITTER_FRAME_WIDTH)
+    row[:9] = np.linalg.inv(lin).reshape(-1)
+    c, b = math.radians(cutoff), math.radians(beam)
+    row[9:13] = (math.cos(c), math.cos(b), c, 1.0 / (c - b) if c > b else 0.0)
+    return row
+
+
+def _check_aov(integrator: Mapping) -> None:
+    from ..kernels.aov import AovSpecError, parse_aovs
+    nested = [k for k, v in integrator.items() if isinstance(v, Mapping) and "type" in v]
+    if nested:
+        raise SceneError(f"integrator.{nested[0]}: integrators nested in an aov integrator are not supported "
+                         "yet (render them separately)")
+    try:
+        parse_aovs(integrator.get("aovs", ""))
+    except AovSpecError as exc:
+        raise SceneError(f"integrator.aovs: {exc}") from None
+
+
+def _check_roughplastic(spec: Mapping, where: str) -> None:
+    """What Mitsuba's roughplastic rejects, and what jaxrender does not do yet."""
+    if "alpha_u" in spec or "alpha_v" in spec:
+        raise SceneError(f"{where}: roughplastic does not support anisotropic roughness (alpha_u / alpha_v); "
+                         "use alpha")
+    if not spec.get("sample_visible", True):
+        raise SceneError(f"{where}.sample_visible: roughplastic without visible-normal sampling is not "
+                         "supported yet")
+    if "alpha" in spec and not isinstance(spec["alpha"], Mapping):
+        a = np.asarray(spec["alpha"], np.float64)
+        if a.size == 1 and not (np.isfinite(a) and 0.0 < float(a) <= 4.0):
+            raise SceneError(f"{where}.alpha: roughness must be in (0, 4], got {float(a)}")
+    eta = (_ior(spec.get("int_ior", "polypropylene"), f"{where}.int_ior")
+           / _ior(spec.get("ext_ior", "air"), f"{where}.ext_ior"))
+    if eta == 1.0:
+        raise SceneError(f"{where}: int_ior and ext_ior must differ")
+
+
 def _camera(sensor: Mapping, where: str) -> Camera:
     if sensor.get("type") != "perspective":
         raise SceneError(f"{where}: sensor type {sensor.get('type')!r} is not supported (perspective)")
@@ -236,8 +299,22 @@ def _camera(sensor: Mapping, where: str) -> Camera:
         raise SceneError(f"{where}.film: width and height must be positive, got {w}x{h}")
     rfilter = film.get("rfilter", {"type": "gaussian"}).get("type", "gaussian")
     filter_tables(rfilter, 3)  # validates the type
-    fov = float(sensor.get("fov", 39.597755))
-    axis = sensor.get("fov_axis", "x")
+    if "fov" in sensor and "focal_length" in sensor:
+        raise SceneError(f"{where}: give either fov or focal_length, not both")
+    if "fov" in sensor:
+        fov = float(_scalar(sensor["fov"], f"{where}.fov"))
+        axis = sensor.get("fov_axis", "x")
+    else:
+        # Mitsuba's default: a 50mm lens on 35mm film, i.e. a *diagonal* field of view
+        focal = str(sensor.get("focal_length", "50mm"))
+        try:
+            f_mm = float(focal[:-2] if focal.endswith("mm") else focal)
+        except ValueError:
+            raise SceneError(f"{where}.focal_length: expected '<x>mm', got {focal!r}") from None
+        if not f_mm > 0:
+            raise SceneError(f"{where}.focal_length: must be positive, got {focal!r}")
+        fov = 2.0 * math.degrees(math.atan(math.sqrt(36.0 * 36.0 + 24.0 * 24.0) / (2.0 * f_mm)))
+        axis = "diagonal"
     aspect = w / h
     if axis == "smaller":
         axis = "x" if w <= h else "y"
@@ -298,8 +375,10 @@ def load_dict(d: Mapping) -> Scene:
     camera_key = f"{sensors[0][0]}.to_world"
     integrators = [v for v in named.values() if v["type"] in ("path", "direct", "aov", "prb", "volpath")]
     integrator = dict(integrators[0]) if integrators else {"type": "path"}
-    if integrator["type"] not in ("path", "direct"):
-        raise SceneError(f"integrator {integrator['type']!r} is not supported yet (path, direct)")
+    if integrator["type"] not in ("path", "direct", "aov"):
+        raise SceneError(f"integrator {integrator['type']!r} is not supported yet (path, direct, aov)")
+    if integrator["type"] == "aov":
+        _check_aov(integrator)
 
     params: dict[str, np.ndarray] = {camera_key: camera.to_world.astype(np.float32)}
     bsdfs: list = []
@@ -325,10 +404,16 @@ def load_dict(d: Mapping) -> Scene:
             inner_key, inner = f"{key}.{nested[0][0]}", nested[0][1]
         twosided = spec.get("type") == "twosided"
         btype = inner.get("type")
-        if btype in ("roughconductor", "roughdielectric"):
-            btype = f"{btype}-{inner.get('distribution', 'beckmann')}"
+        if btype in ("roughconductor", "roughdielectric", "roughplastic"):
+            dist = inner.get("distribution", "beckmann")
+            if dist not in ("beckmann", "ggx"):
+                raise SceneError(f"{inner_key}.distribution: unknown microfacet distribution {dist!r} "
+                                 "(beckmann, ggx)")
+            btype = f"{btype}-{dist}"
         elif btype == "plastic" and inner.get("nonlinear", False):
             btype = "plastic-nonlinear"
+        if inner.get("type") == "roughplastic":
+            _check_roughplastic(inner, inner_key)
         if btype not in bsdf_registry.TYPE_INDEX:
             raise SceneError(f"{inner_key}: bsdf type {inner.get('type')!r} is not supported yet "
                              f"({', '.join(sorted({t.name.split('-')[0] for t in bsdf_registry.TYPES}))})")
@@ -360,7 +445,11 @@ def load_dict(d: Mapping) -> Scene:
                                         / _ior(inner.get("ext_ior", "air"), f"{inner_key}.ext_ior"))
                 fields.append((pkey, width))
                 continue
-            pkey = f"{inner_key}.{name}.value"
+            if isinstance(default, bool):  # a flag stored in the row, not a parameter
+                fields.append((float(bool(inner.get(name, default))), width))
+                continue
+            plain = name in bsdf_registry.TYPES[t].plain_keys
+            pkey = f"{inner_key}.{name}" if plain else f"{inner_key}.{name}.value"
             if pkey not in params:
                 value = inner.get(name, default)
                 params[pkey] = _rgb(value, pkey) if width == 3 else _scalar(value, pkey)
@@ -399,6 +488,7 @@ def load_dict(d: Mapping) -> Scene:
     tris, attrs, uvs = [], [], []
     emitter_keys: list[str] = []
     emitters: list[tuple[int, np.ndarray, int]] = []   # (type, geometry row, texture or 0)
+    frames: dict[int, np.ndarray] = {}              # emitter index -> emitter_frame row
     env, env_texture, env_frame = -1, -1, np.eye(3)
     for key, spec in named.items():
         kind = spec["type"]
@@ -434,9 +524,12 @@ def load_dict(d: Mapping) -> Scene:
             textures.append(tspec)
             emitter_keys.append(f"{key}.scale")
             emitters.append((EMITTER_ENVMAP, np.zeros(4), env_texture))
-        elif kind in ("point", "directional", "constant"):
+        elif kind in ("point", "directional", "constant", "spot"):
             m = _matrix(spec.get("to_world"), key)
-            if kind == "point":
+            if kind == "spot":
+                frames[len(emitter_keys)] = _spot_frame(spec, m, key)
+                geom, vkey, default = np.append(m[:3, 3], 0.0), "intensity", 1.0
+            elif kind == "point":
                 pos = m @ np.append(np.asarray(spec.get("position", [0.0, 0.0, 0.0]), np.float64), 1.0)
                 geom, vkey, default = np.append(pos[:3], 0.0), "intensity", 1.0
             elif kind == "directional":
@@ -454,8 +547,8 @@ def load_dict(d: Mapping) -> Scene:
             params[pkey] = _rgb(spec.get(vkey, default), pkey)
             emitter_keys.append(pkey)
             emitters.append(({"point": EMITTER_POINT, "directional": EMITTER_DIRECTIONAL,
-                              "constant": EMITTER_CONSTANT}[kind], geom, 0))
-        elif kind in ("perspective", "path", "direct", "twosided") or kind in bsdf_registry.PLUGINS \
+                              "constant": EMITTER_CONSTANT, "spot": EMITTER_SPOT}[kind], geom, 0))
+        elif kind in ("perspective", "path", "direct", "aov", "twosided") or kind in bsdf_registry.PLUGINS \
                 or kind in tex_io.TEXTURE_PLUGINS:
             continue  # sensor and integrator were read above; bsdfs and textures when a shape uses them
         else:
@@ -496,7 +589,10 @@ def load_dict(d: Mapping) -> Scene:
         cdf.append(np.cumsum(area) / total)
     light_tris = np.concatenate(light).astype(np.int32) if light else np.zeros(0, np.int32)
     light_cdf = np.concatenate(cdf).astype(np.float32) if cdf else np.zeros(0, np.float32)
+    emitter_frame = np.zeros((len(emitters), EMITTER_FRAME_WIDTH), np.float32)
+    for e, row in frames.items():
+        emitter_frame[e] = row
     return Scene(camera, integrator, tri, attr, bvh.node_bounds.astype(np.float32),
                  bvh.node_links.astype(np.int32), light_tris, light_cdf, meta, geom, env, camera_key, params,
-                 bsdfs, emitter_keys, nondiff, tri_uv=tri_uv, textures=textures, bsdf_slots=bsdf_slots,
-                 env_texture=env_texture, env_frame=env_frame.astype(np.float32))
+                 bsdfs, emitter_keys, nondiff, emitter_frame=emitter_frame, tri_uv=tri_uv, textures=textures,
+                 bsdf_slots=bsdf_slots, env_texture=env_texture, env_frame=env_frame.astype(np.float32))

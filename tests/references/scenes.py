@@ -99,6 +99,21 @@ def cbox_glass(d):
     return d
 
 
+def cbox_roughplastics(d):
+    """roughplastic: both distributions, nonlinear, tinted specular, IOR below and above the default,
+    inside twosided."""
+    d = _base(d)
+    d["floor"]["bsdf"] = {"type": "roughplastic", "distribution": "ggx", "alpha": 0.25,
+                          "diffuse_reflectance": {"type": "rgb", "value": [0.3, 0.5, 0.7]}}
+    d["large-box"]["bsdf"] = {"type": "roughplastic", "int_ior": 1.7, "nonlinear": True,
+                              "diffuse_reflectance": {"type": "rgb", "value": [0.8, 0.3, 0.2]}}
+    d["small-box"]["bsdf"] = {"type": "twosided", "material": {
+        "type": "roughplastic", "distribution": "ggx", "alpha": 0.5, "int_ior": 1.33,
+        "specular_reflectance": {"type": "rgb", "value": [0.6, 0.8, 1.0]}}}
+    d["integrator"] = {"type": "path", "max_depth": 5}
+    return d
+
+
 def _transform(d):
     """The transform class of the dictionary's library (mi.ScalarTransform4f
     or jaxrender's Transform: same chained constructors)."""
@@ -123,6 +138,21 @@ def cbox_textured(d):
     d["small-box"]["bsdf"] = {"type": "roughconductor", "distribution": "ggx", "alpha": {
         "type": "bitmap", "filename": str(TEXTURES / "grey8.png"), "raw": True, "wrap_mode": "clamp"}}
     d["integrator"] = {"type": "path", "max_depth": 5}
+    return d
+
+
+def cbox_spots(d):
+    """Two spot lights (default beam width; a wide linear transition), aimed with look_at, besides the
+    area light."""
+    d = _base(d)
+    T = type(d["sensor"]["to_world"])
+    d["spot"] = {"type": "spot", "cutoff_angle": 30.0,
+                 "to_world": T().look_at(origin=[-0.3, 0.9, 0.2], target=[0.2, -1.0, -0.1], up=[0, 0, 1]),
+                 "intensity": {"type": "rgb", "value": [8.0, 6.0, 4.0]}}
+    d["spot2"] = {"type": "spot", "cutoff_angle": 25.0, "beam_width": 5.0,
+                  "to_world": T().look_at(origin=[0.5, 0.0, 0.9], target=[-0.4, 0.2, -1.0], up=[0, 1, 0]),
+                  "intensity": {"type": "rgb", "value": [1.5, 4.0, 6.0]}}
+    d["integrator"] = {"type": "path", "max_depth": 4}
     return d
 
 
@@ -151,4 +181,26 @@ def env_lit(d):
 
 VARIANTS = {f.__name__: f for f in (cbox_gaussian, cbox_box_direct, cbox_tent_depth3_hidden, cbox_rect_wide,
                                     cbox_point_and_env, cbox_directional, cbox_metals, cbox_plastics, cbox_glass,
-                                    cbox_textured, env_lit)}
+                                    cbox_roughplastics, cbox_spots, cbox_textured, env_lit)}
+
+
+# AOV integrator references: (H, W, C) images, channels in the order of the
+# "aovs" string (compared by tests/test_aov.py; uv is not, see there).
+AOVS = "dd:depth,pp:position,uv:uv,nn:geo_normal,sh:sh_normal,al:albedo"
+
+
+def cbox_aovs(d):
+    """Every AOV type over BSDFs whose albedo comes from their diffuse reflectance (diffuse, plastic,
+    twosided roughplastic), from pi * eval (rough conductor) or is 0 (dielectric)."""
+    d = _base(d, 24)
+    d["sensor"]["film"]["rfilter"] = {"type": "tent"}
+    d["large-box"]["bsdf"] = {"type": "roughconductor", "distribution": "ggx", "alpha": 0.4}
+    d["small-box"]["bsdf"] = {"type": "plastic", "diffuse_reflectance": {"type": "rgb", "value": [0.2, 0.6, 0.3]}}
+    d["back"]["bsdf"] = {"type": "twosided", "material": {
+        "type": "roughplastic", "diffuse_reflectance": {"type": "rgb", "value": [0.7, 0.4, 0.1]}}}
+    d["floor"]["bsdf"] = {"type": "dielectric"}
+    d["integrator"] = {"type": "aov", "aovs": AOVS}
+    return d
+
+
+AOV_VARIANTS = {f.__name__: f for f in (cbox_aovs,)}
