@@ -9,7 +9,8 @@ Scene: the built-in Cornell box (``jaxrender.cornell_box()``, the same dict as
 green wall reflectances and the light's radiance, evaluated at perturbed
 values (red x0.8, green x1.2, radiance x0.9); the target is each renderer's
 own render of the unperturbed scene (seed 1). Times are warm (after a first
-call that compiles), median of --reps.
+call that compiles), median of --reps, as wall time and as process CPU time
+(all threads; less sensitive to other load on the machine).
 
 1. jaxrender: time of ``jax.jit(jax.value_and_grad(loss))`` / time of
    ``jax.jit(loss)`` (target <= 3x).
@@ -69,13 +70,15 @@ def scene_dict(factory, res: int, spp: int, max_depth: int, integrator: str = "p
     return d
 
 
-def median_time(reps: int, run) -> float:
-    times = []
+def median_time(reps: int, run) -> tuple[float, float]:
+    """Median wall time and median process CPU time (all threads) of run()."""
+    wall, cpu = [], []
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         run()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return statistics.median(wall), statistics.median(cpu)
 
 
 def mb(kb: float) -> float:
@@ -127,9 +130,10 @@ def bench_jaxrender(args) -> dict:
     t0 = time.perf_counter()
     value, grads = jax.block_until_ready(vg(params))
     first_grad = time.perf_counter() - t0
-    t_primal = median_time(args.reps, lambda: jax.block_until_ready(primal(params)))
-    t_grad = median_time(args.reps, lambda: jax.block_until_ready(vg(params)))
-    return {"primal_s": t_primal, "grad_s": t_grad, "ratio": t_grad / t_primal, "first_primal_s": first_primal,
+    t_primal, c_primal = median_time(args.reps, lambda: jax.block_until_ready(primal(params)))
+    t_grad, c_grad = median_time(args.reps, lambda: jax.block_until_ready(vg(params)))
+    return {"primal_s": t_primal, "grad_s": t_grad, "ratio": t_grad / t_primal, "primal_cpu_s": c_primal,
+            "grad_cpu_s": c_grad, "first_primal_s": first_primal,
             "first_grad_s": first_grad, "loss": float(value), "grads": {k: np.asarray(grads[k]).tolist() for k in KEYS}}
 
 
@@ -175,9 +179,10 @@ def bench_mitsuba(args) -> dict:
     t0 = time.perf_counter()
     value, g = grad()
     first_grad = time.perf_counter() - t0
-    t_primal = median_time(args.reps, primal)
-    t_grad = median_time(args.reps, grad)
-    return {"primal_s": t_primal, "grad_s": t_grad, "ratio": t_grad / t_primal, "first_primal_s": first_primal,
+    t_primal, c_primal = median_time(args.reps, primal)
+    t_grad, c_grad = median_time(args.reps, grad)
+    return {"primal_s": t_primal, "grad_s": t_grad, "ratio": t_grad / t_primal, "primal_cpu_s": c_primal,
+            "grad_cpu_s": c_grad, "first_primal_s": first_primal,
             "first_grad_s": first_grad, "loss": value, "grads": g}
 
 
@@ -223,9 +228,10 @@ def child(args) -> None:
         before = mb(proc_status("VmHWM"))
         rss = mb(proc_status("VmRSS"))
         reset = reset_peak()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         value, grads = jax.block_until_ready(run())
         out["time_s"] = time.perf_counter() - t0
+        out["cpu_s"] = time.process_time() - c0
         hwm = mb(proc_status("VmHWM"))
         out["peak_mb"] = max(before, hwm)
         out["call_mb"] = hwm - rss if reset else float("nan")
@@ -338,9 +344,13 @@ def main(argv=None) -> None:
         if "error" in jr:
             print(f"   jaxrender failed: {jr['error']}")
         else:
-            print(f"   primal (jit loss)            {jr['primal_s']:8.3f} s   (first call {jr['first_primal_s']:.2f} s)")
-            print(f"   gradient (jit value_and_grad){jr['grad_s']:8.3f} s   (first call {jr['first_grad_s']:.2f} s)")
-            print(f"   gradient / primal = {jr['ratio']:.2f}x  (target <= 3x)")
+            print(f"   {'':29} {'wall s':>8} {'cpu s':>8}")
+            print(f"   primal (jit loss)             {jr['primal_s']:8.3f} {jr['primal_cpu_s']:8.3f}   "
+                  f"(first call {jr['first_primal_s']:.2f} s)")
+            print(f"   gradient (jit value_and_grad) {jr['grad_s']:8.3f} {jr['grad_cpu_s']:8.3f}   "
+                  f"(first call {jr['first_grad_s']:.2f} s)")
+            print(f"   gradient / primal = {jr['ratio']:.2f}x wall, {jr['grad_cpu_s'] / jr['primal_cpu_s']:.2f}x cpu"
+                  f"  (target <= 3x)")
         print()
 
     if "mitsuba" not in skip:
@@ -353,13 +363,17 @@ def main(argv=None) -> None:
         if "error" in mi_r:
             print(f"   Mitsuba failed: {mi_r['error']}")
         else:
-            print(f"   mitsuba primal               {mi_r['primal_s']:8.3f} s")
-            print(f"   mitsuba render + dr.backward {mi_r['grad_s']:8.3f} s   (gradient / primal {mi_r['ratio']:.2f}x)")
+            print(f"   {'':29} {'wall s':>8} {'cpu s':>8}")
+            print(f"   mitsuba primal                {mi_r['primal_s']:8.3f} {mi_r['primal_cpu_s']:8.3f}")
+            print(f"   mitsuba render + dr.backward  {mi_r['grad_s']:8.3f} {mi_r['grad_cpu_s']:8.3f}   "
+                  f"(gradient / primal {mi_r['ratio']:.2f}x wall)")
             if jr and "error" not in jr:
                 ratio = mi_r["grad_s"] / jr["grad_s"]
                 results["mitsuba_over_jaxrender"] = ratio
-                print(f"   ratio mitsuba / jaxrender gradient = {ratio:.2f}x  (target > 1)")
-                print(f"   primal ratio mitsuba / jaxrender   = {mi_r['primal_s'] / jr['primal_s']:.2f}x")
+                print(f"   ratio mitsuba / jaxrender gradient = {ratio:.2f}x wall, "
+                      f"{mi_r['grad_cpu_s'] / jr['grad_cpu_s']:.2f}x cpu  (target > 1)")
+                print(f"   ratio mitsuba / jaxrender primal   = {mi_r['primal_s'] / jr['primal_s']:.2f}x wall, "
+                      f"{mi_r['primal_cpu_s'] / jr['primal_cpu_s']:.2f}x cpu")
                 print(f"   loss:  jaxrender {jr['loss']:.5g}  mitsuba {mi_r['loss']:.5g}")
                 print(f"   grads jaxrender: {fmt_grads(jr['grads'])}")
             print(f"   grads mitsuba:   {fmt_grads(mi_r['grads'])}")
@@ -367,14 +381,14 @@ def main(argv=None) -> None:
 
     if "memory" not in skip:
         print(f"3. jaxrender gradient memory ({args.res}x{args.res}; fresh process each, RSS in MiB)")
-        print(f"   {'max_depth':>9} {'spp':>5} {'baseline':>9} {'peak':>8} {'peak-base':>9} {'call':>7} {'time s':>7}")
+        print(f"   {'max_depth':>9} {'spp':>5} {'baseline':>9} {'peak':>8} {'peak-base':>9} {'call':>7} {'wall s':>7} {'cpu s':>7}")
         rows = []
         for d, s in configs:
             r = run_child(args, "jaxrender", d, s, None)
             rows.append(r)
             if r.get("ok"):
                 print(f"   {d:>9} {s:>5} {r['baseline_mb']:9.0f} {r['peak_mb']:8.0f} "
-                      f"{r['peak_mb'] - r['baseline_mb']:9.0f} {r['call_mb']:7.0f} {r['time_s']:7.2f}")
+                      f"{r['peak_mb'] - r['baseline_mb']:9.0f} {r['call_mb']:7.1f} {r['time_s']:7.2f} {r['cpu_s']:7.2f}")
             else:
                 print(f"   {d:>9} {s:>5}  {describe(r, args.mem_cap_gb)}")
         results["jaxrender_memory"] = rows
@@ -408,14 +422,14 @@ def main(argv=None) -> None:
                 print(f"   (no jaxrender target image, loss against zeros: {exc})")
                 target = None
             print(f"   {'max_depth':>9} {'spp':>5} {'baseline':>9} {'peak':>8} {'peak-base':>9} {'call':>7} "
-                  f"{'time s':>7} {'compile s':>9}")
+                  f"{'wall s':>7} {'cpu s':>7} {'compile s':>9}")
             rows = []
             for d, s in [(args.max_depth, args.spp)] + configs:
                 r = run_child(args, "plain", d, s, target)
                 rows.append(r)
                 if r.get("ok"):
                     print(f"   {d:>9} {s:>5} {r['baseline_mb']:9.0f} {r['peak_mb']:8.0f} "
-                          f"{r['peak_mb'] - r['baseline_mb']:9.0f} {r['call_mb']:7.0f} {r['time_s']:7.2f} "
+                          f"{r['peak_mb'] - r['baseline_mb']:9.0f} {r['call_mb']:7.1f} {r['time_s']:7.2f} {r['cpu_s']:7.2f} "
                           f"{r['compile_s']:9.2f}")
                 else:
                     print(f"   {d:>9} {s:>5}  {describe(r, args.mem_cap_gb)}")
@@ -425,7 +439,8 @@ def main(argv=None) -> None:
                 ratio = main_row["time_s"] / jr["grad_s"]
                 results["plain_over_jaxrender"] = ratio
                 print(f"   plain JAX / jaxrender gradient time at max_depth {args.max_depth}, spp {args.spp}: "
-                      f"{ratio:.1f}x")
+                      f"{ratio:.1f}x wall, {main_row['cpu_s'] / jr['grad_cpu_s']:.1f}x cpu (plain: no Russian "
+                      f"roulette, no BVH)")
                 print(f"   grads plain:     {fmt_grads(main_row['grads'])}")
         print()
 

@@ -33,14 +33,19 @@ def linear_to_srgb8(img: np.ndarray) -> np.ndarray:
     return (srgb * 255.0 + 0.5).astype(np.uint8)
 
 
-def write_image(path: Path, img: np.ndarray) -> None:
-    """EXR (linear float32), PNG (sRGB, 8 bit) or NPY, by extension."""
+def write_image(path: Path, img: np.ndarray, channels: list[str] | None = None) -> None:
+    """EXR (linear float32), PNG (sRGB, 8 bit) or NPY, by extension.
+    ``channels``: names of an AOV image's channels (EXR / NPY only)."""
     ext = path.suffix.lower()
     img = np.ascontiguousarray(img, dtype=np.float32)
+    if channels is not None and ext == ".png":
+        raise SystemExit("an aov image has named channels: write it as .exr or .npy")
     if ext == ".exr":
         import OpenEXR
+        layers = ({"RGB": img} if channels is None else
+                  {name: np.ascontiguousarray(img[..., k]) for k, name in enumerate(channels)})
         OpenEXR.File({"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage},
-                     {"RGB": img}).write(str(path))
+                     layers).write(str(path))
     elif ext == ".png":
         from PIL import Image
         Image.fromarray(linear_to_srgb8(img), mode="RGB").save(path)
@@ -70,7 +75,7 @@ def cmd_render(args) -> None:
             bar.update(n)
     img = acc / spp
     out = Path(args.output)
-    write_image(out, img)
+    write_image(out, img, jaxrender.aov_names(scene) if scene.integrator["type"] == "aov" else None)
     if not args.quiet:
         print(f"wrote {out} ({img.shape[1]}x{img.shape[0]}, {spp} spp) in {time.perf_counter() - t0:.2f} s")
 
@@ -83,7 +88,9 @@ def cmd_info(args) -> None:
           f"{len(scene.light_tris)} emissive triangles")
     print("parameters:")
     for k, v in scene.params.items():
-        print(f"  {k:40s} {np.asarray(v).tolist()}")
+        v = np.asarray(v)
+        # Textures and environment maps: their shape, not every texel.
+        print(f"  {k:40s} {v.tolist() if v.size <= 16 else f'array {v.shape} {v.dtype}'}")
 
 
 def main(argv=None) -> None:

@@ -7,7 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .kernels import path
+from .kernels import aov, path
+from .primitives.bsdf_tables import bsdf_table
+from .primitives.kernel_call import launch
 from .primitives.render_rules import RenderConfig, nondifferentiable, render_image
 from .scene.errors import SceneError
 
@@ -39,9 +41,19 @@ def _decorrelated(seed):
     return (jnp.asarray(seed, jnp.uint32) * jnp.uint32(2654435761) + jnp.uint32(0x632BE5AB)).astype(jnp.uint32)
 
 
+def kernel_inputs(scene, params: Mapping[str, Any] | None = None) -> dict:
+    """The scene's buffers (``Scene.kernel_inputs``) plus the BSDF tables
+    computed from them."""
+    inputs = scene.kernel_inputs(params)
+    inputs["bsdf_table"] = bsdf_table(inputs["bsdf_type"], inputs["bsdf_data"])
+    return inputs
+
+
 def render(scene, params: Mapping[str, Any] | None = None, *, spp: int | None = None, seed: Any = 0,
            seed_grad: Any = None, spp_grad: int | None = None, method: str = "prb") -> jax.Array:
-    """Render ``scene`` to a linear-RGB image of shape (height, width, 3).
+    """Render ``scene`` to a linear-RGB image of shape (height, width, 3), or,
+    for an ``aov`` integrator, to its AOV channels, (height, width, C) in the
+    order :func:`aov_names` lists them (as ``mitsuba.render`` does).
 
     ``params`` overrides values of ``scene.params`` (same keys as
     ``mitsuba.traverse``). The image is differentiable with respect to those
@@ -70,6 +82,8 @@ def render(scene, params: Mapping[str, Any] | None = None, *, spp: int | None = 
     if method not in path.ADJOINT_METHODS:
         raise SceneError(f"method must be one of {path.ADJOINT_METHODS}, got {method!r}")
     integ = scene.integrator
+    if integ["type"] == "aov":
+        return _render_aov(scene, params, spp, _seed(seed, "seed"))
     if integ["type"] == "direct":
         max_depth, rr_depth = 2, 1 << 30
     else:
@@ -82,11 +96,35 @@ def render(scene, params: Mapping[str, Any] | None = None, *, spp: int | None = 
     if params:
         nondiff = scene.nondifferentiable
         params = {k: nondifferentiable(v, nondiff[k]) if k in nondiff else v for k, v in params.items()}
-    inputs = scene.kernel_inputs(params)
+    inputs = kernel_inputs(scene, params)
     inputs.update(width=np.uint32(cam.width), height=np.uint32(cam.height), spp=np.uint32(spp),
                   max_depth=np.int32(max_depth), rr_depth=np.int32(rr_depth),
                   hide_emitters=np.int32(bool(integ.get("hide_emitters", False))), seed=seed,
                   seed_grad=seed_grad, spp_grad=np.uint32(spp_grad))
     why = (("camera", _CAMERA_WHY.format(key=scene.camera_key)), ("tris", _GEOMETRY_WHY))
-    config = RenderConfig((cam.height * cam.width,), method, why)
+    config = RenderConfig((cam.height * cam.width,), method, why, scene.structure)
     return render_image(config, inputs).reshape(cam.height, cam.width, 3)
+
+
+_AOV_WHY = "the aov integrator is not differentiable"
+
+
+def aov_names(scene) -> list[str]:
+    """Channel names of an aov integrator's image (Mitsuba's, e.g. ``dd.T``)."""
+    if scene.integrator["type"] != "aov":
+        raise SceneError(f"the scene's integrator is {scene.integrator['type']!r}, not 'aov'")
+    return aov.channel_names(aov.parse_aovs(scene.integrator["aovs"]))
+
+
+def _render_aov(scene, params, spp: int, seed) -> jax.Array:
+    cam = scene.camera
+    spec = aov.parse_aovs(scene.integrator["aovs"])
+    if params:
+        params = {k: nondifferentiable(v, _AOV_WHY) for k, v in params.items()}
+    inputs = kernel_inputs(scene, params)
+    inputs.update(width=np.uint32(cam.width), height=np.uint32(cam.height), spp=np.uint32(spp),
+                  max_depth=np.int32(1), rr_depth=np.int32(1 << 30), hide_emitters=np.int32(0), seed=seed)
+    for k in ("camera", "bsdf_data"):
+        inputs[k] = nondifferentiable(inputs[k], _AOV_WHY)
+    img = launch(aov.trace_aov(tuple(t for _, t in spec), scene.structure), (cam.height * cam.width,), **inputs)["image"]
+    return img.reshape(cam.height, cam.width, -1)

@@ -116,13 +116,13 @@ class Case:
             row[:8] = [eta, alpha, *srv, *stv]
             trace = (("distribution", distribution), ("sample_visible", sample_visible))
         elif name == "roughplastic":
-            from jaxrender.kernels.bsdfs import roughplastic as rp
+            from jaxrender.primitives.bsdf_tables import precompute
             dv = np.full(3, 0.5) if diffuse is None else np.asarray(diffuse, float)
             if diffuse is not None:
                 d["diffuse_reflectance"] = {"type": "rgb", "value": list(diffuse)}
             d.update(alpha=alpha, distribution=distribution, sample_visible=sample_visible,
                      nonlinear=nonlinear)
-            table, internal = rp.precompute(distribution, alpha, eta)
+            table, internal = precompute(distribution, alpha, eta)
             row[:10] = [eta, alpha, *dv, *srv, float(nonlinear), internal]
             trace = (("distribution", distribution), ("sample_visible", sample_visible))
         self.row, self.table, self.trace, self.dict = row, np.asarray(table, np.float32), trace, d
@@ -364,8 +364,8 @@ def test_roughdielectric_chi2(kw, theta):
     assert _chi2(c, _dir(theta)) < 4.5
 
 
-# roughplastic's transmittance table is integrated here by a different
-# quadrature than Mitsuba's, so its diffuse part agrees to ~1e-3 only.
+# roughplastic's tables come from Mitsuba's own quadrature
+# (primitives/bsdf_tables.py), so the whole BSDF agrees to float rounding.
 ROUGH_PLASTIC = [
     dict(alpha=0.3, distribution="ggx"),
     dict(alpha=0.1, distribution="beckmann", diffuse=[0.8, 0.2, 0.05], nonlinear=True),
@@ -381,9 +381,9 @@ def test_roughplastic_eval_pdf_match_mitsuba(kw):
     wi, wo = random_dirs(rng, 300), random_dirs(rng, 300)
     f, p = c.evalpdf(wi, wo)
     f_ref, p_ref = c.mi_evalpdf(wi, wo)
-    ok, bad = _close(f, f_ref, rtol=1e-2, atol=1e-5)
+    ok, bad = _close(f, f_ref, rtol=1e-3, atol=1e-6)
     assert ok, (f[bad], f_ref[bad], wi[bad], wo[bad])
-    ok, bad = _close(p, p_ref, rtol=1e-2, atol=1e-5)
+    ok, bad = _close(p, p_ref, rtol=1e-3, atol=1e-6)
     assert ok, (p[bad], p_ref[bad], wi[bad], wo[bad])
 
 
@@ -393,9 +393,27 @@ def test_roughplastic_sample_matches_mitsuba(kw):
     rng = np.random.default_rng(9)
     wi = random_dirs(rng, 300)
     u = rng.random((300, 3)).astype(np.float32)
-    # lobe choice depends on the table: allow the rare u1 right at the boundary
-    frac = 0.98
-    _check_samples(c, wi, u, frac=frac, rtol=1e-2, wo_atol=2e-4)
+    # Beckmann visible sampling inverts erf numerically: allow rare outliers
+    frac = 0.99 if kw["distribution"] == "beckmann" else 1.0
+    _check_samples(c, wi, u, frac=frac, rtol=1e-3, wo_atol=2e-4)
+
+
+def test_roughplastic_tables_match_mitsuba():
+    """Diffuse-only roughplastic (specular_reflectance 0) seen along the
+    normal: Mitsuba's eval is (1 / (1 - internal)) t(mu) t(1) / (pi eta^2),
+    so it exposes both tables; ours must agree to float rounding, for an
+    IOR above 1 (32-node rule) and below 1 (128 nodes)."""
+    from jaxrender.primitives.bsdf_tables import precompute
+    ctx = mi.BSDFContext()
+    for dist, alpha, eta in (("ggx", 0.3, 1.5), ("beckmann", 0.15, 1.33), ("ggx", 0.4, 1 / 1.4)):
+        table, internal = precompute(dist, alpha, eta)
+        b = mi.load_dict({"type": "roughplastic", "distribution": dist, "alpha": alpha, "int_ior": eta,
+                          "ext_ior": 1.0, "specular_reflectance": 0.0, "diffuse_reflectance": 1.0})
+        mus = np.linspace(0.0, 1.0, len(table))[1:]
+        ref = np.array([b.eval(ctx, Case._si(None, [math.sqrt(1 - m * m), 0.0, m]), mi.Vector3f(0, 0, 1))[0]
+                        for m in mus])
+        ours = table[1:] * table[-1] / ((1.0 - internal) * math.pi * eta * eta)
+        np.testing.assert_allclose(ours, ref, rtol=1e-5)
 
 
 @pytest.mark.parametrize("kw, theta", [

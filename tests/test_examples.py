@@ -39,3 +39,14 @@ def test_material_and_light_example_runs_and_moves_towards_the_truth(tmp_path):
     assert r["true_alpha"] < r["alpha"] < 0.5
     assert np.all(np.isfinite(r["light"]))
     assert np.linalg.norm(r["light"] - r["true_light"]) < np.linalg.norm(r["true_light"] * (1 - np.array([0.5, 0.6, 0.9])))
+
+
+def test_texture_reconstruction_example_runs_and_moves_towards_the_truth(tmp_path):
+    import texture_reconstruction
+    r = texture_reconstruction.run(steps=6, res=16, spp=2, target_spp=32, lr=0.05, tex_size=8, out=tmp_path,
+                                   progress=False)
+    for name in ("target.png", "initial.png", "final.png", "true_texture.png", "recovered_texture.png",
+                 "convergence.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    start = np.sqrt(np.mean((0.5 - r["truth"]) ** 2))
+    assert r["history"]["texture_rmse"][-1] < start - 0.01

@@ -55,6 +55,17 @@ def test_parameters_and_sizes_do_not_recompile():
      "floor.bsdf.ext_ior: an index of refraction must be positive"),
     (lambda d: d["floor"].update(bsdf={"type": "roughconductor", "alpha": [0.1, 0.2]}),
      "floor.bsdf.alpha.value: expected a finite float"),
+    (lambda d: d["floor"].update(bsdf={"type": "roughplastic", "alpha": 0.0}),
+     "floor.bsdf.alpha: roughness must be in (0, 4]"),
+    (lambda d: d["floor"].update(bsdf={"type": "roughplastic", "alpha_u": 0.1, "alpha_v": 0.2}),
+     "floor.bsdf: roughplastic does not support anisotropic roughness"),
+    (lambda d: d["floor"].update(bsdf={"type": "roughplastic", "sample_visible": False}),
+     "floor.bsdf.sample_visible: roughplastic without visible-normal sampling"),
+    (lambda d: d["floor"].update(bsdf={"type": "twosided", "b": {"type": "roughplastic", "int_ior": 1.0,
+                                                                  "ext_ior": 1.0}}),
+     "floor.bsdf.b: int_ior and ext_ior must differ"),
+    (lambda d: d["floor"].update(bsdf={"type": "roughplastic", "distribution": "phong"}),
+     "floor.bsdf.distribution: unknown microfacet distribution 'phong'"),
     (lambda d: d.update(integrator={"type": "volpath"}), "integrator 'volpath' is not supported"),
     (lambda d: d["floor"].update(bsdf={"type": "ref", "id": "nope"}), "unknown id 'nope'"),
     (lambda d: d["floor"].update(to_world=np.full((4, 4), np.nan)), "floor: to_world must be a finite"),
@@ -121,3 +132,23 @@ def test_vmap_over_cameras_is_one_launch():
         single = np.asarray(jaxrender.render(scene, {"sensor.to_world": views[k]}, spp=2, seed=3))
         np.testing.assert_array_equal(batched[k], single)
     assert not np.array_equal(batched[0], batched[2])
+
+
+def test_new_plugins_use_mitsubas_parameter_keys():
+    """roughplastic's alpha / eta are Mitsuba scalars (no '.value'); a spot's
+    intensity is a texture: the same keys as mitsuba.traverse."""
+    mi = pytest.importorskip("mitsuba")
+    mi.set_variant("scalar_rgb")
+    d = small_cbox()
+    d["floor"]["bsdf"] = {"type": "roughplastic", "distribution": "ggx", "alpha": 0.2,
+                          "specular_reflectance": 0.9}
+    d["spot"] = {"type": "spot", "intensity": 3.0}
+    ours = {k for k in jaxrender.load_dict(d).params if k.startswith(("floor", "spot"))}
+    d["sensor"]["to_world"] = mi.ScalarTransform4f(np.asarray(d["sensor"]["to_world"].matrix).tolist())
+    for k, v in d.items():
+        if isinstance(v, dict) and "to_world" in v:
+            v["to_world"] = mi.ScalarTransform4f(np.asarray(v["to_world"].matrix).tolist())
+    theirs = set(mi.traverse(mi.load_dict(d)).keys())
+    assert ours == {"floor.bsdf.alpha", "floor.bsdf.eta", "floor.bsdf.diffuse_reflectance.value",
+                    "floor.bsdf.specular_reflectance.value", "spot.intensity.value"}
+    assert ours <= theirs

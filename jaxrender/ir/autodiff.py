@@ -708,7 +708,9 @@ class _Reverse:
 
     def _branches(self, n: Node, env: _Env, cts, rc, op: str) -> None:
         free = self._free_active(n.regions)
-        if not free:
+        # Nothing to do only if no captured value is active *and* no branch
+        # reads a differentiated buffer (whose gradient is scatter-added).
+        if not free and not any(x.op == "gather" and x in self.act for r in n.regions for x in walk(r)):
             return
         regions = []
         for r in n.regions:

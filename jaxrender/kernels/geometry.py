@@ -43,21 +43,38 @@ def intersect_triangle(o: Vec, d: Vec, p0: Vec, p1: Vec, p2: Vec):
     return ir.select(ok, t, INF), u, v
 
 
+def _fmin(a, b):
+    # One instruction (minps) where _box_entry needs no NaN handling.
+    return ir.select(a < b, a, b)
+
+
+def _fmax(a, b):
+    return ir.select(a > b, a, b)
+
+
+def _safe_inv(d: Vec) -> Vec:
+    """1/d with components of magnitude below 1e-20 replaced by +-1e-20, so
+    slab distances (lo - o) * inv_d are never 0 * inf = NaN: the box test
+    then needs no NaN handling (it is most of the traversal's time)."""
+    def inv(x):
+        return 1.0 / ir.select(ir.abs(x) < 1e-20, ir.copysign(1e-20, x), x)
+    return Vec(inv(d.x), inv(d.y), inv(d.z))
+
+
 def _box_entry(o: Vec, inv_d: Vec, geo: SceneGeometry, node, t_max):
     """Whether the ray segment [0, t_max] meets node's box (slab test)."""
     lo = Vec(*(geo.bounds.read(node, k) for k in range(3)))
     hi = Vec(*(geo.bounds.read(node, k) for k in range(3, 6)))
     t0 = (lo - o) * inv_d
     t1 = (hi - o) * inv_d
-    near = ir.maximum(ir.maximum(ir.minimum(t0.x, t1.x), ir.minimum(t0.y, t1.y)), ir.minimum(t0.z, t1.z))
-    far = ir.minimum(ir.minimum(ir.maximum(t0.x, t1.x), ir.maximum(t0.y, t1.y)), ir.maximum(t0.z, t1.z))
-    # NaN (0 * inf from an axis-parallel ray on a slab plane) counts as a hit: conservative.
-    return ir.maximum(near, 0.0) <= ir.minimum(far * 1.0000004, t_max)
+    near = _fmax(_fmax(_fmin(t0.x, t1.x), _fmin(t0.y, t1.y)), _fmin(t0.z, t1.z))
+    far = _fmin(_fmin(_fmax(t0.x, t1.x), _fmax(t0.y, t1.y)), _fmax(t0.z, t1.z))
+    return _fmax(near, 0.0) <= _fmin(far * 1.0000004, t_max)
 
 
 def closest_hit(geo: SceneGeometry, o: Vec, d: Vec, t_min, t_max):
     """(t, triangle index in leaf order, b1, b2); t == inf and index -1 on a miss."""
-    inv_d = Vec(1.0 / d.x, 1.0 / d.y, 1.0 / d.z)
+    inv_d = _safe_inv(d)
     n_nodes = ir.cast(geo.bounds.len, "i32")
 
     def step(s):
@@ -92,7 +109,7 @@ def closest_hit(geo: SceneGeometry, o: Vec, d: Vec, t_min, t_max):
 
 def occluded(geo: SceneGeometry, o: Vec, d: Vec, t_min, t_max):
     """Whether anything lies on the ray between t_min and t_max (stops at the first hit)."""
-    inv_d = Vec(1.0 / d.x, 1.0 / d.y, 1.0 / d.z)
+    inv_d = _safe_inv(d)
     n_nodes = ir.cast(geo.bounds.len, "i32")
 
     def step(s):

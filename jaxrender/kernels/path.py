@@ -4,7 +4,10 @@ Unidirectional path tracing with next-event estimation and multiple
 importance sampling (power heuristic) and Russian roulette, following the
 structure of Mitsuba 3's ``path`` integrator so that images agree in
 expectation. Geometry is triangles; BSDFs come from ``bsdfs.registry`` and
-emitters (area, point, directional, constant) through one dispatch each.
+emitters (area, point, directional, constant, spot, envmap) through one
+dispatch each. Textured BSDF parameters (``textures``) and the environment
+map's radiance (``envmap``) are read in :func:`_shade`, like every other
+differentiable value.
 
 Pixel reconstruction filters are importance sampled (the offset of each
 sample within the filter's support is drawn from the filter), so every sample
@@ -35,13 +38,16 @@ from typing import Any
 from .. import ir
 from ..ir import Vec
 from . import geometry
+from . import textures
 from .bsdfs import registry as bsdf_registry
+from .bsdfs.roughplastic import TABLE_STRIDE
+from .envmap import EnvMap
 from .geometry import SceneGeometry, closest_hit, occluded
 from .sampling import (INV_FOUR_PI, Frame, square_to_uniform_sphere,
                        square_to_uniform_triangle)
 
 # Emitter type ids (jaxrender.scene.scene defines the same).
-AREA, POINT, DIRECTIONAL, CONSTANT = 0, 1, 2, 3
+AREA, POINT, DIRECTIONAL, CONSTANT, SPOT, ENVMAP = 0, 1, 2, 3, 4, 5
 
 INPUTS = {
     "tris": ir.In("f32", (9,)),
@@ -53,9 +59,18 @@ INPUTS = {
     "emitter_radiance": ir.In("f32", (3,)),
     "light_tris": ir.In("i32"),               # emissive triangles (leaf order index), grouped by emitter
     "light_cdf": ir.In("f32"),                # cumulative area within each emitter's group
-    "emitter_meta": ir.In("i32", (4,)),       # type, first light triangle, count, 0
+    "emitter_meta": ir.In("i32", (4,)),       # type, first light triangle, count, texture (envmap)
     "emitter_geom": ir.In("f32", (4,)),       # position (point) / direction (directional), area
-    "env_emitter": ir.Scalar("i32"),          # the constant emitter, -1 if none
+    "env_emitter": ir.Scalar("i32"),          # the constant or envmap emitter, -1 if none
+    # Textures (kernels/textures.py) and the envmap's tables (kernels/envmap.py).
+    "tri_uv": ir.In("f32", (6,)),             # vertex UVs per triangle (leaf order); 0 rows: no textures
+    "bsdf_tex": ir.In("i32", (2,)),           # per BSDF: first texture slot, slot count
+    "tex_slots": ir.In("i32", (4,)),          # BSDF row start, width, texture, luminance flag
+    "tex_meta": ir.In("i32", (textures.META,)),  # offset, width, height, channels, kind, wrap, filter, 0
+    "tex_uv": ir.In("f32", (6,)),             # to_uv (2 x 3) per texture
+    "texels": ir.In("f32"),                   # all texture values, flat
+    "env_dist": ir.In("f32"),                 # envmap sampling tables
+    "env_frame": ir.In("f32", (9,)),          # envmap to_world rotation (row-major)
     "camera": ir.In("f32", (19,)),            # to_world (16, row-major), tan_x, tan_y, near_clip
     "filter_icdf": ir.In("f32"),              # inverse CDF of the 1-D pixel filter, offsets in pixels
     "filter_cdf": ir.In("f32"),               # its CDF on a uniform grid over [-radius, radius]
@@ -67,14 +82,31 @@ INPUTS = {
     "rr_depth": ir.Scalar("i32"),
     "hide_emitters": ir.Scalar("i32"),
     "seed": ir.Scalar("u32"),
+    "bsdf_table": ir.In("f32"),               # per-BSDF tables, TABLE_STRIDE floats a BSDF (primitives/bsdf_tables.py)
+    "emitter_frame": ir.In("f32", (16,)),     # world-to-local 3x3 (row-major), per-type constants (spot)
 }
 OUTPUTS = {"image": ir.Out("f32", (3,))}
 
 # Float inputs whose values may carry derivatives: what the forward kernel
 # takes tangents of and the adjoint kernel accumulates gradients into.
-DIFFERENTIABLE_INPUTS = ("bsdf_data", "emitter_radiance")
+DIFFERENTIABLE_INPUTS = ("bsdf_data", "emitter_radiance", "texels")
 # Ways to run the adjoint (see trace_adjoint).
 ADJOINT_METHODS = ("prb", "rb", "rb_biased")
+
+
+@dataclasses.dataclass(frozen=True)
+class Structure:
+    """Trace-time features of a scene beyond the always-present ones, so that
+    a scene without textures or an environment map gets the plain kernel
+    (no texture code, no envmap dispatch branch): ``tex_slots`` is the most
+    textured parameters any of its BSDFs has (0 to textures.MAX_SLOTS),
+    ``envmap`` whether it has an envmap emitter."""
+    tex_slots: int = 0
+    envmap: bool = False
+
+    def __post_init__(self):
+        if not 0 <= self.tex_slots <= textures.MAX_SLOTS:
+            raise ValueError(f"tex_slots must be in 0..{textures.MAX_SLOTS}, got {self.tex_slots}")
 
 
 def _vec3(buf, row, start=0) -> Vec:
@@ -152,10 +184,27 @@ def _continuation_weight(t, params, wi: Vec, wo: Vec, pdf, weight: Vec, delta, d
     return ir.select(delta, weight * ratio, smooth)
 
 
-def _bsdf_query(kind, row, wi: Vec, wo_light: Vec, u1, u2: Vec, diff: bool):
+class _TableRow:
+    """Reader of one BSDF's precomputed table in the ``bsdf_table`` buffer."""
+
+    def __init__(self, buf, bsdf):
+        self.buf = buf
+        self.base = ir.cast(bsdf, "u32") * ir.UInt(TABLE_STRIDE)
+
+    def read(self, i):
+        return self.buf.read(self.base + (i if isinstance(i, ir.Var) else ir.UInt(i)))
+
+
+def make_params(t, row, table):
+    """The params object of BSDF type ``t`` from its row (and table)."""
+    return t.make(row, table) if t.table is not None else t.make(row)
+
+
+def _bsdf_query(kind, row, wi: Vec, wo_light: Vec, u1, u2: Vec, diff: bool, table=None):
     """Dispatch over the BSDF types: (value and pdf towards the light sample,
     then a sampled direction with its pdf, weight and delta flag). A twosided
-    BSDF is evaluated as if seen from its front."""
+    BSDF is evaluated as if seen from its front. ``table``: the BSDF's
+    :class:`_TableRow`."""
     flip = (row[bsdf_registry.TWOSIDED_SLOT] > 0.5) & (wi.z < 0.0)
     sz = ir.select(flip, -1.0, 1.0)
     wi_f = Vec(wi.x, wi.y, wi.z * sz)
@@ -163,7 +212,7 @@ def _bsdf_query(kind, row, wi: Vec, wo_light: Vec, u1, u2: Vec, diff: bool):
 
     def branch(t):
         def run():
-            params = t.make(row)
+            params = make_params(t, row, table)
             f = t.call("eval", params, wi_f, wl_f)
             pdf = t.call("pdf", params, wi_f, wl_f)
             wo, pdf_s, weight, delta = t.call("sample", params, wi_f, u1, u2)
@@ -184,6 +233,7 @@ class _Ctx:
     py: Any
     seed: Any
     diff: bool
+    structure: Structure
 
     def rand(self, stream, dim):
         return ir.rng.uniform4(self.seed, self.pixel, dim, stream)
@@ -198,11 +248,11 @@ class _Ctx:
         return 1.0 / ir.cast(ir.maximum(self.n_emitters, 1), "f32")
 
 
-def _context(b: dict, seed, diff: bool) -> _Ctx:
+def _context(b: dict, seed, diff: bool, structure: Structure = Structure()) -> _Ctx:
     pixel = ir.item_index()
     W = b["width"].value
     return _Ctx(b, SceneGeometry(b["tris"], b["bvh_bounds"], b["bvh_links"]), pixel,
-                ir.cast(pixel % W, "f32"), ir.cast(pixel // W, "f32"), seed, diff)
+                ir.cast(pixel % W, "f32"), ir.cast(pixel // W, "f32"), seed, diff, structure)
 
 
 def _camera_ray(c: _Ctx, s):
@@ -230,6 +280,9 @@ def _camera_ray(c: _Ctx, s):
 class _Hit:
     t: Any
     tri: Any
+    b1: Any           # barycentrics of the hit (of the triangle's 2nd and 3rd vertex)
+    b2: Any
+    d: Vec            # ray direction
     hit: Any
     p: Vec
     ng: Vec
@@ -243,7 +296,7 @@ class _Hit:
 
 
 def _intersect(c: _Ctx, o: Vec, d: Vec, t_min) -> _Hit:
-    t, tri, _, _ = closest_hit(c.geo, o, d, t_min, geometry.INF)
+    t, tri, b1, b2 = closest_hit(c.geo, o, d, t_min, geometry.INF)
     p0, p1, p2 = c.geo.triangle(tri)
     ng = ir.normalize(ir.cross(p1 - p0, p2 - p0))
     p = o + d * t
@@ -252,7 +305,7 @@ def _intersect(c: _Ctx, o: Vec, d: Vec, t_min) -> _Hit:
     hit = tri >= 0
     frame = Frame(ng)
     scale = 1e-4 * (1.0 + _max3(Vec(ir.abs(p.x), ir.abs(p.y), ir.abs(p.z))))
-    return _Hit(t, tri, hit, p, ng, frame, frame.to_local(-d), attr.read(tri, 0), attr_em,
+    return _Hit(t, tri, b1, b2, d, hit, p, ng, frame, frame.to_local(-d), attr.read(tri, 0), attr_em,
                 hit & (attr_em >= 0), -ir.dot(ng, d), scale)
 
 
@@ -264,6 +317,19 @@ class _EmitterSample:
     factor: Any       # radiance scale from geometry (1/dist^2 for point lights, 0 behind an area light)
     pdf_dir: Any      # solid-angle pdf given the emitter (0 for delta emitters)
     delta: Any
+    is_env: Any       # an envmap sample (its radiance is looked up in _shade)
+
+
+def spot_falloff(frame, sel, w: Vec):
+    """Mitsuba's spot falloff in world direction ``w`` (from the light):
+    1 within the beam width, then linear in angle down to 0 at the cutoff."""
+    local = Vec(*(ir.dot(Vec(frame.read(sel, 3 * k), frame.read(sel, 3 * k + 1), frame.read(sel, 3 * k + 2)), w)
+                  for k in range(3)))
+    cos_t = local.z * ir.rsqrt(ir.dot(local, local))
+    cos_cutoff, cos_beam = frame.read(sel, 9), frame.read(sel, 10)
+    cutoff, inv_width = frame.read(sel, 11), frame.read(sel, 12)
+    beam = ir.select(cos_t >= cos_beam, 1.0, (cutoff - ir.acos(ir.clamp(cos_t, -1.0, 1.0))) * inv_width)
+    return ir.select(cos_t > cos_cutoff, beam, 0.0)
 
 
 def _sample_emitter(c: _Ctx, h: _Hit, d: Vec, r) -> _EmitterSample:
@@ -302,13 +368,39 @@ def _sample_emitter(c: _Ctx, h: _Hit, d: Vec, r) -> _EmitterSample:
     def directional_light():
         return -g, ir.Float(geometry.INF), ir.Float(1.0), ir.Float(0.0), ir.Bool(True)
 
+    def spot_light():
+        to_light = g - p_near
+        dist2 = ir.dot(to_light, to_light)
+        dist = ir.sqrt(dist2)
+        w = to_light / dist
+        return w, dist, spot_falloff(b["emitter_frame"], sel, -w) / dist2, ir.Float(0.0), ir.Bool(True)
+
     def environment():
         w = square_to_uniform_sphere(Vec(r[2], r[3]))
         return w, ir.Float(geometry.INF), ir.Float(1.0), ir.Float(INV_FOUR_PI), ir.Bool(False)
 
-    w, dist, factor, pdf_dir, delta = ir.dispatch(
-        meta.read(sel, 0), [area_light, point_light, directional_light, environment])
-    return _EmitterSample(sel, w, dist, factor, pdf_dir, delta)
+    def envmap():
+        w, pdf = EnvMap(b, sel).sample(r[1], r[2], r[3])
+        return w, ir.Float(geometry.INF), ir.Float(1.0), pdf, ir.Bool(False)
+
+    kind = meta.read(sel, 0)
+    branches = [area_light, point_light, directional_light, environment, spot_light]
+    if c.structure.envmap:
+        branches.append(envmap)
+    w, dist, factor, pdf_dir, delta = ir.dispatch(kind, branches)
+    is_env = (kind == ENVMAP) if c.structure.envmap else ir.Bool(False)
+    return _EmitterSample(sel, w, dist, factor, pdf_dir, delta, is_env)
+
+
+def emitter_pdf(c: _Ctx, h: _Hit, env_pdf=INV_FOUR_PI):
+    """Solid-angle density with which :func:`_sample_emitter` (emitter
+    choice included) produces the direction of the ray that found ``h``: the
+    emitter it hit, or the environment if it left the scene (``env_pdf``:
+    the environment's own density in that direction, uniform unless it is an
+    envmap). Meaningful where that ray sees emitted radiance."""
+    area_e = c.b["emitter_geom"].read(h.attr_em, 3)
+    return ir.select(h.hit, c.pdf_select * h.t * h.t / (ir.maximum(h.cos_l, 1e-20) * area_e),
+                     c.pdf_select * env_pdf)
 
 
 def _shade(c: _Ctx, h: _Hit, es: _EmitterSample, r2, depth, prev_pdf, prev_delta, show_emitters):
@@ -323,19 +415,30 @@ def _shade(c: _Ctx, h: _Hit, es: _EmitterSample, r2, depth, prev_pdf, prev_delta
     env = b["env_emitter"].value
     dt = ir.detach if c.diff else (lambda x: x)
     le = _vec3(rad, h.attr_em) * ir.select(h.is_emitter & (h.cos_l > 0.0), 1.0, 0.0)
-    # A ray that leaves the scene sees the environment.
-    le = ir.select(h.hit, le, _vec3(rad, env) * ir.select(env >= 0, 1.0, 0.0))
+    # A ray that leaves the scene sees the environment: constant, or an
+    # envmap's texels (and its sampling density, for MIS).
+    def env_map():
+        e = EnvMap(b, env)
+        return e.eval(h.d), e.pdf(h.d)
+    env_le, env_pdf = Vec(1.0, 1.0, 1.0), ir.Float(INV_FOUR_PI)
+    if c.structure.envmap:
+        sees_map = ~h.hit & (env >= 0) & (b["emitter_meta"].read(env, 0) == ENVMAP)
+        env_le, env_pdf = ir.cond(sees_map, env_map, lambda: (env_le, env_pdf))
+    le = ir.select(h.hit, le, _vec3(rad, env) * env_le * ir.select(env >= 0, 1.0, 0.0))
     # MIS weight of the BSDF strategy for this emitter hit.
-    area_e = b["emitter_geom"].read(h.attr_em, 3)
-    light_pdf = ir.select(h.hit, c.pdf_select * h.t * h.t / (ir.maximum(h.cos_l, 1e-20) * area_e),
-                          c.pdf_select * INV_FOUR_PI)
+    light_pdf = emitter_pdf(c, h, env_pdf)
     w_bsdf = ir.select(depth == 0, ir.select(show_emitters, 1.0, 0.0),
                        ir.select(prev_delta, 1.0, _mis(dt(prev_pdf), light_pdf)))
     row = [b["bsdf_data"].read(h.attr_bsdf, k) for k in range(bsdf_registry.ROW)]
+    if c.structure.tex_slots:
+        row = textures.apply_textures(b, h.attr_bsdf, row, h.tri, h.b1, h.b2, h.hit, c.structure.tex_slots)
     wl = h.frame.to_local(es.w)
     f_l, bsdf_pdf_l, wo, bsdf_pdf, weight, bsdf_delta = _bsdf_query(
-        b["bsdf_type"][h.attr_bsdf], row, h.wi, wl, r2[3], Vec(r2[0], r2[1]), c.diff)
+        b["bsdf_type"][h.attr_bsdf], row, h.wi, wl, r2[3], Vec(r2[0], r2[1]), c.diff,
+        _TableRow(b["bsdf_table"], h.attr_bsdf))
     em = _vec3(rad, es.sel) * es.factor
+    if c.structure.envmap:
+        em = em * ir.cond(es.is_env, lambda: EnvMap(b, es.sel).eval(es.w), lambda: Vec(1.0, 1.0, 1.0))
     pdf_light = c.pdf_select * es.pdf_dir
     w_em = ir.select(es.delta, 1.0 / c.pdf_select, _mis(pdf_light, dt(bsdf_pdf_l)) / pdf_light)
     wo_w = h.frame.to_world(wo)
@@ -345,9 +448,28 @@ def _shade(c: _Ctx, h: _Hit, es: _EmitterSample, r2, depth, prev_pdf, prev_delta
 
 
 # Loop state of one path: depth, origin, direction, t_min, throughput,
-# accumulated radiance, previous BSDF pdf, previous delta flag, alive.
+# accumulated radiance, previous BSDF pdf, previous delta flag, alive,
+# eta (product of the relative IORs of the refractions so far, as Mitsuba's
+# path integrator keeps it for Russian roulette).
 def _initial_state(o: Vec, d: Vec, t_min):
-    return (ir.Int(0), o, d, t_min, Vec(1.0, 1.0, 1.0), _zero3(), ir.Float(1.0), ir.Bool(True), ir.Bool(True))
+    return (ir.Int(0), o, d, t_min, Vec(1.0, 1.0, 1.0), _zero3(), ir.Float(1.0), ir.Bool(True), ir.Bool(True),
+            ir.Float(1.0))
+
+
+def _sampled_eta(c: _Ctx, h: _Hit, wo_w: Vec):
+    """Relative IOR of the sampled interaction (Mitsuba's bs.eta): eta_it of
+    a dielectric the sample refracted through, else 1. Not differentiated
+    (only Russian roulette uses it, detached)."""
+    kind = c.b["bsdf_type"][h.attr_bsdf]
+    cos_i = h.wi.z
+    refracted = ir.dot(h.ng, wo_w) * cos_i < 0.0
+    eta = ir.Float(1.0)
+    for idx, t in enumerate(bsdf_registry.TYPES):
+        if t.eta_slot is not None:
+            e = c.b["bsdf_data"].read(h.attr_bsdf, t.eta_slot)
+            eta = ir.select(kind == idx, ir.select(cos_i >= 0.0, e, 1.0 / e), eta)
+    eta = ir.select(refracted, eta, 1.0)
+    return ir.detach(eta) if c.diff else eta
 
 
 def _bounce(c: _Ctx, s, st, shade=_shade):
@@ -355,7 +477,7 @@ def _bounce(c: _Ctx, s, st, shade=_shade):
     adjoint wraps), trace the shadow ray, continue with the BSDF sample.
     Returns the next state and what the adjoint needs about this vertex."""
     b = c.b
-    depth, o, d, t_min, beta, L, prev_pdf, prev_delta, alive = st
+    depth, o, d, t_min, beta, L, prev_pdf, prev_delta, alive = st[:9]
     max_d, rr_d = b["max_depth"].value, b["rr_depth"].value
     show_emitters = b["hide_emitters"].value == 0
     h = _intersect(c, o, d, t_min)
@@ -380,20 +502,22 @@ def _bounce(c: _Ctx, s, st, shade=_shade):
     # Continue with the BSDF sample.
     beta_in = beta
     beta = beta * weight
-    # Russian roulette, as Mitsuba: after rr_depth bounces.
+    # Russian roulette, as Mitsuba: after rr_depth bounces, on the
+    # throughput times eta^2 (undoing the radiance scaling of refractions).
+    eta = st[9] * _sampled_eta(c, h, wo_w)
     b_max = _max3(beta)
     active_next = active_next & (b_max != 0.0)
-    rr_prob = ir.minimum(b_max, 0.95)
+    rr_prob = ir.minimum(b_max * eta * eta, 0.95)
     if c.diff:
         rr_prob = ir.detach(rr_prob)
-    rr_active = depth >= rr_d
+    rr_active = depth + 1 >= rr_d   # Mitsuba counts this vertex first (depth += 1, then roulette)
     beta = beta * ir.select(rr_active, 1.0 / rr_prob, 1.0)
     active_next = active_next & (~rr_active | (r2[2] < rr_prob))
     beyond = h.p + d * h.scale
     new = (ir.select(pass_through, depth, depth + 1), ir.select(pass_through, beyond, spawn(wo_w)),
            ir.select(pass_through, d, wo_w), ir.Float(0.0), ir.select(pass_through, Vec(1.0, 1.0, 1.0), beta),
            L, ir.select(pass_through, prev_pdf, bsdf_pdf), ir.select(pass_through, prev_delta, bsdf_delta),
-           active_next | pass_through)
+           active_next | pass_through, ir.select(pass_through, st[9], eta))
     info = {"beta": beta_in, "blocked": blocked, "weight": weight, "continues": active_next & ~pass_through}
     return new, info
 
@@ -404,8 +528,8 @@ def _trace(c: _Ctx, s, st):
     return final[5]
 
 
-def path_kernel(diff: bool = False, **b):
-    c = _context(b, b["seed"].value, diff)
+def path_kernel(diff: bool = False, structure: Structure = Structure(), **b):
+    c = _context(b, b["seed"].value, diff, structure)
 
     def one_path(s, acc):
         o, d, t_min = _camera_ray(c, s)
@@ -416,11 +540,11 @@ def path_kernel(diff: bool = False, **b):
     return {"image": total / ir.cast(spp, "f32")}
 
 
-def _adjoint_kernel(active: tuple, method: str, **b):
+def _adjoint_kernel(active: tuple, method: str, structure: Structure, **b):
     """Accumulates, into ``grad_<name>`` for each active input, the image
     cotangent ``grad_image`` pulled back through the differentiable path
     kernel with the same seed (see the module docstring)."""
-    c = _context(b, b["seed"].value, True)
+    c = _context(b, b["seed"].value, True, structure)
     grads = {b[n]: b["grad_" + n] for n in active}
     spp = b["spp"].value
     g = b["grad_image"]
@@ -465,10 +589,15 @@ def _adjoint_kernel(active: tuple, method: str, **b):
     return {}
 
 
+def _suffix(structure: Structure) -> str:
+    return (f"_tex{structure.tex_slots}" if structure.tex_slots else "") + ("_envmap" if structure.envmap else "")
+
+
 @functools.lru_cache(maxsize=None)
-def trace_path() -> ir.Kernel:
-    """The primal path kernel."""
-    return ir.trace(functools.partial(path_kernel, False), INPUTS, OUTPUTS, name="path")
+def trace_path(structure: Structure = Structure()) -> ir.Kernel:
+    """The primal path kernel for scenes of the given structure."""
+    return ir.trace(functools.partial(path_kernel, False, structure), INPUTS, OUTPUTS,
+                    name="path" + _suffix(structure))
 
 
 def _check_active(active: tuple) -> tuple:
@@ -479,7 +608,7 @@ def _check_active(active: tuple) -> tuple:
 
 
 @functools.lru_cache(maxsize=None)
-def trace_forward(active: tuple) -> ir.Kernel:
+def trace_forward(active: tuple, structure: Structure = Structure()) -> ir.Kernel:
     """Forward-mode kernel: inputs of the path kernel plus ``d_<name>`` (the
     tangent of each active input, same shape); output ``image`` is the image
     tangent. Linear in the tangents."""
@@ -490,15 +619,15 @@ def trace_forward(active: tuple) -> ir.Kernel:
 
     def fwd(**b):
         prim = {k: b[k] for k in INPUTS}
-        _, tangent = ir.jvp(lambda: path_kernel(True, **prim), (), (),
+        _, tangent = ir.jvp(lambda: path_kernel(True, structure, **prim), (), (),
                             buffer_tangents={b[n]: b["d_" + n] for n in active})
         return {"image": tangent["image"]}
 
-    return ir.trace(fwd, inputs, OUTPUTS, name="path_forward_" + "_".join(active))
+    return ir.trace(fwd, inputs, OUTPUTS, name="path_forward_" + "_".join(active) + _suffix(structure))
 
 
 @functools.lru_cache(maxsize=None)
-def trace_adjoint(active: tuple, method: str = "prb") -> ir.Kernel:
+def trace_adjoint(active: tuple, method: str = "prb", structure: Structure = Structure()) -> ir.Kernel:
     """Adjoint kernel: inputs of the path kernel plus ``grad_image`` (the
     image cotangent, (pixels, 3)); accumulators ``grad_<name>`` with the
     shape of each active input. ``method`` is "prb" (path replay
@@ -511,5 +640,5 @@ def trace_adjoint(active: tuple, method: str = "prb") -> ir.Kernel:
     inputs = dict(INPUTS)
     inputs["grad_image"] = ir.In("f32", (3,))
     outputs = {"grad_" + n: ir.Accum(INPUTS[n].dtype, INPUTS[n].item_shape) for n in active}
-    return ir.trace(functools.partial(_adjoint_kernel, active, method), inputs, outputs,
-                    name=f"path_adjoint_{method}_" + "_".join(active))
+    return ir.trace(functools.partial(_adjoint_kernel, active, method, structure), inputs, outputs,
+                    name=f"path_adjoint_{method}_" + "_".join(active) + _suffix(structure))

@@ -44,6 +44,8 @@ class RenderConfig:
     method: str = "prb"        # adjoint: prb | rb | rb_biased
     # Float inputs that must not receive tangents, with the reason shown.
     why_not: tuple = ()
+    # Trace-time scene features (textures, envmap) the kernels are specialised on.
+    structure: path.Structure = path.Structure()
 
 
 def _is_zero(t) -> bool:
@@ -58,7 +60,7 @@ def _kernel_inputs(inputs: Mapping[str, Any]) -> dict:
 def render_image(config: RenderConfig, inputs: dict) -> jax.Array:
     """The primal image, (pixels, 3). ``inputs`` holds the path kernel's
     buffers plus ``seed_grad`` and ``spp_grad`` for its derivatives."""
-    return launch(path.trace_path(), config.launch_shape, **_kernel_inputs(inputs))["image"]
+    return launch(path.trace_path(config.structure), config.launch_shape, **_kernel_inputs(inputs))["image"]
 
 
 def _render_jvp(config: RenderConfig, primals, tangents):
@@ -103,7 +105,7 @@ def _forward_unbatched(config, active, *args):
     n = len(INPUT_NAMES)
     kw = dict(zip(INPUT_NAMES, args[:n]))
     kw.update({"d_" + a: t for a, t in zip(active, args[n:])})
-    return launch(path.trace_forward(active), config.launch_shape, **kw)["image"]
+    return launch(path.trace_forward(active, config.structure), config.launch_shape, **kw)["image"]
 
 
 def _jvp_impl_fn(*args, config, active, batch_shape, in_batch):
@@ -158,7 +160,7 @@ def _adjoint_unbatched(config, active, *args):
     kw = dict(zip(INPUT_NAMES, args[:n]))
     kw["grad_image"] = args[n]
     rows = {"grad_" + a: int(np.shape(kw[a])[0]) for a in active}
-    grads = launch(path.trace_adjoint(active, config.method), config.launch_shape, rows, **kw)
+    grads = launch(path.trace_adjoint(active, config.method, config.structure), config.launch_shape, rows, **kw)
     return tuple(grads["grad_" + a] for a in active)
 
 

@@ -5,11 +5,12 @@ film size) and the parameter arrays under the keys ``mitsuba.traverse``
 uses (``red.reflectance.value``, ``light.emitter.radiance.value``, ...).
 Geometry is flattened to world-space triangles in BVH leaf order.
 
-Supported so far: shapes rectangle, cube, obj, ply; the BSDFs of
-``kernels.bsdfs.registry`` (also inside twosided); area, point, directional
-and constant emitters; perspective
-sensor; hdrfilm with box, tent and gaussian filters; independent sampler;
-path and direct integrators.
+Supported so far: shapes rectangle, cube, obj, ply (with Mitsuba's texture
+coordinates); the BSDFs of ``kernels.bsdfs.registry`` (also inside
+twosided), whose colour and roughness parameters may be ``bitmap`` or
+``checkerboard`` textures; area, point, spot, directional, constant and
+envmap emitters; perspective sensor; hdrfilm with box, tent and gaussian
+filters; independent sampler; path, direct and aov integrators.
 Anything else raises :class:`SceneError` naming the plugin, never a wrong
 image.
 """
@@ -22,13 +23,16 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..kernels import textures as ktex
 from ..kernels.bsdfs import registry as bsdf_registry
+from . import textures as tex_io
 from .errors import SceneError
 from .shapes import cube_mesh, rectangle_mesh
 
 SUPPORTED_SHAPES = ("rectangle", "cube", "obj", "ply")
 # Emitter type ids shared with kernels/path.py.
-EMITTER_AREA, EMITTER_POINT, EMITTER_DIRECTIONAL, EMITTER_CONSTANT = 0, 1, 2, 3
+EMITTER_AREA, EMITTER_POINT, EMITTER_DIRECTIONAL, EMITTER_CONSTANT, EMITTER_SPOT, EMITTER_ENVMAP = 0, 1, 2, 3, 4, 5
+EMITTER_FRAME_WIDTH = 16   # floats per row of Scene.emitter_frame
 
 
 def _matrix(t: Any, where: str) -> np.ndarray:
@@ -65,8 +69,11 @@ def _ior(value: Any, where: str) -> float:
 
 def _scalar(value: Any, where: str) -> np.ndarray:
     if isinstance(value, Mapping):
-        raise SceneError(f"{where}: textured values are not supported yet (use a float)")
-    arr = np.asarray(value, dtype=np.float64)
+        raise SceneError(f"{where}: expected a float here, got a {value.get('type')!r} value")
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise SceneError(f"{where}: expected a finite float, got {value!r}") from None
     if arr.size != 1 or not np.isfinite(arr).all():
         raise SceneError(f"{where}: expected a finite float, got {value!r}")
     return arr.reshape(())
@@ -79,7 +86,7 @@ def _rgb(value: Any, where: str) -> np.ndarray:
         if kind == "rgb":
             value = value.get("value")
         else:
-            raise SceneError(f"{where}: {kind!r} values are not supported yet (use rgb or a float)")
+            raise SceneError(f"{where}: {kind!r} values are not supported here (use rgb or a float)")
     arr = np.asarray(value, dtype=np.float64).reshape(-1)
     if arr.size == 1:
         arr = np.repeat(arr, 3)
@@ -111,16 +118,59 @@ class Scene:
     bvh_links: np.ndarray
     light_tris: np.ndarray                 # emissive triangles, grouped by emitter
     light_cdf: np.ndarray                  # area CDF within each emitter's group
-    emitter_meta: np.ndarray               # (E, 4) type, first light triangle, count, 0
+    emitter_meta: np.ndarray               # (E, 4) type, first light triangle, count, texture (envmap)
     emitter_geom: np.ndarray               # (E, 4) position / direction, area
-    env_emitter: int                       # index of the constant emitter, -1 if none
+    env_emitter: int                       # index of the constant or envmap emitter, -1 if none
     camera_key: str = "sensor.to_world"
     params: dict = field(default_factory=dict)   # traverse-style key -> numpy array
-    bsdfs: list = field(default_factory=list)    # (type index, [(param key, width)], twosided)
+    bsdfs: list = field(default_factory=list)    # (type index, [(param key | constant, width)], twosided)
     emitter_keys: list = field(default_factory=list)
     # Parameters the renderer cannot differentiate (key -> why); asking for
     # their derivative raises instead of returning a wrong number.
     nondifferentiable: dict = field(default_factory=dict)
+    # (E, EMITTER_FRAME_WIDTH) per emitter: world-to-local 3x3 (row-major),
+    # then per-type constants (spot: cos cutoff, cos beam width, cutoff in
+    # radians, 1 / transition width in radians).
+    emitter_frame: np.ndarray = field(default_factory=lambda: np.zeros((0, EMITTER_FRAME_WIDTH), np.float32))
+    # Textures (see jaxrender.scene.textures and kernels.textures).
+    tri_uv: np.ndarray = field(default_factory=lambda: np.zeros((0, 6), np.float32))  # (N, 6) leaf order
+    textures: list = field(default_factory=list)          # TextureSpec per texture (envmap included)
+    bsdf_slots: list = field(default_factory=list)        # per BSDF: [(row start, width, texture, luminance)]
+    env_texture: int = -1                                 # texture index of the envmap, -1 if none
+    env_frame: np.ndarray = field(default_factory=lambda: np.eye(3, dtype=np.float32))  # envmap to_world rotation
+
+    @property
+    def structure(self):
+        """The trace-time features the path kernels are specialised on."""
+        from ..kernels.path import Structure
+        return Structure(max((len(s) for s in self.bsdf_slots), default=0), self.env_texture >= 0)
+
+    def texture_inputs(self, p: Mapping[str, Any]) -> dict:
+        """The texture buffers of the path kernel from parameter values ``p``."""
+        import jax.numpy as jnp
+        slots, rows = [], []
+        for s in self.bsdf_slots:
+            rows.append((len(slots), len(s)))
+            slots.extend(s)
+        offsets = np.cumsum([0] + [t.size for t in self.textures])
+        meta = np.zeros((len(self.textures), ktex.META), np.int32)
+        uv = np.zeros((len(self.textures), 6), np.float32)
+        for i, t in enumerate(self.textures):
+            meta[i, :7] = (offsets[i], t.width, t.height, t.channels, t.kind, t.wrap, t.filter)
+            uv[i] = (t.to_uv if t.to_uv is not None else np.eye(3)[:2]).reshape(6)
+        texels = jnp.concatenate([t.texels(p) for t in self.textures]) if self.textures \
+            else jnp.zeros((0,), jnp.float32)
+        textured = bool(slots)
+        if self.env_texture >= 0:
+            env = self.textures[self.env_texture]
+            env_dist = tex_io.envmap_tables(env, p[env.keys[0]])
+            env_frame = self.env_frame.astype(np.float32).reshape(1, 9)
+        else:
+            env_dist, env_frame = np.zeros((0,), np.float32), np.zeros((0, 9), np.float32)
+        return dict(tri_uv=self.tri_uv if textured else np.zeros((0, 6), np.float32),
+                    bsdf_tex=np.array(rows, np.int32).reshape(-1, 2),
+                    tex_slots=np.array(slots, np.int32).reshape(-1, 4), tex_meta=meta, tex_uv=uv,
+                    texels=texels, env_dist=env_dist, env_frame=env_frame)
 
     def kernel_inputs(self, params: Mapping[str, Any] | None = None) -> dict:
         """Buffers for the path kernel; ``params`` overrides scene.params values."""
@@ -137,15 +187,20 @@ class Scene:
         import jax.numpy as jnp
         rows = []
         for _, fields, twosided in self.bsdfs:
-            parts = [jnp.asarray(p[k], jnp.float32).reshape(w) for k, w in fields]
+            # a field is a parameter key, a constant (a flag such as nonlinear),
+            # or None: a textured field, filled in by the kernel
+            parts = [jnp.zeros(w, jnp.float32) if k is None else
+                     jnp.asarray(p[k] if isinstance(k, str) else np.full(w, k), jnp.float32).reshape(w)
+                     for k, w in fields]
             used = sum(w for _, w in fields)
             parts.append(jnp.zeros(bsdf_registry.ROW - 1 - used, jnp.float32))
             parts.append(jnp.full((1,), 1.0 if twosided else 0.0, jnp.float32))
             rows.append(jnp.concatenate(parts))
         bsdf_data = jnp.stack(rows) if rows else jnp.zeros((0, bsdf_registry.ROW), jnp.float32)
         bsdf_type = np.array([t for t, _, _ in self.bsdfs], np.int32)
-        rad = jnp.stack([jnp.asarray(p[k], jnp.float32).reshape(3) for k in self.emitter_keys]) \
-            if self.emitter_keys else jnp.zeros((0, 3), jnp.float32)
+        # (an envmap's row is its scalar scale, broadcast)
+        rad = jnp.stack([jnp.broadcast_to(jnp.asarray(p[k], jnp.float32).reshape(-1), (3,))
+                         for k in self.emitter_keys]) if self.emitter_keys else jnp.zeros((0, 3), jnp.float32)
         cam = self.camera
         to_world = jnp.asarray(p[self.camera_key], jnp.float32).reshape(16)
         camera = jnp.concatenate([to_world, jnp.array([cam.tan_x, cam.tan_y, cam.near_clip], jnp.float32)])
@@ -153,7 +208,8 @@ class Scene:
                     bvh_links=self.bvh_links, bsdf_type=bsdf_type, bsdf_data=bsdf_data, emitter_radiance=rad,
                     light_tris=self.light_tris, light_cdf=self.light_cdf, emitter_meta=self.emitter_meta,
                     emitter_geom=self.emitter_geom, env_emitter=np.int32(self.env_emitter),
-                    camera=camera[None, :],
+                    emitter_frame=self.emitter_frame,
+                    camera=camera[None, :], **self.texture_inputs(p),
                     **filter_tables(cam.rfilter))  # cached: shared, never mutated
 
 
@@ -180,6 +236,58 @@ def filter_tables(kind: str, n: int = 1025) -> dict:
             "filter_radius": np.float32(r)}
 
 
+def _spot_frame(spec: Mapping, m: np.ndarray, key: str) -> np.ndarray:
+    """emitter_frame row of a spot light (Mitsuba's ``spot``: it shines
+    along +z of ``to_world``; full intensity within ``beam_width`` degrees of
+    the axis, falling off linearly in angle to 0 at ``cutoff_angle``)."""
+    if "texture" in spec:
+        raise SceneError(f"{key}.texture: textured spot lights are not supported yet")
+    cutoff = float(_scalar(spec.get("cutoff_angle", 20.0), f"{key}.cutoff_angle"))
+    if not 0.0 < cutoff <= 180.0:
+        raise SceneError(f"{key}.cutoff_angle: must be in (0, 180] degrees, got {cutoff}")
+    beam = float(_scalar(spec.get("beam_width", cutoff * 0.75), f"{key}.beam_width"))
+    if not 0.0 <= beam <= cutoff:
+        raise SceneError(f"{key}.beam_width: must be in [0, cutoff_angle = {cutoff}] degrees, got {beam}")
+    lin = m[:3, :3]
+    if abs(np.linalg.det(lin)) < 1e-12:
+        raise SceneError(f"{key}.to_world: the transform is singular")
+    row = np.zeros(EMITTER_FRAME_WIDTH)
+    row[:9] = np.linalg.inv(lin).reshape(-1)
+    c, b = math.radians(cutoff), math.radians(beam)
+    row[9:13] = (math.cos(c), math.cos(b), c, 1.0 / (c - b) if c > b else 0.0)
+    return row
+
+
+def _check_aov(integrator: Mapping) -> None:
+    from ..kernels.aov import AovSpecError, parse_aovs
+    nested = [k for k, v in integrator.items() if isinstance(v, Mapping) and "type" in v]
+    if nested:
+        raise SceneError(f"integrator.{nested[0]}: integrators nested in an aov integrator are not supported "
+                         "yet (render them separately)")
+    try:
+        parse_aovs(integrator.get("aovs", ""))
+    except AovSpecError as exc:
+        raise SceneError(f"integrator.aovs: {exc}") from None
+
+
+def _check_roughplastic(spec: Mapping, where: str) -> None:
+    """What Mitsuba's roughplastic rejects, and what jaxrender does not do yet."""
+    if "alpha_u" in spec or "alpha_v" in spec:
+        raise SceneError(f"{where}: roughplastic does not support anisotropic roughness (alpha_u / alpha_v); "
+                         "use alpha")
+    if not spec.get("sample_visible", True):
+        raise SceneError(f"{where}.sample_visible: roughplastic without visible-normal sampling is not "
+                         "supported yet")
+    if "alpha" in spec and not isinstance(spec["alpha"], Mapping):
+        a = np.asarray(spec["alpha"], np.float64)
+        if a.size == 1 and not (np.isfinite(a) and 0.0 < float(a) <= 4.0):
+            raise SceneError(f"{where}.alpha: roughness must be in (0, 4], got {float(a)}")
+    eta = (_ior(spec.get("int_ior", "polypropylene"), f"{where}.int_ior")
+           / _ior(spec.get("ext_ior", "air"), f"{where}.ext_ior"))
+    if eta == 1.0:
+        raise SceneError(f"{where}: int_ior and ext_ior must differ")
+
+
 def _camera(sensor: Mapping, where: str) -> Camera:
     if sensor.get("type") != "perspective":
         raise SceneError(f"{where}: sensor type {sensor.get('type')!r} is not supported (perspective)")
@@ -191,8 +299,22 @@ def _camera(sensor: Mapping, where: str) -> Camera:
         raise SceneError(f"{where}.film: width and height must be positive, got {w}x{h}")
     rfilter = film.get("rfilter", {"type": "gaussian"}).get("type", "gaussian")
     filter_tables(rfilter, 3)  # validates the type
-    fov = float(sensor.get("fov", 39.597755))
-    axis = sensor.get("fov_axis", "x")
+    if "fov" in sensor and "focal_length" in sensor:
+        raise SceneError(f"{where}: give either fov or focal_length, not both")
+    if "fov" in sensor:
+        fov = float(_scalar(sensor["fov"], f"{where}.fov"))
+        axis = sensor.get("fov_axis", "x")
+    else:
+        # Mitsuba's default: a 50mm lens on 35mm film, i.e. a *diagonal* field of view
+        focal = str(sensor.get("focal_length", "50mm"))
+        try:
+            f_mm = float(focal[:-2] if focal.endswith("mm") else focal)
+        except ValueError:
+            raise SceneError(f"{where}.focal_length: expected '<x>mm', got {focal!r}") from None
+        if not f_mm > 0:
+            raise SceneError(f"{where}.focal_length: must be positive, got {focal!r}")
+        fov = 2.0 * math.degrees(math.atan(math.sqrt(36.0 * 36.0 + 24.0 * 24.0) / (2.0 * f_mm)))
+        axis = "diagonal"
     aspect = w / h
     if axis == "smaller":
         axis = "x" if w <= h else "y"
@@ -214,7 +336,8 @@ def _camera(sensor: Mapping, where: str) -> Camera:
                   w, h, rfilter, spp)
 
 
-def _mesh(shape: Mapping, key: str) -> tuple[np.ndarray, np.ndarray]:
+def _mesh(shape: Mapping, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Object-space vertices, faces and vertex UVs (None: the mesh has none)."""
     kind = shape.get("type")
     if kind == "rectangle":
         return rectangle_mesh()
@@ -225,8 +348,12 @@ def _mesh(shape: Mapping, key: str) -> tuple[np.ndarray, np.ndarray]:
         filename = shape.get("filename")
         if not filename:
             raise SceneError(f"shape {key!r}: {kind} needs a filename")
-        data = (mesh_io.load_obj if kind == "obj" else mesh_io.load_ply)(filename)
-        return np.asarray(data.vertices, np.float64), np.asarray(data.faces, np.int64)
+        if kind == "obj":
+            data = mesh_io.load_obj(filename, flip_tex_coords=bool(shape.get("flip_tex_coords", True)))
+        else:
+            data = mesh_io.load_ply(filename)
+        uv = None if data.uvs is None else np.asarray(data.uvs, np.float64)
+        return np.asarray(data.vertices, np.float64), np.asarray(data.faces, np.int64), uv
     raise SceneError(f"shape {key!r}: type {kind!r} is not supported yet ({', '.join(SUPPORTED_SHAPES)})")
 
 
@@ -248,11 +375,14 @@ def load_dict(d: Mapping) -> Scene:
     camera_key = f"{sensors[0][0]}.to_world"
     integrators = [v for v in named.values() if v["type"] in ("path", "direct", "aov", "prb", "volpath")]
     integrator = dict(integrators[0]) if integrators else {"type": "path"}
-    if integrator["type"] not in ("path", "direct"):
-        raise SceneError(f"integrator {integrator['type']!r} is not supported yet (path, direct)")
+    if integrator["type"] not in ("path", "direct", "aov"):
+        raise SceneError(f"integrator {integrator['type']!r} is not supported yet (path, direct, aov)")
+    if integrator["type"] == "aov":
+        _check_aov(integrator)
 
     params: dict[str, np.ndarray] = {camera_key: camera.to_world.astype(np.float32)}
     bsdfs: list = []
+    bsdf_slots: list = []
     bsdf_index: dict[str, int] = {}
     nondiff: dict[str, str] = {camera_key: f"{camera_key}: gradients with respect to camera parameters need "
                                            "the reparameterized (geometry) integrator, which jaxrender does "
@@ -274,18 +404,37 @@ def load_dict(d: Mapping) -> Scene:
             inner_key, inner = f"{key}.{nested[0][0]}", nested[0][1]
         twosided = spec.get("type") == "twosided"
         btype = inner.get("type")
-        if btype in ("roughconductor", "roughdielectric"):
-            btype = f"{btype}-{inner.get('distribution', 'beckmann')}"
+        if btype in ("roughconductor", "roughdielectric", "roughplastic"):
+            dist = inner.get("distribution", "beckmann")
+            if dist not in ("beckmann", "ggx"):
+                raise SceneError(f"{inner_key}.distribution: unknown microfacet distribution {dist!r} "
+                                 "(beckmann, ggx)")
+            btype = f"{btype}-{dist}"
         elif btype == "plastic" and inner.get("nonlinear", False):
             btype = "plastic-nonlinear"
+        if inner.get("type") == "roughplastic":
+            _check_roughplastic(inner, inner_key)
         if btype not in bsdf_registry.TYPE_INDEX:
             raise SceneError(f"{inner_key}: bsdf type {inner.get('type')!r} is not supported yet "
                              f"({', '.join(sorted({t.name.split('-')[0] for t in bsdf_registry.TYPES}))})")
         t = bsdf_registry.TYPE_INDEX[btype]
-        fields = []
+        fields, slots, start = [], [], 0
         for name, width, default in bsdf_registry.TYPES[t].fields:
+            start += width
             if name in ("alpha_u", "alpha_v") and "alpha_u" not in inner and "alpha_v" not in inner:
                 name = "alpha"  # isotropic roughness: one parameter (Mitsuba's key alpha.value)
+            ti = texture(inner.get(name, default), f"{inner_key}.{name}", width)
+            if ti is not None:
+                if isinstance(default, str):
+                    raise SceneError(f"{inner_key}.{name}: this parameter cannot be a texture")
+                fields.append((None, width))
+                lum = int(width == 1 and textures[ti].channels == 3)
+                prev = slots[-1] if slots else None
+                if prev is not None and prev[2] == ti and prev[3] == lum and prev[0] + prev[1] == start - width:
+                    prev[1] += width   # alpha_u and alpha_v from one texture: one lookup
+                else:
+                    slots.append([start - width, width, ti, lum])
+                continue
             if name == "eta" and isinstance(default, str):  # a relative IOR given as int_ior / ext_ior
                 pkey = f"{inner_key}.eta"
                 if name in bsdf_registry.TYPES[t].nondiff:
@@ -296,23 +445,55 @@ def load_dict(d: Mapping) -> Scene:
                                         / _ior(inner.get("ext_ior", "air"), f"{inner_key}.ext_ior"))
                 fields.append((pkey, width))
                 continue
-            pkey = f"{inner_key}.{name}.value"
+            if isinstance(default, bool):  # a flag stored in the row, not a parameter
+                fields.append((float(bool(inner.get(name, default))), width))
+                continue
+            plain = name in bsdf_registry.TYPES[t].plain_keys
+            pkey = f"{inner_key}.{name}" if plain else f"{inner_key}.{name}.value"
             if pkey not in params:
                 value = inner.get(name, default)
                 params[pkey] = _rgb(value, pkey) if width == 3 else _scalar(value, pkey)
             fields.append((pkey, width))
+        if len(slots) > ktex.MAX_SLOTS:
+            raise SceneError(f"{inner_key}: at most {ktex.MAX_SLOTS} parameters of one BSDF can be textured, "
+                             f"got {len(slots)}")
         bsdf_index[key] = len(bsdfs)
         bsdfs.append((t, fields, twosided))
+        bsdf_slots.append([tuple(x) for x in slots])
         return bsdf_index[key]
 
-    tris, attrs = [], []
+    textures: list = []
+    texture_index: dict[str, tuple[int, int]] = {}   # parameter prefix -> (texture, field width)
+
+    def texture(value: Any, prefix: str, width: int) -> int | None:
+        """Index of the texture ``value`` describes (parsed once per
+        prefix or id), None if it is a plain value."""
+        if not isinstance(value, Mapping):
+            return None
+        if value.get("type") == "ref":
+            ref = value.get("id")
+            if ref not in named or named[ref].get("type") not in tex_io.TEXTURE_PLUGINS:
+                raise SceneError(f"{prefix}: reference to unknown texture id {ref!r}")
+            value, prefix = named[ref], ref
+        elif value.get("type") not in tex_io.TEXTURE_PLUGINS:
+            return None
+        if prefix not in texture_index:
+            texture_index[prefix] = (len(textures), width)
+            textures.append(tex_io.parse_texture(value, prefix, width, params))
+        ti, w = texture_index[prefix]
+        if w != width and textures[ti].kind == ktex.CHECKERBOARD:
+            raise SceneError(f"{prefix}: a checkerboard cannot be used for both colour and scalar parameters")
+        return ti
+
+    tris, attrs, uvs = [], [], []
     emitter_keys: list[str] = []
-    emitters: list[tuple[int, np.ndarray]] = []   # (type, geometry row)
-    env = -1
+    emitters: list[tuple[int, np.ndarray, int]] = []   # (type, geometry row, texture or 0)
+    frames: dict[int, np.ndarray] = {}              # emitter index -> emitter_frame row
+    env, env_texture, env_frame = -1, -1, np.eye(3)
     for key, spec in named.items():
         kind = spec["type"]
         if kind in ("rectangle", "cube", "obj", "ply", "sphere", "disk", "serialized"):
-            v, f = _mesh(spec, key)
+            v, f, uv = _mesh(spec, key)
             m = _matrix(spec.get("to_world"), key)
             if len(f) and (f.min() < 0 or f.max() >= len(v)):
                 raise SceneError(f"shape {key!r}: face index out of range 0..{len(v) - 1}")
@@ -330,12 +511,25 @@ def load_dict(d: Mapping) -> Scene:
                 params[ekey] = _rgb(e.get("radiance", 1.0), ekey)
                 em = len(emitter_keys)
                 emitter_keys.append(ekey)
-                emitters.append((EMITTER_AREA, np.zeros(4)))
+                emitters.append((EMITTER_AREA, np.zeros(4), 0))
             tris.append(vw[f].reshape(-1, 9))
             attrs.append(np.tile([b, em], (len(f), 1)))
-        elif kind in ("point", "directional", "constant"):
+            # Without texture coordinates Mitsuba's uv is the barycentric (b1, b2).
+            uvs.append(uv[f].reshape(-1, 6) if uv is not None else np.tile([0.0, 0.0, 1.0, 0.0, 0.0, 1.0], (len(f), 1)))
+        elif kind == "envmap":
+            if env >= 0:
+                raise SceneError(f"{key}: only one environment emitter is supported")
+            tspec, env_frame = tex_io.parse_envmap(spec, key, params)
+            env, env_texture = len(emitter_keys), len(textures)
+            textures.append(tspec)
+            emitter_keys.append(f"{key}.scale")
+            emitters.append((EMITTER_ENVMAP, np.zeros(4), env_texture))
+        elif kind in ("point", "directional", "constant", "spot"):
             m = _matrix(spec.get("to_world"), key)
-            if kind == "point":
+            if kind == "spot":
+                frames[len(emitter_keys)] = _spot_frame(spec, m, key)
+                geom, vkey, default = np.append(m[:3, 3], 0.0), "intensity", 1.0
+            elif kind == "point":
                 pos = m @ np.append(np.asarray(spec.get("position", [0.0, 0.0, 0.0]), np.float64), 1.0)
                 geom, vkey, default = np.append(pos[:3], 0.0), "intensity", 1.0
             elif kind == "directional":
@@ -353,9 +547,10 @@ def load_dict(d: Mapping) -> Scene:
             params[pkey] = _rgb(spec.get(vkey, default), pkey)
             emitter_keys.append(pkey)
             emitters.append(({"point": EMITTER_POINT, "directional": EMITTER_DIRECTIONAL,
-                              "constant": EMITTER_CONSTANT}[kind], geom))
-        elif kind in ("perspective", "path", "direct", "twosided") or kind in bsdf_registry.PLUGINS:
-            continue  # sensor and integrator were read above; bsdfs when a shape uses them
+                              "constant": EMITTER_CONSTANT, "spot": EMITTER_SPOT}[kind], geom, 0))
+        elif kind in ("perspective", "path", "direct", "aov", "twosided") or kind in bsdf_registry.PLUGINS \
+                or kind in tex_io.TEXTURE_PLUGINS:
+            continue  # sensor and integrator were read above; bsdfs and textures when a shape uses them
         else:
             raise SceneError(f"{key!r}: plugin type {kind!r} is not supported yet")
     if not tris:
@@ -370,12 +565,16 @@ def load_dict(d: Mapping) -> Scene:
     order = bvh.prim_index
     tri = tri[order].astype(np.float32)
     attr = attr[order]
+    tri_uv = np.concatenate(uvs)[order].astype(np.float32)
+    if not np.all(np.isfinite(tri_uv)):
+        raise SceneError("scene texture coordinates have NaN or infinite values")
     # Emissive triangles grouped by emitter, with each group's area CDF.
     meta = np.zeros((len(emitters), 4), np.int32)
     geom = np.zeros((len(emitters), 4), np.float32)
     light, cdf = [], []
-    for e, (kind, g) in enumerate(emitters):
+    for e, (kind, g, extra) in enumerate(emitters):
         meta[e, 0] = kind
+        meta[e, 3] = extra
         geom[e] = g
         if kind != EMITTER_AREA:
             continue
@@ -390,6 +589,10 @@ def load_dict(d: Mapping) -> Scene:
         cdf.append(np.cumsum(area) / total)
     light_tris = np.concatenate(light).astype(np.int32) if light else np.zeros(0, np.int32)
     light_cdf = np.concatenate(cdf).astype(np.float32) if cdf else np.zeros(0, np.float32)
+    emitter_frame = np.zeros((len(emitters), EMITTER_FRAME_WIDTH), np.float32)
+    for e, row in frames.items():
+        emitter_frame[e] = row
     return Scene(camera, integrator, tri, attr, bvh.node_bounds.astype(np.float32),
                  bvh.node_links.astype(np.int32), light_tris, light_cdf, meta, geom, env, camera_key, params,
-                 bsdfs, emitter_keys, nondiff)
+                 bsdfs, emitter_keys, nondiff, emitter_frame=emitter_frame, tri_uv=tri_uv, textures=textures,
+                 bsdf_slots=bsdf_slots, env_texture=env_texture, env_frame=env_frame.astype(np.float32))

@@ -3,6 +3,7 @@ per-pixel mean and standard error as small committed test data.
 
     pip install mitsuba && python tests/references/make_references.py [name ...]
 
+Images of the aov integrator (AOV_VARIANTS) keep all their channels.
 Each reference is the mean of RENDERS independent renders (different
 seeds) of SPP samples per pixel; the standard error of that mean comes from
 their spread, so tests can judge differences against Monte Carlo noise.
@@ -17,7 +18,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from scenes import RENDERS, SPP, VARIANTS  # noqa: E402
+from scenes import AOV_VARIANTS, RENDERS, SPP, VARIANTS  # noqa: E402
 
 OUT = HERE.parent / "data" / "references"
 
@@ -26,9 +27,10 @@ def main() -> None:
     import mitsuba as mi
     mi.set_variant("scalar_rgb")
     OUT.mkdir(parents=True, exist_ok=True)
-    names = sys.argv[1:] or list(VARIANTS)
+    everything = {**VARIANTS, **AOV_VARIANTS}
+    names = sys.argv[1:] or list(everything)
     for name in names:
-        make = VARIANTS[name]
+        make = everything[name]
         scene = mi.load_dict(make(mi.cornell_box()))
         imgs = np.stack([np.array(mi.render(scene, spp=SPP, seed=s)) for s in range(RENDERS)])
         mean = imgs.mean(0)

@@ -4,6 +4,10 @@ Cornell box dictionary (Mitsuba's own ``mi.cornell_box()`` for the
 references, ``jaxrender.cornell_box()`` in the tests: identical content)."""
 from __future__ import annotations
 
+from pathlib import Path
+
+TEXTURES = Path(__file__).resolve().parent.parent / "data" / "textures"   # made by make_test_images.py
+
 SIZE = 32          # small images keep the test fast; noise is judged per pixel
 SPP = 128          # samples per pixel of each reference render
 RENDERS = 8        # independent Mitsuba renders per reference (for the standard error)
@@ -95,5 +99,108 @@ def cbox_glass(d):
     return d
 
 
+def cbox_roughplastics(d):
+    """roughplastic: both distributions, nonlinear, tinted specular, IOR below and above the default,
+    inside twosided."""
+    d = _base(d)
+    d["floor"]["bsdf"] = {"type": "roughplastic", "distribution": "ggx", "alpha": 0.25,
+                          "diffuse_reflectance": {"type": "rgb", "value": [0.3, 0.5, 0.7]}}
+    d["large-box"]["bsdf"] = {"type": "roughplastic", "int_ior": 1.7, "nonlinear": True,
+                              "diffuse_reflectance": {"type": "rgb", "value": [0.8, 0.3, 0.2]}}
+    d["small-box"]["bsdf"] = {"type": "twosided", "material": {
+        "type": "roughplastic", "distribution": "ggx", "alpha": 0.5, "int_ior": 1.33,
+        "specular_reflectance": {"type": "rgb", "value": [0.6, 0.8, 1.0]}}}
+    d["integrator"] = {"type": "path", "max_depth": 5}
+    return d
+
+
+def _transform(d):
+    """The transform class of the dictionary's library (mi.ScalarTransform4f
+    or jaxrender's Transform: same chained constructors)."""
+    return type(d["sensor"]["to_world"])
+
+
+def cbox_textured(d):
+    """Bitmap (sRGB PNG, bilinear, repeat, to_uv) on the floor, a checkerboard
+    on the back wall, a grey nearest/mirror bitmap in a plastic, and a
+    textured roughness (one-channel bitmap for the scalar alpha)."""
+    d = _base(d)
+    T = _transform(d)
+    d["floor"]["bsdf"] = {"type": "diffuse", "reflectance": {
+        "type": "bitmap", "filename": str(TEXTURES / "albedo16.png"),
+        "to_uv": T().scale([2.0, 1.5, 1.0]).translate([0.1, 0.0, 0.0])}}
+    d["back"]["bsdf"] = {"type": "diffuse", "reflectance": {
+        "type": "checkerboard", "color0": {"type": "rgb", "value": [0.8, 0.7, 0.2]},
+        "color1": {"type": "rgb", "value": [0.1, 0.3, 0.6]}, "to_uv": T().scale([3.0, 3.0, 1.0])}}
+    d["large-box"]["bsdf"] = {"type": "plastic", "diffuse_reflectance": {
+        "type": "bitmap", "filename": str(TEXTURES / "grey8.png"), "filter_type": "nearest",
+        "wrap_mode": "mirror", "to_uv": T().scale([1.7, 1.7, 1.0])}}
+    d["small-box"]["bsdf"] = {"type": "roughconductor", "distribution": "ggx", "alpha": {
+        "type": "bitmap", "filename": str(TEXTURES / "grey8.png"), "raw": True, "wrap_mode": "clamp"}}
+    d["integrator"] = {"type": "path", "max_depth": 5}
+    return d
+
+
+def cbox_spots(d):
+    """Two spot lights (default beam width; a wide linear transition), aimed with look_at, besides the
+    area light."""
+    d = _base(d)
+    T = type(d["sensor"]["to_world"])
+    d["spot"] = {"type": "spot", "cutoff_angle": 30.0,
+                 "to_world": T().look_at(origin=[-0.3, 0.9, 0.2], target=[0.2, -1.0, -0.1], up=[0, 0, 1]),
+                 "intensity": {"type": "rgb", "value": [8.0, 6.0, 4.0]}}
+    d["spot2"] = {"type": "spot", "cutoff_angle": 25.0, "beam_width": 5.0,
+                  "to_world": T().look_at(origin=[0.5, 0.0, 0.9], target=[-0.4, 0.2, -1.0], up=[0, 1, 0]),
+                  "intensity": {"type": "rgb", "value": [1.5, 4.0, 6.0]}}
+    d["integrator"] = {"type": "path", "max_depth": 4}
+    return d
+
+
+def env_lit(d):
+    """Lit only by an environment map (EXR, rotated, scaled): a diffuse
+    floor and a rough conductor cube, background visible."""
+    T = _transform(d)
+    sensor = d["sensor"]
+    sensor["film"]["width"] = sensor["film"]["height"] = SIZE
+    sensor["film"]["rfilter"] = {"type": "box"}
+    return {
+        "type": "scene",
+        "integrator": {"type": "path", "max_depth": 4},
+        "sensor": sensor,
+        "sky": {"type": "envmap", "filename": str(TEXTURES / "sky32x16.exr"), "scale": 1.5,
+                "to_world": T().rotate([0.0, 1.0, 0.0], 30.0)},
+        "floor": {"type": "rectangle", "to_world": T().translate([0.0, -1.0, 0.0]).rotate([1.0, 0.0, 0.0], -90.0)
+                  .scale([1.5, 1.5, 1.0]),
+                  "bsdf": {"type": "diffuse", "reflectance": {"type": "rgb", "value": [0.6, 0.5, 0.4]}}},
+        "box": {"type": "cube", "to_world": T().translate([0.0, -0.55, 0.0]).rotate([0.0, 1.0, 0.0], 35.0)
+                .scale([0.45, 0.45, 0.45]),
+                "bsdf": {"type": "roughconductor", "distribution": "ggx", "alpha": 0.25,
+                         "specular_reflectance": {"type": "rgb", "value": [0.9, 0.8, 0.6]}}},
+    }
+
+
 VARIANTS = {f.__name__: f for f in (cbox_gaussian, cbox_box_direct, cbox_tent_depth3_hidden, cbox_rect_wide,
-                                    cbox_point_and_env, cbox_directional, cbox_metals, cbox_plastics, cbox_glass)}
+                                    cbox_point_and_env, cbox_directional, cbox_metals, cbox_plastics, cbox_glass,
+                                    cbox_roughplastics, cbox_spots, cbox_textured, env_lit)}
+
+
+# AOV integrator references: (H, W, C) images, channels in the order of the
+# "aovs" string (compared by tests/test_aov.py; uv is not, see there).
+AOVS = "dd:depth,pp:position,uv:uv,nn:geo_normal,sh:sh_normal,al:albedo"
+
+
+def cbox_aovs(d):
+    """Every AOV type over BSDFs whose albedo comes from their diffuse reflectance (diffuse, plastic,
+    twosided roughplastic), from pi * eval (rough conductor) or is 0 (dielectric)."""
+    d = _base(d, 24)
+    d["sensor"]["film"]["rfilter"] = {"type": "tent"}
+    d["large-box"]["bsdf"] = {"type": "roughconductor", "distribution": "ggx", "alpha": 0.4}
+    d["small-box"]["bsdf"] = {"type": "plastic", "diffuse_reflectance": {"type": "rgb", "value": [0.2, 0.6, 0.3]}}
+    d["back"]["bsdf"] = {"type": "twosided", "material": {
+        "type": "roughplastic", "diffuse_reflectance": {"type": "rgb", "value": [0.7, 0.4, 0.1]}}}
+    d["floor"]["bsdf"] = {"type": "dielectric"}
+    d["integrator"] = {"type": "aov", "aovs": AOVS}
+    return d
+
+
+AOV_VARIANTS = {f.__name__: f for f in (cbox_aovs,)}

@@ -12,7 +12,8 @@ import dataclasses
 from typing import Callable
 
 from ...ir import Vec
-from . import conductor, dielectric, diffuse, plastic, roughconductor, roughdielectric, thindielectric
+from . import (conductor, dielectric, diffuse, plastic, roughconductor, roughdielectric, roughplastic,
+               thindielectric)
 
 ROW = 12          # floats per BSDF row; the last one is the twosided flag
 TWOSIDED_SLOT = ROW - 1
@@ -23,11 +24,26 @@ class BsdfType:
     name: str
     module: object
     fields: tuple            # (Mitsuba parameter name, width, default), in row order
-    make: Callable           # row values -> params object
+    make: Callable           # row values -> params object; (row, table) if ``table`` is set
     kw: tuple = ()           # trace-time keywords of eval / pdf / sample
     # Fields whose derivative the detached-sampling adjoint cannot give
     # (they move the sampled direction itself, e.g. a refracting IOR).
     nondiff: tuple = ()
+    # A precomputed per-BSDF table (primitives/bsdf_tables.py):
+    # (distribution, alpha slot, eta slot) in the row; ``make`` then also
+    # gets a reader of the BSDF's table (``read(i)``).
+    table: tuple | None = None
+    # Fields that are Mitsuba scalars, not textures: traverse key without
+    # ".value" (e.g. roughplastic's ``alpha``).
+    plain_keys: tuple = ()
+    # Row slot of the rgb diffuse reflectance Mitsuba's
+    # ``eval_diffuse_reflectance`` returns (the albedo AOV); None: the
+    # default, pi * eval(wi, normal).
+    albedo_slot: int | None = None
+    # Row slot of the relative IOR (interior / exterior) by which a sampled
+    # refraction scales the path's eta (Mitsuba's BSDFSample3f::eta, used by
+    # Russian roulette); None: sampled interactions have eta 1.
+    eta_slot: int | None = None
 
     def call(self, what: str, *args):
         return getattr(self.module, what)(*args, **dict(self.kw))
@@ -52,7 +68,18 @@ def _plastic(nonlinear: bool) -> BsdfType:
     return BsdfType(
         "plastic-nonlinear" if nonlinear else "plastic", plastic,
         (("diffuse_reflectance", 3, 0.5), ("specular_reflectance", 3, 1.0), ("eta", 1, "polypropylene")),
-        lambda r: plastic.PlasticParams(r[6], _v(r, 0), _v(r, 3), nonlinear=nonlinear))
+        lambda r: plastic.PlasticParams(r[6], _v(r, 0), _v(r, 3), nonlinear=nonlinear), albedo_slot=0)
+
+
+def _rough_plastic(distribution: str) -> BsdfType:
+    # "nonlinear" with a bool default is a flag in the row, not a parameter.
+    return BsdfType(
+        f"roughplastic-{distribution}", roughplastic,
+        (("diffuse_reflectance", 3, 0.5), ("specular_reflectance", 3, 1.0), ("eta", 1, "polypropylene"),
+         ("alpha", 1, 0.1), ("nonlinear", 1, False)),
+        lambda r, table: roughplastic.RoughPlasticParams(r[6], r[7], _v(r, 0), _v(r, 3), r[8] > 0.5,
+                                                         table.read(roughplastic.RES), table),
+        (("distribution", distribution),), table=(distribution, 7, 6), plain_keys=("alpha",), albedo_slot=0)
 
 
 _GLASS = (("specular_reflectance", 3, 1.0), ("specular_transmittance", 3, 1.0), ("eta", 1, "bk7"))
@@ -63,11 +90,12 @@ def _rough_glass(distribution: str) -> BsdfType:
         f"roughdielectric-{distribution}", roughdielectric,
         _GLASS + (("alpha_u", 1, 0.1), ("alpha_v", 1, 0.1)),
         lambda r: roughdielectric.RoughDielectricParams(r[6], r[7], r[8], _v(r, 0), _v(r, 3)),
-        (("distribution", distribution),), ("eta",))
+        (("distribution", distribution),), ("eta",), eta_slot=6)
 
 
 TYPES = [
-    BsdfType("diffuse", diffuse, (("reflectance", 3, 0.5),), lambda r: diffuse.DiffuseParams(_v(r, 0))),
+    BsdfType("diffuse", diffuse, (("reflectance", 3, 0.5),), lambda r: diffuse.DiffuseParams(_v(r, 0)),
+             albedo_slot=0),
     BsdfType("conductor", conductor, (("eta", 3, 0.0), ("k", 3, 1.0), ("specular_reflectance", 3, 1.0)),
              lambda r: conductor.ConductorParams(_v(r, 0), _v(r, 3), _v(r, 6))),
     _rough("beckmann"),
@@ -75,11 +103,13 @@ TYPES = [
     _plastic(False),
     _plastic(True),
     BsdfType("dielectric", dielectric, _GLASS,
-             lambda r: dielectric.DielectricParams(r[6], _v(r, 0), _v(r, 3)), nondiff=("eta",)),
+             lambda r: dielectric.DielectricParams(r[6], _v(r, 0), _v(r, 3)), nondiff=("eta",), eta_slot=6),
     BsdfType("thindielectric", thindielectric, _GLASS,
              lambda r: thindielectric.ThinDielectricParams(r[6], _v(r, 0), _v(r, 3)), nondiff=("eta",)),
     _rough_glass("beckmann"),
     _rough_glass("ggx"),
+    _rough_plastic("beckmann"),
+    _rough_plastic("ggx"),
 ]
 TYPE_INDEX = {t.name: i for i, t in enumerate(TYPES)}
 PLUGINS = {t.name.split("-")[0] for t in TYPES}   # Mitsuba plugin names

@@ -3,20 +3,19 @@ coating over a diffuse base.
 
 Mitsuba precomputes, per (distribution, alpha, eta), a 64-entry table of the
 coating's directional transmittance ``t(cos theta)`` and a scalar internal
-reflectance, both integrals of the visible-normal distribution. Here
-:func:`precompute` computes the same integrals on the host (numpy, float64,
-direct quadrature over microfacet normals instead of Mitsuba's 32x32 /
-128x128 Gauss-Legendre rule on the sample square, so values differ at the
-~1e-3 level); the kernel reads the table from a buffer (any object with
-``read(row)``, e.g. an ``ir.In("f32")`` input of 64 rows) and interpolates
-linearly as Mitsuba's ``lerp_gather``.
+reflectance, both integrals over visible microfacet normals.
+:func:`table_kernel` computes them with Mitsuba's own quadrature (see the
+section "the tables" below; ``jaxrender.primitives.bsdf_tables`` launches
+it); the BSDF reads the table from any object with ``read(i)`` (e.g. an
+``ir.In("f32")`` input of RES rows) and interpolates linearly as Mitsuba's
+``lerp_gather``.
 
 Trace-time keyword arguments: ``distribution`` (default "beckmann") and
 ``sample_visible`` (default True). Front side only.
 
 Example::
 
-    table, internal = precompute("ggx", 0.3, 1.5)      # host side
+    table, internal = bsdf_tables.precompute("ggx", 0.3, 1.5)   # host side (jaxrender.primitives)
     p = RoughPlasticParams(eta, alpha, diffuse, specular, False, internal, table_buffer)
 """
 from __future__ import annotations
@@ -31,7 +30,7 @@ import numpy as np
 from ... import ir
 from ...ir import Vec
 from .. import sampling
-from .fresnel import fresnel, reflect_about
+from .fresnel import fresnel, reflect_about, refract_about
 from .microfacet import Microfacet
 from .plastic import internal_scattering
 
@@ -129,76 +128,79 @@ def sample(params: RoughPlasticParams, wi: Vec, u1, u2: Vec, distribution: str =
     return ir.select(wi.z > 0.0, wo, zero), ir.select(wi.z > 0.0, p, 0.0), weight, ir.Bool(False)
 
 
-# ------------------------------------------------------------ host side ----
+# ------------------------------------------------------- the tables ----
+# Mitsuba computes them in ``parameters_changed`` from scalar (detached)
+# alpha and eta: the transmittance into the coating at RES values of
+# cos theta_i = max(1e-6, linspace(0, 1, RES)), and the internal
+# reflectance 2 * mean(mu * R(mu, 1 / eta)) over the same mu, each by a
+# Gauss-Legendre rule (32 x 32 nodes for a relative IOR above 1, else
+# 128 x 128) on the visible-normal sample square. ``table_kernel`` runs that
+# same quadrature with this package's microfacet sampling, so the tables
+# agree with Mitsuba's to float rounding.
 
-def _np_d(kind, a, mz):
-    c2 = mz * mz
-    t2 = (1 - c2) / c2
-    if kind == "beckmann":
-        return np.exp(-t2 / (a * a)) / (math.pi * a * a * c2 * c2)
-    return 1.0 / (math.pi * a * a * c2 * c2 * (1 + t2 / (a * a)) ** 2)
-
-
-def _np_g1(kind, a, v, m):
-    xy2 = a * a * (v[..., 0] ** 2 + v[..., 1] ** 2)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t2 = xy2 / v[..., 2] ** 2
-        if kind == "beckmann":
-            aa = 1 / np.sqrt(t2)
-            g = np.where(aa >= 1.6, 1.0, (3.535 * aa + 2.181 * aa * aa) / (1 + 2.276 * aa + 2.577 * aa * aa))
-        else:
-            g = 2 / (1 + np.sqrt(1 + t2))
-    g = np.where(xy2 == 0, 1.0, g)
-    return np.where(np.sum(v * m, -1) * v[..., 2] <= 0, 0.0, g)
+TABLE_STRIDE = RES + 1      # floats per BSDF in a table buffer: RES transmittances, internal reflectance
+GL_SMALL, GL_LARGE = 32, 128
 
 
-def _np_fresnel(c, eta):
-    eta_it = np.where(c >= 0, eta, 1 / eta)
-    eta_ti = 1 / eta_it
-    ct2 = 1 - (1 - c * c) * eta_ti ** 2
-    ci, ct = np.abs(c), np.sqrt(np.maximum(ct2, 0))
-    a_s = (ci - eta_it * ct) / (ci + eta_it * ct)
-    a_p = (ct - eta_it * ci) / (ct + eta_it * ci)
-    r = np.where(ct2 <= 0, 1.0, 0.5 * (a_s ** 2 + a_p ** 2))
-    return r, -np.copysign(ct, c), eta_ti
-
-
-def _albedo(kind, alpha, mu, eta, transmit, n=192):
-    """Integral over visible normals of (1-F) G1 (refraction) or F G1 (reflection)."""
-    # microfacet normals on a (tan-mapped theta, phi) grid, midpoint rule
-    s = (np.arange(n) + 0.5) / n
-    theta = np.arctan(alpha * 6.0 * np.tan(s * math.pi / 2 * 0.999))  # concentrated near the lobe
-    dtheta = np.gradient(theta)
-    phi = (np.arange(2 * n) + 0.5) / (2 * n) * 2 * math.pi
-    T, P = np.meshgrid(theta, phi, indexing="ij")
-    dA = (np.sin(T) * dtheta[:, None]) * (2 * math.pi / (2 * n))
-    m = np.stack([np.sin(T) * np.cos(P), np.sin(T) * np.sin(P), np.cos(T)], -1)
-    out = np.zeros(len(mu))
-    for k, c in enumerate(mu):
-        wi = np.array([math.sqrt(1 - c * c), 0.0, c])
-        wim = m @ wi
-        dvis = _np_g1(kind, alpha, wi, m) * np.maximum(wim, 0) * _np_d(kind, alpha, m[..., 2]) / c
-        F, ct, eta_ti = _np_fresnel(wim, eta)
-        if transmit:
-            wo = m * (wim * eta_ti + ct)[..., None] - wi * eta_ti[..., None]
-            g = _np_g1(kind, alpha, wo, m) * (1 - F)
-            g = np.where(wo[..., 2] * c >= 0, 0.0, g)
-        else:
-            wo = 2 * wim[..., None] * m - wi
-            g = _np_g1(kind, alpha, wo, m) * F
-            g = np.where(wo[..., 2] <= 0, 0.0, g)
-        out[k] = np.sum(dvis * g * dA)
+@functools.lru_cache(maxsize=None)
+def gauss_legendre_nodes() -> np.ndarray:
+    """(GL_SMALL + GL_LARGE, 2) float32 rows (node, weight) on [-1, 1]: the
+    small rule first, then the large one."""
+    rows = [np.stack(np.polynomial.legendre.leggauss(n), -1) for n in (GL_SMALL, GL_LARGE)]
+    out = np.concatenate(rows).astype(np.float32)
+    out.setflags(write=False)
     return out
 
 
-@functools.lru_cache(maxsize=64)
-def precompute(distribution: str, alpha: float, eta: float):
-    """(transmittance table of RES entries over cos theta in [0, 1], internal
-    reflectance) as Mitsuba's ``RoughPlastic::parameters_changed``."""
-    mu = np.maximum(1e-6, np.linspace(0, 1, RES))
-    table = _albedo(distribution, alpha, mu, eta, True)
-    mu_i = np.maximum(1e-6, np.linspace(0, 1, RES))
-    internal = float(np.mean(_albedo(distribution, alpha, mu_i, 1 / eta, False) * mu_i) * 2)
-    table = table.astype(np.float32)
-    table.setflags(write=False)
-    return table, internal
+def _coating_integral(d: Microfacet, wi: Vec, eta, transmit, gl):
+    """Integral over visible microfacet normals of G1(wo) (1 - F) for the
+    refracted wo (``transmit``) or G1(wo) F for the reflected one."""
+    small = eta > 1.0
+    res = ir.select(small, ir.UInt(GL_SMALL), ir.UInt(GL_LARGE))
+    base = ir.select(small, ir.UInt(0), ir.UInt(GL_SMALL))
+
+    def body(k, acc):
+        ix, iy = base + k % res, base + k // res
+        u = Vec(ir.fma(gl.read(ix, 0), 0.5, 0.5), ir.fma(gl.read(iy, 0), 0.5, 0.5))
+        m, _ = d.sample(wi, u)
+        c = ir.dot(wi, m)
+        F, cos_t, _, eta_ti = fresnel(c, eta)
+        wo = ir.select(transmit, refract_about(wi, m, cos_t, eta_ti), reflect_about(wi, m))
+        s = d.smith_g1(wo, m) * ir.select(transmit, 1.0 - F, F)
+        bad = ir.select(transmit, wo.z * wi.z >= 0.0, (wo.z <= 0.0) | (wi.z <= 0.0))
+        return acc + ir.select(bad, 0.0, s) * (gl.read(ix, 1) * gl.read(iy, 1) * 0.25)
+
+    return ir.fori_loop(ir.UInt(0), res * res, body, ir.Float(0.0))
+
+
+def _table_body(distribution, prm, gl):
+    i = ir.item_index()
+    row, j = i // (2 * RES), i % (2 * RES)
+    transmit = j < RES
+    mu = ir.maximum(1e-6, ir.cast(j % RES, "f32") * (1.0 / (RES - 1)))
+    wi = Vec(ir.safe_sqrt(1.0 - mu * mu), ir.Float(0.0), mu)
+    alpha, eta = prm.read(row, 0), prm.read(row, 1)
+    d = Microfacet(distribution, alpha, alpha, True)
+    v = _coating_integral(d, wi, ir.select(transmit, eta, 1.0 / eta), transmit, gl)
+    return ir.select(transmit, v, v * mu * 2.0)
+
+
+@functools.lru_cache(maxsize=None)
+def table_kernel(distribution: str) -> ir.Kernel:
+    """Kernel computing the tables of N rough plastics sharing one
+    distribution. Inputs ``prm`` (N, 2): alpha, eta per plastic; ``gl``:
+    :func:`gauss_legendre_nodes`. Launched over N * 2 * RES items; output
+    ``value``: item ``r * 2 * RES + j`` is the transmittance at mu_j for
+    j < RES, else 2 mu R(mu, 1 / eta) at mu_(j - RES), whose mean over the
+    RES values is the internal reflectance."""
+    Microfacet(distribution, 0.1)  # validates the name
+    return ir.trace(functools.partial(_table_body, distribution),
+                    {"prm": ir.In("f32", (2,)), "gl": ir.In("f32", (2,))}, {"value": ir.Out("f32")},
+                    name=f"roughplastic_table_{distribution}")
+
+
+def tables_from_values(values: np.ndarray):
+    """Launch output (N * 2 * RES,) -> (transmittance (N, RES), internal
+    reflectance (N,)). Works on numpy and jax arrays."""
+    v = values.reshape(-1, 2, RES)
+    return v[:, 0, :], v[:, 1, :].mean(axis=-1)

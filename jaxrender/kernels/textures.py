@@ -1,0 +1,162 @@
+"""Texture lookups (Mitsuba's ``bitmap`` and ``checkerboard``) and the
+overriding of BSDF row values by textures at a hit point.
+
+All textures live in one flat float buffer, ``texels`` (the only one of
+these buffers that is differentiable); ``tex_meta`` holds one i32 row per
+texture and ``tex_uv`` its ``to_uv`` transform:
+
+* ``tex_meta`` row: offset of the first texel value in ``texels``, width,
+  height, channels (1 or 3), kind (:data:`BITMAP`, :data:`CHECKERBOARD`,
+  :data:`ENVMAP`), wrap mode, filter, 0. Texel (x, y) channel c is
+  ``texels[offset + (y * width + x) * channels + c]``; row y = 0 is the
+  image's first (top) row, at v = 0, as in Mitsuba. A checkerboard is the
+  2 x 2 image (color0, color1; color1, color0) read with nearest filtering
+  and repeat wrapping, which is Mitsuba's rule (color0 where both
+  fractional coordinates lie on the same side of 1/2).
+* ``tex_uv`` row: the 2 x 3 affine ``to_uv`` matrix, row-major.
+
+A BSDF with textured parameters owns a contiguous range of ``tex_slots``
+rows (``bsdf_tex`` row: first slot, count); a slot replaces ``width``
+consecutive values of the BSDF's parameter row, starting at ``start``, by
+the texture's value at the hit's UV (``tex_slots`` row: start, width,
+texture, luminance flag). A one-channel texture fills every component; a
+three-channel texture read for a scalar parameter gives its luminance
+(Mitsuba's ``eval_1``). So BSDF modules never see textures.
+
+Lookups follow Mitsuba 3 (``bitmap.cpp`` / Dr.Jit's texture): bilinear
+interpolation between texel centres (``p = uv * res - 0.5``), nearest as
+``floor(uv * res)``, and integer wrap modes repeat / mirror / clamp.
+"""
+from __future__ import annotations
+
+from .. import ir
+from ..ir import Vec
+
+BITMAP, CHECKERBOARD, ENVMAP = 0, 1, 2
+WRAP_REPEAT, WRAP_MIRROR, WRAP_CLAMP = 0, 1, 2
+FILTER_BILINEAR, FILTER_NEAREST = 0, 1
+META = 8           # i32 per tex_meta row
+MAX_SLOTS = 4      # textured parameters per BSDF (the scene builder enforces it)
+# Mitsuba's luminance (linear sRGB / Rec. 709 primaries).
+LUMINANCE = (0.212671, 0.715160, 0.072169)
+
+
+class Texel:
+    """Kernel-side handle of one texture's meta row."""
+
+    def __init__(self, b: dict, tex):
+        meta = b["tex_meta"]
+        self.b = b
+        self.tex = tex
+        self.offset = meta.read(tex, 0)
+        self.width = meta.read(tex, 1)
+        self.height = meta.read(tex, 2)
+        self.channels = meta.read(tex, 3)
+        self.kind = meta.read(tex, 4)
+        self.wrap = meta.read(tex, 5)
+        self.filter = meta.read(tex, 6)
+
+    def fetch(self, index) -> Vec:
+        """Three values of texel ``index`` (row-major); a one-channel texture
+        repeats its value."""
+        base = self.offset + index * self.channels
+        last = self.channels - 1
+        t = self.b["texels"]
+        return Vec(t.read(base), t.read(base + ir.minimum(1, last)), t.read(base + ir.minimum(2, last)))
+
+
+def luminance(v: Vec):
+    return LUMINANCE[0] * v.x + LUMINANCE[1] * v.y + LUMINANCE[2] * v.z
+
+
+def wrap_index(i, n, mode):
+    """Integer texel coordinate ``i`` wrapped into [0, n) (Dr.Jit's rules)."""
+    q = i // n                      # floor division
+    m = i - q * n                   # in [0, n)
+    mirrored = ir.select((q & 1) == 0, m, n - 1 - m)
+    clamped = ir.clamp(i, 0, n - 1)
+    return ir.select(mode == WRAP_REPEAT, m, ir.select(mode == WRAP_MIRROR, mirrored, clamped))
+
+
+def reduce_coord(u, mode):
+    """``u`` moved by whole periods of the wrap mode into a small range (so
+    that texel coordinates stay far from integer overflow); NaN becomes -1."""
+    r = ir.select(mode == WRAP_REPEAT, u - ir.floor(u), u - 2.0 * ir.floor(0.5 * u))
+    r = ir.select(mode == WRAP_CLAMP, u, r)
+    return ir.clamp(r, -1.0, 3.0)
+
+
+def _bilinear(t: Texel, px, py, wrap_x, wrap_y) -> Vec:
+    """Bilinear interpolation at continuous texel coordinates (px, py)
+    (texel centres at integers), integer coordinates wrapped per axis."""
+    fx, fy = ir.floor(px), ir.floor(py)
+    wx, wy = px - fx, py - fy
+    x0, y0 = ir.cast(fx, "i32"), ir.cast(fy, "i32")
+    xa, xb = wrap_index(x0, t.width, wrap_x), wrap_index(x0 + 1, t.width, wrap_x)
+    ya, yb = wrap_index(y0, t.height, wrap_y) * t.width, wrap_index(y0 + 1, t.height, wrap_y) * t.width
+    v00, v10 = t.fetch(ya + xa), t.fetch(ya + xb)
+    v01, v11 = t.fetch(yb + xa), t.fetch(yb + xb)
+    top = v00 * (1.0 - wx) + v10 * wx
+    bottom = v01 * (1.0 - wx) + v11 * wx
+    return top * (1.0 - wy) + bottom * wy
+
+
+def _transform_uv(b: dict, tex, uv: Vec) -> Vec:
+    m = [b["tex_uv"].read(tex, k) for k in range(6)]
+    return Vec(m[0] * uv.x + m[1] * uv.y + m[2], m[3] * uv.x + m[4] * uv.y + m[5])
+
+
+def texture_eval(b: dict, tex, uv: Vec) -> Vec:
+    """Value of texture ``tex`` at surface ``uv`` (before ``to_uv``).
+
+    One code path for every kind, so that each lookup site stays small: a
+    nearest lookup is a bilinear one at the texel's centre (weights 0), and
+    a checkerboard is a 2 x 2 nearest, repeating image of its colours."""
+    t = Texel(b, tex)
+    st = _transform_uv(b, tex, uv)
+    fw, fh = ir.cast(t.width, "f32"), ir.cast(t.height, "f32")
+    u, v = reduce_coord(st.x, t.wrap), reduce_coord(st.y, t.wrap)
+    nearest = t.filter == FILTER_NEAREST
+    px = ir.select(nearest, ir.floor(u * fw), u * fw - 0.5)
+    py = ir.select(nearest, ir.floor(v * fh), v * fh - 0.5)
+    return _bilinear(t, px, py, t.wrap, t.wrap)
+
+
+def hit_uv(b: dict, tri, b1, b2) -> Vec:
+    """Surface UV of a hit on triangle ``tri`` at barycentrics (b1, b2)."""
+    q = [b["tri_uv"].read(tri, k) for k in range(6)]
+    b0 = 1.0 - b1 - b2
+    return Vec(q[0] * b0 + q[2] * b1 + q[4] * b2, q[1] * b0 + q[3] * b1 + q[5] * b2)
+
+
+def apply_textures(b: dict, bsdf, row: list, tri, b1, b2, active=True, max_slots: int = MAX_SLOTS) -> list:
+    """``row`` (the BSDF's parameter values) with its textured slots (at most
+    ``max_slots``, a trace-time bound) replaced by texture lookups at the
+    hit. Costs one read and a branch for a BSDF without textures. No loops,
+    so reverse mode can go through it."""
+    first = b["bsdf_tex"].read(bsdf, 0)
+    count = b["bsdf_tex"].read(bsdf, 1)
+    n = len(row) - 1                   # the last value (twosided flag) is never textured
+    slots = b["tex_slots"]
+
+    def textured():
+        uv = hit_uv(b, tri, b1, b2)
+        vals = list(row[:n])
+        for k in range(max_slots):
+            s = first + k
+            live = count > k
+
+            def lookup(s=s):
+                v = texture_eval(b, slots.read(s, 2), uv)
+                lum = luminance(v)
+                return ir.select(slots.read(s, 3) != 0, Vec(lum, lum, lum), v)
+            v = ir.cond(live, lookup, lambda: Vec(0.0, 0.0, 0.0))
+            start, width = slots.read(s, 0), ir.select(live, slots.read(s, 1), 0)
+            for j in range(n):
+                d = j - start
+                val = ir.select(d == 0, v.x, ir.select(d == 1, v.y, v.z))
+                vals[j] = ir.select((d >= 0) & (d < width), val, vals[j])
+        return tuple(vals)
+
+    new = ir.cond((count > 0) & active, textured, lambda: tuple(row[:n]))
+    return list(new) + [row[n]]

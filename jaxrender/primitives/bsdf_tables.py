@@ -1,0 +1,68 @@
+"""Per-BSDF lookup tables the path kernel reads from its ``bsdf_table`` buffer.
+
+Some BSDFs need a precomputed table that depends on their parameters
+(rough plastic: Mitsuba's coating transmittance and internal reflectance,
+functions of alpha and eta). The table is computed by its own small kernel
+from the current ``bsdf_data`` rows on every render, so parameter overrides
+(also traced ones, under ``jit`` / ``vmap``) are honoured, and it is
+*detached*: like Mitsuba, which fills it from scalar copies of alpha and eta,
+no derivative flows through it. Scenes without such BSDFs get a one-float
+placeholder and launch nothing.
+
+Layout: ``TABLE_STRIDE`` floats per BSDF row, in ``bsdf_data`` order; rows
+of BSDFs without a table are zero.
+
+Example::
+
+    table, internal = precompute("ggx", 0.3, 1.5)          # numpy, for tests
+    buf = bsdf_table(inputs["bsdf_type"], inputs["bsdf_data"])
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..kernels.bsdfs import registry, roughplastic
+from .kernel_call import launch
+
+TABLE_STRIDE = roughplastic.TABLE_STRIDE
+
+
+def roughplastic_tables(distribution: str, alpha_eta) -> tuple[jax.Array, jax.Array]:
+    """(transmittance (N, RES), internal reflectance (N,)) for N rough
+    plastics given as rows (alpha, eta)."""
+    prm = jax.lax.stop_gradient(jnp.asarray(alpha_eta, jnp.float32).reshape(-1, 2))
+    n = prm.shape[0]
+    out = launch(roughplastic.table_kernel(distribution), (n * 2 * roughplastic.RES,), prm=prm,
+                 gl=roughplastic.gauss_legendre_nodes())["value"]
+    return roughplastic.tables_from_values(out)
+
+
+def precompute(distribution: str, alpha: float, eta: float) -> tuple[np.ndarray, float]:
+    """Host values of one rough plastic's table, as Mitsuba's
+    ``RoughPlastic::parameters_changed`` computes them."""
+    table, internal = roughplastic_tables(distribution, np.array([[alpha, eta]], np.float32))
+    return np.asarray(table[0], np.float32), float(internal[0])
+
+
+def bsdf_table(bsdf_type: np.ndarray, bsdf_data) -> jax.Array:
+    """The path kernel's ``bsdf_table`` input for BSDF rows of types
+    ``bsdf_type`` (static numpy) with parameters ``bsdf_data`` (N, ROW)."""
+    bsdf_type = np.asarray(bsdf_type)
+    groups: dict[str, list[int]] = {}
+    for i, t in enumerate(bsdf_type):
+        spec = registry.TYPES[int(t)].table
+        if spec is not None:
+            groups.setdefault(spec[0], []).append(i)
+    if not groups:
+        return jnp.zeros((1,), jnp.float32)
+    data = jax.lax.stop_gradient(jnp.asarray(bsdf_data, jnp.float32))
+    rows = jnp.zeros((len(bsdf_type), TABLE_STRIDE), jnp.float32)
+    for distribution, idx in groups.items():
+        idx = np.array(idx)
+        _, alpha_slot, eta_slot = registry.TYPES[int(bsdf_type[idx[0]])].table
+        prm = jnp.stack([data[..., idx, alpha_slot], data[..., idx, eta_slot]], -1)
+        table, internal = roughplastic_tables(distribution, prm)
+        rows = rows.at[idx].set(jnp.concatenate([table, internal[:, None]], -1))
+    return rows.reshape(-1)
