@@ -154,7 +154,9 @@ def test_engine_kernel_ptx_is_ieee(name):
 @pytest.mark.parametrize("name", sorted(MEGAKERNELS))
 def test_megakernel_ptx_is_ieee(name):
     text = gpu_ptx(name, 80)
-    assert ieee_violations(text, APPROX["erf"]) == []  # erf (Beckmann sampling)
+    # Megakernels call erf (Beckmann sampling), acos (spot falloff) and more:
+    # only the documented seeds of the libdevice functions are allowed.
+    assert ieee_violations(text, ALL_APPROX) == []
     assert "call.uni" not in text and ".func" not in text, "libdevice calls should be inlined"
     assert "__nvvm_reflect" not in text
 
@@ -201,9 +203,11 @@ def test_megakernels_assemble_for_sm80_and_sm90(name, capsys):
     for sm, r in reports.items():
         assert 0 < r.registers <= 255
         # Stack: libdevice's sinf/cosf keep a 28-byte Payne-Hanek table in
-        # local memory. Spills: none but a few words in the largest kernel.
-        assert r.stack_frame <= 64, r.log
-        assert r.spill_stores <= 32 and r.spill_loads <= 32, r.log
+        # local memory. Spills: none in the primal, a few words (at 255
+        # registers) in the adjoints, which carry the most live state; a
+        # growth past this bound is a regression to look at.
+        assert r.stack_frame <= 128, r.log
+        assert r.spill_stores <= 96 and r.spill_loads <= 96, r.log
         if name == "path":
             assert r.spill_stores == 0 and r.spill_loads == 0, r.log
 
