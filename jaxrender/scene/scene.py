@@ -526,7 +526,9 @@ def load_dict(d: Mapping) -> Scene:
                 v, f, uv, vn = _mesh(spec, key)
                 if len(f) and (f.min() < 0 or f.max() >= len(v)):
                     raise SceneError(f"shape {key!r}: face index out of range 0..{len(v) - 1}")
-            bsdf = spec.get("bsdf", {"type": "diffuse"})
+            # Mitsuba's default BSDF: diffuse, black on an emitter.
+            bsdf = spec.get("bsdf", {"type": "diffuse", "reflectance": 0.0} if "emitter" in spec else
+                            {"type": "diffuse"})
             b = add_bsdf(bsdf, f"{key}.bsdf" if bsdf.get("type") != "ref" else key)
             em = -1
             if "emitter" in spec:
