@@ -374,15 +374,15 @@ def _shape_surface(c: _Ctx, s, o: Vec, d: Vec, t):
 
 def _intersect(c: _Ctx, o: Vec, d: Vec, t_min) -> _Hit:
     t, tri, b1, b2 = closest_hit(c.geo, o, d, t_min, geometry.INF)
-    hit = tri >= 0
     if c.structure.analytic:
         s = c.geo.prim_shape[tri]
-        p, ng, ns, b1, b2 = ir.cond(hit & (s >= 0), lambda: _shape_surface(c, s, o, d, t),
+        p, ng, ns, b1, b2 = ir.cond((tri >= 0) & (s >= 0), lambda: _shape_surface(c, s, o, d, t),
                                     lambda: _triangle_surface(c, tri, o, d, t, b1, b2))
     else:
         p, ng, ns, b1, b2 = _triangle_surface(c, tri, o, d, t, b1, b2)
     attr = c.b["tri_attr"]
     attr_em = attr.read(tri, 1)
+    hit = tri >= 0
     frame = Frame(ns)
     scale = 1e-4 * (1.0 + _max3(Vec(ir.abs(p.x), ir.abs(p.y), ir.abs(p.z))))
     return _Hit(t, tri, b1, b2, d, hit, p, ng, frame, frame.to_local(-d), attr.read(tri, 0), attr_em,
@@ -431,7 +431,7 @@ def _sample_emitter(c: _Ctx, h: _Hit, d: Vec, r) -> _EmitterSample:
         dist = ir.sqrt(dist2)
         wo_w = to_light / dist
         cos_light = -ir.dot(nl, wo_w)
-        front_side = (cos_light > 0.0) & (dist2 > 0.0)
+        front_side = cos_light > 0.0
         pdf = ir.select(front_side, pdf_fn(dist2, ir.maximum(cos_light, 1e-20)), 0.0)
         return wo_w, dist, ir.select(front_side, 1.0, 0.0), pdf, ir.Bool(False)
 
@@ -549,13 +549,13 @@ def emitter_pdf(c: _Ctx, h: _Hit, env_pdf=INV_FOUR_PI):
     the environment's own density in that direction, uniform unless it is an
     envmap). Meaningful where that ray sees emitted radiance."""
     area_e = c.b["emitter_geom"].read(h.attr_em, 3)
-    pdf = h.t * h.t / (ir.maximum(h.cos_l, 1e-20) * area_e)
+    pdf = c.pdf_select * h.t * h.t / (ir.maximum(h.cos_l, 1e-20) * area_e)
     if c.structure.analytic:
         meta = c.b["emitter_meta"]
         sphere = h.is_emitter & (meta.read(h.attr_em, 0) == AREA_SPHERE)
         cone = ir.cond(sphere, lambda: _sphere_cone(c, meta.read(h.attr_em, 1), h.o)[4], lambda: ir.Float(0.0))
-        pdf = ir.select(cone > 0.0, cone, pdf)
-    return ir.select(h.hit, c.pdf_select * pdf, c.pdf_select * env_pdf)
+        pdf = ir.select(cone > 0.0, c.pdf_select * cone, pdf)
+    return ir.select(h.hit, pdf, c.pdf_select * env_pdf)
 
 
 def _shade(c: _Ctx, h: _Hit, es: _EmitterSample, r2, depth, prev_pdf, prev_delta, show_emitters):
