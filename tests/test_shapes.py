@@ -284,6 +284,15 @@ def test_analytic_lights_register_with_their_area():
     assert list(scene.params) == ["sensor.to_world", "speck.bsdf.reflectance.value",
                                   "ball.bsdf.reflectance.value", "ball.emitter.radiance.value",
                                   "disk.bsdf.reflectance.value", "disk.emitter.radiance.value"]
+    # Mitsuba's default BSDF of an emitter is black; its keys are Mitsuba's
+    assert np.all(scene.params["ball.bsdf.reflectance.value"] == 0)
+    mi = pytest.importorskip("mitsuba")
+    mi.set_variant("scalar_rgb")
+    d = _holder(ball=_light("sphere", radius=0.5, center=[0, 0, 3]))
+    d["speck"]["to_world"] = mi.ScalarTransform4f(d["speck"]["to_world"].matrix.tolist())
+    theirs = mi.traverse(mi.load_dict(d))
+    assert {k for k in scene.params if k.startswith("ball")} <= set(theirs.keys())
+    assert np.all(np.array(theirs["ball.bsdf.reflectance.value"]) == 0)
 
 
 # ---------------------------------------------------------------------------
