@@ -16,7 +16,9 @@ their channels (Mitsuba's names):
 * ``sh_normal`` (X, Y, Z): the shading normal: interpolated vertex normals
   on meshes that have them (Mitsuba computes them for obj / ply files
   without normals unless ``face_normals`` is set), else the geometric one;
-* ``uv`` (U, V): 0 until jaxrender has texture coordinates;
+* ``uv`` (U, V): Mitsuba's surface UVs (meshes' texture coordinates or
+  barycentrics, the sphere's and disk's parameterisations) in textured
+  scenes; 0 in scenes without textures (UVs reach the kernel only there);
 * ``albedo`` (R, G, B): Mitsuba's ``BSDF::eval_diffuse_reflectance``: the
   diffuse reflectance of diffuse / plastic / roughplastic, else
   ``pi * eval(wi, normal)`` (0 for smooth conductors and dielectrics); a

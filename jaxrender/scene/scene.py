@@ -116,8 +116,8 @@ class Scene:
     """Static structure plus differentiable parameters of a loaded scene."""
     camera: Camera
     integrator: dict
-    triangles: np.ndarray                  # (N, 9) world space, leaf order
-    tri_attr: np.ndarray                   # (N, 2) bsdf index, emitter index (-1: none)
+    triangles: np.ndarray                  # (N, 9) world space, leaf order (zero rows: analytic shapes)
+    tri_attr: np.ndarray                   # (N, 2) bsdf index, emitter index (-1: none), per primitive
     bvh_bounds: np.ndarray
     bvh_links: np.ndarray
     light_tris: np.ndarray                 # emissive triangles, grouped by emitter
