@@ -3,8 +3,11 @@
     apt-get install -y libllvm19     # Mitsuba's LLVM backend needs LLVM >= 19
     python benchmarks/bench_primal.py [--size 256] [--spp 64] [--reps 3]
 
-Scenes: the Cornell box (max_depth 8), and the Cornell box with a large
-tessellated mesh (a sphere of ~--mesh-tris triangles written to a PLY file).
+Scenes: the Cornell box (max_depth 8), the Cornell box with a large
+tessellated mesh (a sphere of ~--mesh-tris triangles written to a PLY file,
+smooth-shaded with the vertex normals both renderers compute for it), and
+that mesh on a floor lit by an environment map (a procedural sky with a sun
+written to an EXR file), max_depth 8.
 Prints the time of each renderer, the ratio (Mitsuba time / jaxrender time;
 >= 1 means jaxrender is at least as fast), paths per second, jaxrender's
 cold-compile first frame (empty kernel cache) and warm first frame (kernel
@@ -52,7 +55,25 @@ def sphere_ply(path: Path, n_tris: int, center=(0.0, -0.5, 0.0), radius=0.4) -> 
         fh.write(fv.tobytes())
 
 
-def scenes(size: int, spp: int, mesh_path: Path | None, base_factory):
+def sky_exr(path: Path, width: int = 256, height: int = 128) -> None:
+    """A lat-long sky (Mitsuba's envmap layout: +y up, row 0 the zenith): a
+    blue-to-white gradient over a dim ground, tinted with azimuth, and a
+    small bright sun, as float RGB OpenEXR."""
+    import OpenEXR
+    v = (np.arange(height) + 0.5) / height
+    u = (np.arange(width) + 0.5) / width
+    up = np.clip(1.0 - 2.0 * v, 0.0, 1.0)[:, None, None]
+    sky = np.array([0.9, 0.95, 1.0]) * (1.0 - up) + np.array([0.25, 0.45, 0.9]) * up
+    sky = np.broadcast_to(sky, (height, width, 3)).copy()
+    sky[v > 0.5] = [0.12, 0.1, 0.08]
+    sky *= (1.0 + 0.3 * np.cos(2 * np.pi * u))[None, :, None]
+    dv, du = (v[:, None] - 0.22) * height, (u[None, :] - 0.3) * width
+    sky[du * du + dv * dv < 9.0] = [60.0, 50.0, 40.0]
+    OpenEXR.File({"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage},
+                 {"RGB": np.ascontiguousarray(sky, np.float32)}).write(str(path))
+
+
+def scenes(size: int, spp: int, mesh_path: Path | None, base_factory, env_path: Path | None = None):
     def base():
         d = base_factory()
         d["sensor"]["film"]["width"] = size
@@ -65,6 +86,18 @@ def scenes(size: int, spp: int, mesh_path: Path | None, base_factory):
         d = base()
         d["mesh"] = {"type": "ply", "filename": str(mesh_path), "bsdf": {"type": "ref", "id": "white"}}
         out["cornell box + mesh"] = d
+    if mesh_path is not None and env_path is not None:
+        d = base()
+        T = type(d["sensor"]["to_world"])
+        out["mesh + envmap"] = {
+            "type": "scene", "integrator": d["integrator"], "sensor": d["sensor"], "white": d["white"],
+            "sky": {"type": "envmap", "filename": str(env_path), "scale": 1.0,
+                    "to_world": T().rotate([0.0, 1.0, 0.0], 40.0)},
+            "floor": {"type": "rectangle", "to_world": T().translate([0.0, -0.9, 0.0]).rotate([1.0, 0.0, 0.0], -90.0)
+                      .scale(3.0), "bsdf": {"type": "ref", "id": "white"}},
+            "mesh": {"type": "ply", "filename": str(mesh_path),
+                     "bsdf": {"type": "roughconductor", "distribution": "ggx", "alpha": 0.2}},
+        }
     return out
 
 
@@ -113,6 +146,8 @@ def main(argv=None) -> None:
         t0 = time.perf_counter()
         sphere_ply(mesh, args.mesh_tris)
         print(f"wrote {args.mesh_tris} triangle mesh in {time.perf_counter() - t0:.1f} s")
+        env = Path(tmp) / "sky.exr"
+        sky_exr(env)
 
         import jaxrender
         have_mitsuba = os.path.exists(LIBLLVM)
@@ -122,7 +157,7 @@ def main(argv=None) -> None:
             mi.set_variant("llvm_ad_rgb")
         else:
             print(f"Mitsuba llvm_ad_rgb needs {LIBLLVM}: apt-get install -y libllvm19; comparing nothing")
-        ours_defs = scenes(args.size, args.spp, mesh, jaxrender.cornell_box)
+        ours_defs = scenes(args.size, args.spp, mesh, jaxrender.cornell_box, env)
         for name, d in ours_defs.items():
             t0 = time.perf_counter()
             scene = jaxrender.load_dict(d)
@@ -135,7 +170,7 @@ def main(argv=None) -> None:
             print(f"  jaxrender       {t_ours:8.3f} s  {paths / t_ours / 1e6:7.2f} Mpaths/s")
             if not have_mitsuba:
                 continue
-            md = scenes(args.size, args.spp, mesh, mi.cornell_box)[name]
+            md = scenes(args.size, args.spp, mesh, mi.cornell_box, env)[name]
             ms = mi.load_dict(md)
             mi.render(ms, spp=1)
             t_mi, ref = best_of(args.reps, lambda r: np.array(mi.render(ms, spp=args.spp, seed=r)))

@@ -84,8 +84,9 @@ def cmd_info(args) -> None:
     scene = _load(args.scene, args.define)
     cam = scene.camera
     print(f"film {cam.width}x{cam.height}, {cam.spp} spp, filter {cam.rfilter}; integrator {scene.integrator}")
-    print(f"{len(scene.triangles)} triangles, {len(scene.bvh_bounds)} BVH nodes, "
-          f"{len(scene.light_tris)} emissive triangles")
+    n_shapes = len(scene.shapes)
+    print(f"{len(scene.triangles) - n_shapes} triangles, {n_shapes} analytic shapes, {len(scene.bvh_bounds)} BVH "
+          f"nodes, {len(scene.light_tris)} emissive triangles")
     print("parameters:")
     for k, v in scene.params.items():
         v = np.asarray(v)

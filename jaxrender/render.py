@@ -101,7 +101,8 @@ def render(scene, params: Mapping[str, Any] | None = None, *, spp: int | None = 
                   max_depth=np.int32(max_depth), rr_depth=np.int32(rr_depth),
                   hide_emitters=np.int32(bool(integ.get("hide_emitters", False))), seed=seed,
                   seed_grad=seed_grad, spp_grad=np.uint32(spp_grad))
-    why = (("camera", _CAMERA_WHY.format(key=scene.camera_key)), ("tris", _GEOMETRY_WHY))
+    why = (("camera", _CAMERA_WHY.format(key=scene.camera_key)), ("tris", _GEOMETRY_WHY),
+           ("shape_data", _GEOMETRY_WHY), ("tri_normals", _GEOMETRY_WHY))
     config = RenderConfig((cam.height * cam.width,), method, why, scene.structure)
     return render_image(config, inputs).reshape(cam.height, cam.width, 3)
 

@@ -16,7 +16,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "references"))
 
-from scenes import AOV_VARIANTS, AOVS  # noqa: E402
+from scenes import AOV_VARIANTS, AOVS, SHAPE_AOVS  # noqa: E402
 
 import jaxrender  # noqa: E402
 
@@ -35,7 +35,7 @@ def our_renders(s, k=16, spp=64) -> np.ndarray:
     return np.stack([np.asarray(jaxrender.render(s, spp=spp, seed=10 + i), np.float64) for i in range(k)])
 
 
-def disagreements(renders, ref, channels) -> list[str]:
+def disagreements(renders, ref, channels, names=NAMES) -> list[str]:
     k = len(renders)
     ours = renders.mean(0)[..., channels]
     mean = ref["mean"].astype(np.float64)[..., channels]
@@ -46,7 +46,7 @@ def disagreements(renders, ref, channels) -> list[str]:
     beyond = np.mean(np.abs(z) > 5, axis=(0, 1))
     for c, frac in zip(channels, beyond):
         if frac >= 0.02:   # edge pixels mix faces through the filter: heavy-tailed
-            problems.append(f"{NAMES[c]}: {frac:.1%} of pixels beyond 5 sigma")
+            problems.append(f"{names[c]}: {frac:.1%} of pixels beyond 5 sigma")
     # channel means over the image (Mitsuba's splatting correlates its pixel errors: x2)
     diff = ours.mean((0, 1)) - mean.mean((0, 1))
     se_img = np.sqrt(renders.mean((1, 2))[..., channels].var(0, ddof=1) / k
@@ -54,7 +54,7 @@ def disagreements(renders, ref, channels) -> list[str]:
                                     / mean[..., 0].size)) ** 2) + 1e-6
     for c, dz in zip(channels, np.abs(diff) / se_img):
         if dz > 5:
-            problems.append(f"{NAMES[c]}: image means differ by {dz:.1f} standard errors")
+            problems.append(f"{names[c]}: image means differ by {dz:.1f} standard errors")
     return problems
 
 
@@ -93,6 +93,27 @@ def test_a_wrong_aov_is_detected(renders_and_ref):
     flipped = renders.copy()
     flipped[..., 6:9] *= -1
     assert disagreements(flipped, ref, [6, 7, 8]) != []
+
+
+SHAPE_NAMES = ["dd.T", "nn.X", "nn.Y", "nn.Z", "sh.X", "sh.Y", "sh.Z", "uv.U", "uv.V"]
+
+
+def test_shape_aovs_match_mitsuba_within_noise():
+    """Spheres (rotated: their UVs; flipped: their normals), a disk, a smooth
+    OBJ, a PLY with computed normals and the Cornell box's rectangles: depth,
+    both normals and UVs (the scene is textured, so jaxrender computes them)."""
+    s = scene("shapes_aovs")
+    assert jaxrender.aov_names(s) == SHAPE_NAMES and s.integrator["aovs"] == SHAPE_AOVS
+    renders = our_renders(s, k=8)
+    ref = np.load(HERE / "data" / "references" / "shapes_aovs.npz")
+    assert disagreements(renders, ref, list(range(9)), SHAPE_NAMES) == []
+    # Controls: geometric normals for shading normals, or UVs off by 2%, fail.
+    faceted = renders.copy()
+    faceted[..., 4:7] = renders[..., 1:4]
+    assert disagreements(faceted, ref, [4, 5, 6], SHAPE_NAMES) != []
+    shifted = renders.copy()
+    shifted[..., 7:9] *= 1.02
+    assert disagreements(shifted, ref, [7, 8], SHAPE_NAMES) != []
 
 
 def test_jit_and_misses():

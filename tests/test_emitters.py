@@ -40,14 +40,15 @@ def _scalars():
 
 
 @functools.cache
-def sample_kernel() -> ir.Kernel:
+def sample_kernel(structure: path.Structure = path.Structure()) -> ir.Kernel:
     """``path._sample_emitter`` at surface points ``pts`` with normals
-    ``nrm`` (the ray arrived against the normal) for random numbers ``u``."""
+    ``nrm`` (the ray arrived against the normal) for random numbers ``u``,
+    for scenes of the given structure."""
     inputs = dict(path.INPUTS, pts=ir.In("f32", (3,)), nrm=ir.In("f32", (3,)), u=ir.In("f32", (4,)))
 
     def body(**b):
         i = ir.item_index()
-        c = path._context(b, b["seed"].value, False)
+        c = path._context(b, b["seed"].value, False, structure)
         p, n = Vec(*b["pts"][i]), Vec(*b["nrm"][i])
         scale = 1e-4 * (1.0 + path._max3(Vec(ir.abs(p.x), ir.abs(p.y), ir.abs(p.z))))
         h = path._Hit(ir.Float(1.0), ir.Int(-1), ir.Float(0.0), ir.Float(0.0), -n, ir.Bool(True), p, n, Frame(n), Vec(0.0, 0.0, 1.0), ir.Int(0),
@@ -62,14 +63,14 @@ def sample_kernel() -> ir.Kernel:
 
 
 @functools.cache
-def pdf_kernel() -> ir.Kernel:
+def pdf_kernel(structure: path.Structure = path.Structure()) -> ir.Kernel:
     """``path.emitter_pdf`` of rays from ``pts`` along ``dirs`` where they
     see emitted radiance (0 elsewhere)."""
     inputs = dict(path.INPUTS, pts=ir.In("f32", (3,)), dirs=ir.In("f32", (3,)))
 
     def body(**b):
         i = ir.item_index()
-        c = path._context(b, b["seed"].value, False)
+        c = path._context(b, b["seed"].value, False, structure)
         h = path._intersect(c, Vec(*b["pts"][i]), Vec(*b["dirs"][i]), ir.Float(0.0))
         sees = ir.select(h.hit, h.is_emitter & (h.cos_l > 0.0), b["env_emitter"].value >= 0)
         return ir.select(sees, path.emitter_pdf(c, h), 0.0)
@@ -79,14 +80,14 @@ def pdf_kernel() -> ir.Kernel:
 
 def sample(scene, p, n, u) -> dict:
     k = len(u)
-    out = launch(sample_kernel(), (k,), **kernel_inputs(scene), **_scalars(),
+    out = launch(sample_kernel(scene.structure), (k,), **kernel_inputs(scene), **_scalars(),
                  pts=np.tile(np.asarray(p, np.float32), (k, 1)), nrm=np.tile(np.asarray(n, np.float32), (k, 1)),
                  u=np.asarray(u, np.float32))
     return {key: np.asarray(v, np.float64) for key, v in out.items()}
 
 
 def pdf(scene, p, dirs) -> np.ndarray:
-    out = launch(pdf_kernel(), (len(dirs),), **kernel_inputs(scene), **_scalars(),
+    out = launch(pdf_kernel(scene.structure), (len(dirs),), **kernel_inputs(scene), **_scalars(),
                  pts=np.tile(np.asarray(p, np.float32), (len(dirs), 1)), dirs=np.asarray(dirs, np.float32))
     return np.asarray(out["pdf"], np.float64)
 

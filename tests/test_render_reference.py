@@ -31,8 +31,11 @@ OUR_RENDERS = 8
 BLOCK = 8
 
 
-def our_renders(name: str) -> np.ndarray:
-    scene = jaxrender.load_dict(VARIANTS[name](jaxrender.cornell_box()))
+def our_renders(name: str, edit=None) -> np.ndarray:
+    d = VARIANTS[name](jaxrender.cornell_box())
+    if edit is not None:
+        edit(d)
+    scene = jaxrender.load_dict(d)
     return np.stack([np.asarray(jaxrender.render(scene, spp=OUR_SPP, seed=100 + k), np.float64)
                      for k in range(OUR_RENDERS)])
 
@@ -83,3 +86,12 @@ def test_matches_mitsuba_within_noise(name):
 def test_a_wrong_image_is_detected():
     ref = np.load(HERE / "data" / "references" / "cbox_gaussian.npz")
     assert disagreements(our_renders("cbox_gaussian") * 1.03, ref) != []
+
+
+def test_flat_shading_is_detected():
+    """Control: the smooth meshes rendered with face normals (what jaxrender
+    did before it had shading normals) disagree with Mitsuba's image."""
+    def faceted(d):
+        d["smooth"]["face_normals"] = d["torus"]["face_normals"] = True
+    ref = np.load(HERE / "data" / "references" / "cbox_smooth_meshes.npz")
+    assert disagreements(our_renders("cbox_smooth_meshes", faceted), ref) != []

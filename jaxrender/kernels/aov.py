@@ -11,11 +11,14 @@ their channels (Mitsuba's names):
 * ``depth`` (T): distance from the near-clip plane along the ray (Mitsuba
   starts camera rays there), 0 where nothing is hit;
 * ``position`` (X, Y, Z): the hit point;
-* ``geo_normal`` (X, Y, Z): the triangle's normal (as Mitsuba's mesh face
-  normal, not flipped towards the viewer);
-* ``sh_normal`` (X, Y, Z): the shading normal, equal to the geometric one
-  until jaxrender has vertex normals;
-* ``uv`` (U, V): 0 until jaxrender has texture coordinates;
+* ``geo_normal`` (X, Y, Z): the geometric normal (a triangle's face normal,
+  a sphere's or disk's analytic one; not flipped towards the viewer);
+* ``sh_normal`` (X, Y, Z): the shading normal: interpolated vertex normals
+  on meshes that have them (Mitsuba computes them for obj / ply files
+  without normals unless ``face_normals`` is set), else the geometric one;
+* ``uv`` (U, V): Mitsuba's surface UVs (meshes' texture coordinates or
+  barycentrics, the sphere's and disk's parameterisations) in textured
+  scenes; 0 in scenes without textures (UVs reach the kernel only there);
 * ``albedo`` (R, G, B): Mitsuba's ``BSDF::eval_diffuse_reflectance``: the
   diffuse reflectance of diffuse / plastic / roughplastic, else
   ``pi * eval(wi, normal)`` (0 for smooth conductors and dielectrics); a
@@ -104,8 +107,10 @@ def _channels(kinds: tuple, c, h: path._Hit, t_min) -> list:
             vals.append(h.t - t_min)
         elif kind == "position":
             vals.extend(h.p)
-        elif kind in ("geo_normal", "sh_normal"):
+        elif kind == "geo_normal":
             vals.extend(h.ng)
+        elif kind == "sh_normal":
+            vals.extend(h.frame.n)
         elif kind == "uv":
             if c.structure.tex_slots:
                 uv = textures.hit_uv(c.b, h.tri, h.b1, h.b2)
@@ -141,4 +146,4 @@ def trace_aov(kinds: tuple, structure: path.Structure = path.Structure()) -> ir.
         raise ValueError(f"AOV types must be a non-empty tuple of {tuple(AOV_TYPES)}, got {kinds}")
     n = sum(len(AOV_TYPES[k]) for k in kinds)
     return ir.trace(functools.partial(aov_kernel, tuple(kinds), structure), path.INPUTS, {"image": ir.Out("f32", (n,))},
-                    name="aov_" + "_".join(kinds))
+                    name="aov_" + "_".join(kinds) + path._suffix(structure))

@@ -1,9 +1,16 @@
-"""Ray queries against the scene's triangles through a stackless BVH.
+"""Ray queries against the scene's primitives through a stackless BVH.
 
 The BVH (``jaxrender.scene.bvh``) is stored depth-first with skip links:
 visiting node ``i``, a ray that hits its box continues at ``i + 1`` (the first
 child) unless it is a leaf, and at ``skip[i]`` otherwise. No stack, so the
 loop state is three scalars per ray, which suits SIMD packets and GPUs.
+
+Primitives are triangles and, in scenes that have them, Mitsuba's analytic
+spheres and disks. Every primitive has a row of ``tris`` (an analytic one's is
+unused); with analytic shapes ``prim_shape`` says, per leaf entry, -1 for a
+triangle or the row of ``shape_data`` (``jaxrender.scene.shapes.AnalyticShape
+.row``) of the shape, and the leaf loop branches on it. A scene without them
+passes no ``prim_shape`` and gets the triangle-only loop.
 """
 from __future__ import annotations
 
@@ -14,17 +21,49 @@ RAY_EPSILON = 1e-4
 INF = float("inf")
 
 
-class SceneGeometry:
-    """Kernel-side handles of the geometry buffers."""
+# shape_data row layout (jaxrender.scene.shapes.AnalyticShape.row).
+SPHERE, DISK = 0, 1
+TO_WORLD, TO_OBJECT, NORMAL, RADIUS, SIGN, AREA, KIND = 0, 12, 24, 27, 28, 29, 30
 
-    def __init__(self, tris, bvh_bounds, bvh_links):
+
+class SceneGeometry:
+    """Kernel-side handles of the geometry buffers; ``prim_shape`` and
+    ``shape_data`` only for scenes with analytic shapes."""
+
+    def __init__(self, tris, bvh_bounds, bvh_links, prim_shape=None, shape_data=None):
         self.tris = tris              # (N, 9): p0, p1, p2 per triangle, in BVH leaf order
         self.bounds = bvh_bounds      # (M, 6): box min, box max
-        self.links = bvh_links        # (M, 3): skip, first triangle, triangle count (0: interior)
+        self.links = bvh_links        # (M, 3): skip, first primitive, primitive count (0: interior)
+        self.prim_shape = prim_shape  # (N,): -1 (triangle) or analytic shape index
+        self.shape_data = shape_data  # (S, SHAPE_ROW)
+        self.analytic = prim_shape is not None
 
     def triangle(self, i) -> tuple[Vec, Vec, Vec]:
         c = [self.tris.read(i, k) for k in range(9)]
         return Vec(c[0], c[1], c[2]), Vec(c[3], c[4], c[5]), Vec(c[6], c[7], c[8])
+
+    def shape_value(self, s, k):
+        return self.shape_data.read(s, k)
+
+    def shape_kind(self, s):
+        return ir.cast(self.shape_value(s, KIND), "i32")
+
+    def center(self, s) -> Vec:
+        return Vec(*(self.shape_value(s, TO_WORLD + 4 * k + 3) for k in range(3)))
+
+    def to_object(self, s, p: Vec) -> Vec:
+        """Object-space coordinates of the world point ``p``."""
+        m = [self.shape_value(s, TO_OBJECT + k) for k in range(12)]
+        return Vec(*(m[4 * k] * p.x + m[4 * k + 1] * p.y + m[4 * k + 2] * p.z + m[4 * k + 3] for k in range(3)))
+
+    def to_object_dir(self, s, d: Vec) -> Vec:
+        m = [self.shape_value(s, TO_OBJECT + k) for k in range(12)]
+        return Vec(*(m[4 * k] * d.x + m[4 * k + 1] * d.y + m[4 * k + 2] * d.z for k in range(3)))
+
+    def to_world(self, s, x, y) -> Vec:
+        """World point of the object-space point (x, y, 0)."""
+        m = [self.shape_value(s, TO_WORLD + k) for k in range(12)]
+        return Vec(*(m[4 * k] * x + m[4 * k + 1] * y + m[4 * k + 3] for k in range(3)))
 
 
 def intersect_triangle(o: Vec, d: Vec, p0: Vec, p1: Vec, p2: Vec):
@@ -41,6 +80,55 @@ def intersect_triangle(o: Vec, d: Vec, p0: Vec, p1: Vec, p2: Vec):
     t = ir.dot(e2, qv) * inv_det
     ok = (det != 0.0) & (u >= 0.0) & (v >= 0.0) & (u + v <= 1.0)
     return ir.select(ok, t, INF), u, v
+
+
+def intersect_sphere(o: Vec, d: Vec, c: Vec, r, t_min):
+    """Nearest t > t_min where the ray meets the sphere (inf: none).
+
+    The quadratic is solved in the form that keeps float32 accurate far from
+    the sphere and for grazing rays: the discriminant from the distance of
+    the line to the centre (|f - (f.d / d.d) d|^2, no cancellation), and the
+    two roots as q / a and c / q (Ray Tracing Gems, ch. 7)."""
+    f = o - c
+    a = ir.dot(d, d)
+    b = -ir.dot(f, d)
+    lv = f + d * (b / a)
+    disc = a * (r * r - ir.dot(lv, lv))
+    q = b + ir.copysign(ir.safe_sqrt(disc), b)
+    ok = (disc >= 0.0) & (q != 0.0)
+    q = ir.select(ok, q, 1.0)
+    t0 = (ir.dot(f, f) - r * r) / q
+    t1 = q / a
+    near, far = _fmin(t0, t1), _fmax(t0, t1)
+    return ir.select(ok, ir.select(near > t_min, near, far), INF)
+
+
+def intersect_disk(o: Vec, d: Vec, geo: SceneGeometry, s):
+    """t where the ray meets the unit disk of shape ``s`` (inf: none)."""
+    lo = geo.to_object(s, o)
+    ld = geo.to_object_dir(s, d)
+    t = -lo.z / ld.z
+    x = lo.x + ld.x * t
+    y = lo.y + ld.y * t
+    return ir.select(x * x + y * y <= 1.0, t, INF)
+
+
+def intersect_shape(geo: SceneGeometry, s, o: Vec, d: Vec, t_min):
+    """Nearest t > t_min (or a value <= t_min / inf: no hit) on analytic shape ``s``."""
+    def sphere():
+        return intersect_sphere(o, d, geo.center(s), geo.shape_value(s, RADIUS), t_min)
+
+    return ir.cond(geo.shape_kind(s) == SPHERE, sphere, lambda: intersect_disk(o, d, geo, s))
+
+
+def intersect_primitive(geo: SceneGeometry, idx, o: Vec, d: Vec, t_min):
+    """(t, b1, b2) of leaf entry ``idx``: a triangle, or an analytic shape
+    (then b1 = b2 = 0) where the scene has them."""
+    if not geo.analytic:
+        return intersect_triangle(o, d, *geo.triangle(idx))
+    s = geo.prim_shape[idx]
+    return ir.cond(s < 0, lambda: intersect_triangle(o, d, *geo.triangle(idx)),
+                   lambda: (intersect_shape(geo, s, o, d, t_min), ir.Float(0.0), ir.Float(0.0)))
 
 
 def _fmin(a, b):
@@ -73,7 +161,8 @@ def _box_entry(o: Vec, inv_d: Vec, geo: SceneGeometry, node, t_max):
 
 
 def closest_hit(geo: SceneGeometry, o: Vec, d: Vec, t_min, t_max):
-    """(t, triangle index in leaf order, b1, b2); t == inf and index -1 on a miss."""
+    """(t, primitive index in leaf order, b1, b2); t == inf and index -1 on a
+    miss. b1, b2: a triangle's barycentrics (0 for an analytic shape)."""
     inv_d = _safe_inv(d)
     n_nodes = ir.cast(geo.bounds.len, "i32")
 
@@ -89,8 +178,7 @@ def closest_hit(geo: SceneGeometry, o: Vec, d: Vec, t_min, t_max):
             def tri(k, st):
                 bt, bi, u0, v0 = st
                 idx = first + k
-                p0, p1, p2 = geo.triangle(idx)
-                t, u, v = intersect_triangle(o, d, p0, p1, p2)
+                t, u, v = intersect_primitive(geo, idx, o, d, t_min)
                 closer = (t > t_min) & (t < bt)
                 return (ir.select(closer, t, bt), ir.select(closer, idx, bi),
                         ir.select(closer, u, u0), ir.select(closer, v, v0))
@@ -123,8 +211,7 @@ def occluded(geo: SceneGeometry, o: Vec, d: Vec, t_min, t_max):
         def leaf():
             def tri(st):
                 k, found = st
-                p0, p1, p2 = geo.triangle(first + k)
-                t, _, _ = intersect_triangle(o, d, p0, p1, p2)
+                t, _, _ = intersect_primitive(geo, first + k, o, d, t_min)
                 return k + 1, (t > t_min) & (t < t_max)
             return ir.while_loop(lambda st: (st[0] < count) & ~st[1], tri, (ir.Int(0), ir.Bool(False)))[1]
 

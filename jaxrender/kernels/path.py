@@ -3,9 +3,13 @@
 Unidirectional path tracing with next-event estimation and multiple
 importance sampling (power heuristic) and Russian roulette, following the
 structure of Mitsuba 3's ``path`` integrator so that images agree in
-expectation. Geometry is triangles; BSDFs come from ``bsdfs.registry`` and
-emitters (area, point, directional, constant, spot, envmap) through one
-dispatch each. Textured BSDF parameters (``textures``) and the environment
+expectation. Geometry is triangles and, where a scene has them, Mitsuba's
+analytic spheres and disks (``geometry``); meshes with vertex normals shade
+with the interpolated normal (the BSDF frame), the geometric normal offsets
+rays and decides which side of an area light emits. BSDFs come from
+``bsdfs.registry`` and emitters (area lights on triangles, spheres and
+disks, point, directional, constant, spot, envmap) through one dispatch
+each. Textured BSDF parameters (``textures``) and the environment
 map's radiance (``envmap``) are read in :func:`_shade`, like every other
 differentiable value.
 
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Any
 
 from .. import ir
@@ -43,11 +48,18 @@ from .bsdfs import registry as bsdf_registry
 from .bsdfs.roughplastic import TABLE_STRIDE
 from .envmap import EnvMap
 from .geometry import SceneGeometry, closest_hit, occluded
-from .sampling import (INV_FOUR_PI, Frame, square_to_uniform_sphere,
+from .sampling import (INV_FOUR_PI, Frame, square_to_uniform_disk_concentric, square_to_uniform_sphere,
                        square_to_uniform_triangle)
 
-# Emitter type ids (jaxrender.scene.scene defines the same).
-AREA, POINT, DIRECTIONAL, CONSTANT, SPOT, ENVMAP = 0, 1, 2, 3, 4, 5
+SHAPE_ROW = 32     # floats per shape_data row (jaxrender.scene.shapes.SHAPE_ROW)
+
+# Emitter type ids (jaxrender.scene.scene defines the same). AREA_SPHERE /
+# AREA_DISK: an area light on an analytic shape (sampled as Mitsuba does:
+# a sphere by the cone it subtends, a disk uniformly by area).
+AREA, POINT, DIRECTIONAL, CONSTANT, SPOT, ENVMAP, AREA_SPHERE, AREA_DISK = 0, 1, 2, 3, 4, 5, 6, 7
+# Mitsuba's math::RayEpsilon<float>: a point within this relative distance
+# of a sphere light's surface counts as inside it (outside for a flipped one).
+SPHERE_EPSILON = 1500.0 * 2.0 ** -24
 
 INPUTS = {
     "tris": ir.In("f32", (9,)),
@@ -84,6 +96,13 @@ INPUTS = {
     "seed": ir.Scalar("u32"),
     "bsdf_table": ir.In("f32"),               # per-BSDF tables, TABLE_STRIDE floats a BSDF (primitives/bsdf_tables.py)
     "emitter_frame": ir.In("f32", (16,)),     # world-to-local 3x3 (row-major), per-type constants (spot)
+    # Shading normals (Structure.shading_normals): world vertex normals per
+    # triangle (leaf order), a zero row where the face normal is used.
+    "tri_normals": ir.In("f32", (9,)),
+    # Analytic shapes (Structure.analytic): per leaf entry -1 (triangle) or
+    # the shape's row in shape_data (geometry.SceneGeometry).
+    "prim_shape": ir.In("i32"),
+    "shape_data": ir.In("f32", (SHAPE_ROW,)),
 }
 OUTPUTS = {"image": ir.Out("f32", (3,))}
 
@@ -100,9 +119,14 @@ class Structure:
     a scene without textures or an environment map gets the plain kernel
     (no texture code, no envmap dispatch branch): ``tex_slots`` is the most
     textured parameters any of its BSDFs has (0 to textures.MAX_SLOTS),
-    ``envmap`` whether it has an envmap emitter."""
+    ``envmap`` whether it has an envmap emitter, ``analytic`` whether it has
+    spheres or disks (else the BVH leaves hold only triangles and no shape
+    code is traced), ``shading_normals`` whether some mesh has vertex normals
+    (else the shading frame is the geometric one)."""
     tex_slots: int = 0
     envmap: bool = False
+    analytic: bool = False
+    shading_normals: bool = False
 
     def __post_init__(self):
         if not 0 <= self.tex_slots <= textures.MAX_SLOTS:
@@ -251,7 +275,9 @@ class _Ctx:
 def _context(b: dict, seed, diff: bool, structure: Structure = Structure()) -> _Ctx:
     pixel = ir.item_index()
     W = b["width"].value
-    return _Ctx(b, SceneGeometry(b["tris"], b["bvh_bounds"], b["bvh_links"]), pixel,
+    geo = SceneGeometry(b["tris"], b["bvh_bounds"], b["bvh_links"],
+                        *((b["prim_shape"], b["shape_data"]) if structure.analytic else ()))
+    return _Ctx(b, geo, pixel,
                 ir.cast(pixel % W, "f32"), ir.cast(pixel // W, "f32"), seed, diff, structure)
 
 
@@ -279,34 +305,88 @@ def _camera_ray(c: _Ctx, s):
 @dataclasses.dataclass
 class _Hit:
     t: Any
-    tri: Any
-    b1: Any           # barycentrics of the hit (of the triangle's 2nd and 3rd vertex)
+    tri: Any          # primitive index (leaf order), -1 on a miss
+    b1: Any           # barycentrics of a triangle hit (of its 2nd and 3rd vertex); an analytic shape's (u, v)
     b2: Any
     d: Vec            # ray direction
     hit: Any
     p: Vec
-    ng: Vec
-    frame: Frame
+    ng: Vec           # geometric normal: ray offsets, the side an area light emits from
+    frame: Frame      # shading frame (vertex normals, else ng): what BSDFs see
     wi: Vec
     attr_bsdf: Any
     attr_em: Any
     is_emitter: Any
     cos_l: Any
     scale: Any
+    o: Vec = None     # ray origin (emitter_pdf of sphere lights)
+
+
+def _triangle_surface(c: _Ctx, tri, o: Vec, d: Vec, t, b1, b2):
+    """Point, geometric and shading normal, (b1, b2) of a triangle hit."""
+    p0, p1, p2 = c.geo.triangle(tri)
+    ng = ir.normalize(ir.cross(p1 - p0, p2 - p0))
+    ns = ng
+    if c.structure.shading_normals:
+        nb = c.b["tri_normals"]
+        w0 = 1.0 - b1 - b2
+        n = Vec(*(nb.read(tri, k) * w0 + nb.read(tri, 3 + k) * b1 + nb.read(tri, 6 + k) * b2 for k in range(3)))
+        l2 = ir.dot(n, n)
+        smooth = l2 > 0.0
+        ns = ir.select(smooth, n * ir.rsqrt(ir.select(smooth, l2, 1.0)), ng)
+    return o + d * t, ng, ns, b1, b2
+
+
+def _shape_surface(c: _Ctx, s, o: Vec, d: Vec, t):
+    """Point, normals and Mitsuba's (u, v) of a hit on analytic shape ``s``.
+    UVs only where textures need them."""
+    geo = c.geo
+    uv = c.structure.tex_slots > 0
+
+    def sphere():
+        centre = geo.center(s)
+        n = ir.normalize(o + d * t - centre)
+        p = centre + n * geo.shape_value(s, geometry.RADIUS)   # re-projected onto the sphere, as Mitsuba
+        u = v = ir.Float(0.0)
+        if uv:
+            local = geo.to_object(s, p)
+            phi = ir.atan2(local.y, local.x)
+            phi = ir.select(phi < 0.0, phi + 2.0 * math.pi, phi)
+            u = phi * (0.5 / math.pi)
+            v = ir.acos(ir.clamp(local.z, -1.0, 1.0)) * (1.0 / math.pi)
+        ng = n * geo.shape_value(s, geometry.SIGN)
+        return p, ng, u, v
+
+    def disk():
+        p = o + d * t
+        ng = Vec(*(geo.shape_value(s, geometry.NORMAL + k) for k in range(3)))
+        u = v = ir.Float(0.0)
+        if uv:
+            local = geo.to_object(s, p)
+            u = ir.sqrt(local.x * local.x + local.y * local.y)
+            v = ir.atan2(local.y, local.x) * (0.5 / math.pi)
+            v = ir.select(v < 0.0, v + 1.0, v)
+        return p, ng, u, v
+
+    p, ng, u, v = ir.cond(geo.shape_kind(s) == geometry.SPHERE, sphere, disk)
+    return p, ng, ng, u, v
 
 
 def _intersect(c: _Ctx, o: Vec, d: Vec, t_min) -> _Hit:
     t, tri, b1, b2 = closest_hit(c.geo, o, d, t_min, geometry.INF)
-    p0, p1, p2 = c.geo.triangle(tri)
-    ng = ir.normalize(ir.cross(p1 - p0, p2 - p0))
-    p = o + d * t
+    if c.structure.analytic:
+        s = c.geo.prim_shape[tri]
+        p, ng, ns, b1, b2 = ir.cond((tri >= 0) & (s >= 0), lambda: _shape_surface(c, s, o, d, t),
+                                    lambda: _triangle_surface(c, tri, o, d, t, b1, b2))
+    else:
+        p, ng, ns, b1, b2 = _triangle_surface(c, tri, o, d, t, b1, b2)
     attr = c.b["tri_attr"]
     attr_em = attr.read(tri, 1)
     hit = tri >= 0
-    frame = Frame(ng)
+    frame = Frame(ns)
     scale = 1e-4 * (1.0 + _max3(Vec(ir.abs(p.x), ir.abs(p.y), ir.abs(p.z))))
     return _Hit(t, tri, b1, b2, d, hit, p, ng, frame, frame.to_local(-d), attr.read(tri, 0), attr_em,
-                hit & (attr_em >= 0), -ir.dot(ng, d), scale)
+                hit & (attr_em >= 0), -ir.dot(ng, d), scale, o)
 
 
 @dataclasses.dataclass
@@ -342,6 +422,22 @@ def _sample_emitter(c: _Ctx, h: _Hit, d: Vec, r) -> _EmitterSample:
     g = _vec3(geom, sel)
     p_near = h.p + h.ng * ir.copysign(h.scale, -ir.dot(h.ng, d))  # on the side the ray came from
 
+    def towards(q, nl, pdf_fn):
+        """Direction sample towards point q (normal nl) on an area light;
+        pdf_fn(dist^2, cos at the light) its solid-angle density. The back
+        of an area light does not emit: a zero pdf (no sample)."""
+        to_light = q - p_near
+        dist2 = ir.dot(to_light, to_light)
+        dist = ir.sqrt(dist2)
+        wo_w = to_light / dist
+        cos_light = -ir.dot(nl, wo_w)
+        front_side = cos_light > 0.0
+        pdf = ir.select(front_side, pdf_fn(dist2, ir.maximum(cos_light, 1e-20)), 0.0)
+        return wo_w, dist, ir.select(front_side, 1.0, 0.0), pdf, ir.Bool(False)
+
+    def by_area(dist2, cos_light):
+        return dist2 / (cos_light * geom.read(sel, 3))
+
     def area_light():
         start, count = meta.read(sel, 1), meta.read(sel, 2)
         lt = b["light_tris"][_sample_light_triangle(b["light_cdf"], start, count, r[1])]
@@ -349,15 +445,21 @@ def _sample_emitter(c: _Ctx, h: _Hit, d: Vec, r) -> _EmitterSample:
         bc = square_to_uniform_triangle(Vec(r[2], r[3]))
         q = q0 * (1.0 - bc.x - bc.y) + q1 * bc.x + q2 * bc.y
         nl = ir.normalize(ir.cross(q1 - q0, q2 - q0))
-        to_light = q - p_near
-        dist2 = ir.dot(to_light, to_light)
-        dist = ir.sqrt(dist2)
-        wo_w = to_light / dist
-        cos_light = -ir.dot(nl, wo_w)
-        # The back of an area light does not emit: report a zero pdf (no sample).
-        front_side = cos_light > 0.0
-        pdf = ir.select(front_side, dist2 / (ir.maximum(cos_light, 1e-20) * geom.read(sel, 3)), 0.0)
-        return wo_w, dist, ir.select(front_side, 1.0, 0.0), pdf, ir.Bool(False)
+        return towards(q, nl, by_area)
+
+    def disk_light():
+        s = meta.read(sel, 1)
+        x = square_to_uniform_disk_concentric(Vec(r[2], r[3]))
+        q = c.geo.to_world(s, x.x, x.y)
+        nl = Vec(*(c.geo.shape_value(s, geometry.NORMAL + k) for k in range(3)))
+        return towards(q, nl, by_area)
+
+    def sphere_light():
+        s = meta.read(sel, 1)
+        n, cone_pdf = _sample_sphere_light(c, s, p_near, Vec(r[2], r[3]))
+        q = c.geo.center(s) + n * c.geo.shape_value(s, geometry.RADIUS)
+        return towards(q, n * c.geo.shape_value(s, geometry.SIGN),
+                       lambda dist2, cos_light: ir.select(cone_pdf > 0.0, cone_pdf, by_area(dist2, cos_light)))
 
     def point_light():
         to_light = g - p_near
@@ -385,11 +487,59 @@ def _sample_emitter(c: _Ctx, h: _Hit, d: Vec, r) -> _EmitterSample:
 
     kind = meta.read(sel, 0)
     branches = [area_light, point_light, directional_light, environment, spot_light]
-    if c.structure.envmap:
-        branches.append(envmap)
+    if c.structure.envmap or c.structure.analytic:
+        branches.append(envmap if c.structure.envmap else environment)
+    if c.structure.analytic:
+        branches += [sphere_light, disk_light]
     w, dist, factor, pdf_dir, delta = ir.dispatch(kind, branches)
     is_env = (kind == ENVMAP) if c.structure.envmap else ir.Bool(False)
     return _EmitterSample(sel, w, dist, factor, pdf_dir, delta, is_env)
+
+
+def _sphere_cone(c: _Ctx, s, p: Vec):
+    """The sphere light ``s`` seen from ``p``: (vector to its centre, its
+    squared length, sin^2 and 1 - cos of the half angle of the cone it
+    subtends, 1 / (2 pi (1 - cos)) if p lies outside it, else 0). Outside
+    is Mitsuba's test: beyond the radius shrunk by SPHERE_EPSILON (grown for
+    a flipped sphere, whose own surface points then sample it by area).
+    1 - cos is computed as sin^2 / (1 + cos): exact for tiny cones too."""
+    geo = c.geo
+    r = geo.shape_value(s, geometry.RADIUS)
+    dc = geo.center(s) - p
+    dc2 = ir.dot(dc, dc)
+    r_adj = r * ir.select(geo.shape_value(s, geometry.SIGN) < 0.0, 1.0 + SPHERE_EPSILON, 1.0 - SPHERE_EPSILON)
+    outside = dc2 > r_adj * r_adj
+    sin2 = ir.minimum(r * r / ir.select(outside, dc2, 1.0), 1.0)
+    cos_max = ir.safe_sqrt(1.0 - sin2)
+    one_minus_cos = sin2 / (1.0 + cos_max)
+    cone_pdf = ir.select(outside & (one_minus_cos > 0.0),
+                         1.0 / (2.0 * math.pi * ir.select(one_minus_cos > 0.0, one_minus_cos, 1.0)), 0.0)
+    return dc, dc2, sin2, one_minus_cos, cone_pdf
+
+
+def _sample_sphere_light(c: _Ctx, s, p: Vec, u: Vec):
+    """Mitsuba's sphere sampling: from outside, a direction uniform in the
+    cone the sphere subtends (Akalin's visible-sphere mapping to the
+    point's outward normal); from inside, a point uniform on the sphere.
+    Returns (outward unit normal at the sampled point, the cone's solid-angle
+    pdf, 0 if sampled by area)."""
+    dc, dc2, sin2, om, cone_pdf = _sphere_cone(c, s, p)
+
+    def cone():
+        inv_dc = ir.rsqrt(dc2)
+        inv_sin = 1.0 / ir.sqrt(sin2)
+        # cos(theta) = 1 - u (1 - cos_max); sin^2 written without cancellation.
+        x = u.x * om
+        sin_t2 = x * (2.0 - x)
+        cos_t = ir.safe_sqrt(1.0 - sin_t2)
+        cos_a = sin_t2 * inv_sin + cos_t * ir.safe_sqrt(1.0 - sin_t2 * inv_sin * inv_sin)
+        sin_a = ir.safe_sqrt(1.0 - cos_a * cos_a)
+        phi = 2.0 * math.pi * u.y
+        local = Vec(ir.cos(phi) * sin_a, ir.sin(phi) * sin_a, cos_a)
+        return Frame(dc * -inv_dc).to_world(local)
+
+    n = ir.cond(cone_pdf > 0.0, cone, lambda: square_to_uniform_sphere(u))
+    return n, cone_pdf
 
 
 def emitter_pdf(c: _Ctx, h: _Hit, env_pdf=INV_FOUR_PI):
@@ -399,8 +549,13 @@ def emitter_pdf(c: _Ctx, h: _Hit, env_pdf=INV_FOUR_PI):
     the environment's own density in that direction, uniform unless it is an
     envmap). Meaningful where that ray sees emitted radiance."""
     area_e = c.b["emitter_geom"].read(h.attr_em, 3)
-    return ir.select(h.hit, c.pdf_select * h.t * h.t / (ir.maximum(h.cos_l, 1e-20) * area_e),
-                     c.pdf_select * env_pdf)
+    pdf = c.pdf_select * h.t * h.t / (ir.maximum(h.cos_l, 1e-20) * area_e)
+    if c.structure.analytic:
+        meta = c.b["emitter_meta"]
+        sphere = h.is_emitter & (meta.read(h.attr_em, 0) == AREA_SPHERE)
+        cone = ir.cond(sphere, lambda: _sphere_cone(c, meta.read(h.attr_em, 1), h.o)[4], lambda: ir.Float(0.0))
+        pdf = ir.select(cone > 0.0, c.pdf_select * cone, pdf)
+    return ir.select(h.hit, pdf, c.pdf_select * env_pdf)
 
 
 def _shade(c: _Ctx, h: _Hit, es: _EmitterSample, r2, depth, prev_pdf, prev_delta, show_emitters):
@@ -462,7 +617,7 @@ def _sampled_eta(c: _Ctx, h: _Hit, wo_w: Vec):
     (only Russian roulette uses it, detached)."""
     kind = c.b["bsdf_type"][h.attr_bsdf]
     cos_i = h.wi.z
-    refracted = ir.dot(h.ng, wo_w) * cos_i < 0.0
+    refracted = ir.dot(h.frame.n, wo_w) * cos_i < 0.0
     eta = ir.Float(1.0)
     for idx, t in enumerate(bsdf_registry.TYPES):
         if t.eta_slot is not None:
@@ -590,7 +745,8 @@ def _adjoint_kernel(active: tuple, method: str, structure: Structure, **b):
 
 
 def _suffix(structure: Structure) -> str:
-    return (f"_tex{structure.tex_slots}" if structure.tex_slots else "") + ("_envmap" if structure.envmap else "")
+    return ((f"_tex{structure.tex_slots}" if structure.tex_slots else "") + ("_envmap" if structure.envmap else "")
+            + ("_analytic" if structure.analytic else "") + ("_smooth" if structure.shading_normals else ""))
 
 
 @functools.lru_cache(maxsize=None)

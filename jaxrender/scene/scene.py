@@ -6,7 +6,9 @@ uses (``red.reflectance.value``, ``light.emitter.radiance.value``, ...).
 Geometry is flattened to world-space triangles in BVH leaf order.
 
 Supported so far: shapes rectangle, cube, obj, ply (with Mitsuba's texture
-coordinates); the BSDFs of ``kernels.bsdfs.registry`` (also inside
+coordinates and vertex normals: those of the file, else computed as Mitsuba
+does, unless ``face_normals`` is set), and the analytic sphere and disk
+(exact silhouettes, Mitsuba's UVs and light sampling); the BSDFs of ``kernels.bsdfs.registry`` (also inside
 twosided), whose colour and roughness parameters may be ``bitmap`` or
 ``checkerboard`` textures; area, point, spot, directional, constant and
 envmap emitters; perspective sensor; hdrfilm with box, tent and gaussian
@@ -27,11 +29,13 @@ from ..kernels import textures as ktex
 from ..kernels.bsdfs import registry as bsdf_registry
 from . import textures as tex_io
 from .errors import SceneError
-from .shapes import cube_mesh, rectangle_mesh
+from .shapes import (DISK, SHAPE_ROW, AnalyticShape, cube_mesh, disk_shape, rectangle_mesh, sphere_shape,
+                     vertex_normals)
 
-SUPPORTED_SHAPES = ("rectangle", "cube", "obj", "ply")
+SUPPORTED_SHAPES = ("rectangle", "cube", "obj", "ply", "sphere", "disk")
 # Emitter type ids shared with kernels/path.py.
 EMITTER_AREA, EMITTER_POINT, EMITTER_DIRECTIONAL, EMITTER_CONSTANT, EMITTER_SPOT, EMITTER_ENVMAP = 0, 1, 2, 3, 4, 5
+EMITTER_SPHERE, EMITTER_DISK = 6, 7     # area lights on analytic shapes
 EMITTER_FRAME_WIDTH = 16   # floats per row of Scene.emitter_frame
 
 
@@ -112,8 +116,8 @@ class Scene:
     """Static structure plus differentiable parameters of a loaded scene."""
     camera: Camera
     integrator: dict
-    triangles: np.ndarray                  # (N, 9) world space, leaf order
-    tri_attr: np.ndarray                   # (N, 2) bsdf index, emitter index (-1: none)
+    triangles: np.ndarray                  # (N, 9) world space, leaf order (zero rows: analytic shapes)
+    tri_attr: np.ndarray                   # (N, 2) bsdf index, emitter index (-1: none), per primitive
     bvh_bounds: np.ndarray
     bvh_links: np.ndarray
     light_tris: np.ndarray                 # emissive triangles, grouped by emitter
@@ -138,12 +142,21 @@ class Scene:
     bsdf_slots: list = field(default_factory=list)        # per BSDF: [(row start, width, texture, luminance)]
     env_texture: int = -1                                 # texture index of the envmap, -1 if none
     env_frame: np.ndarray = field(default_factory=lambda: np.eye(3, dtype=np.float32))  # envmap to_world rotation
+    # Shading normals: (N, 9) world vertex normals per triangle (leaf order;
+    # a zero row: the face normal), or no rows when no mesh has any.
+    tri_normals: np.ndarray = field(default_factory=lambda: np.zeros((0, 9), np.float32))
+    # Analytic shapes: per leaf entry -1 (triangle) or the shape's row of
+    # shape_data (shapes.AnalyticShape.row); no rows without such shapes.
+    prim_shape: np.ndarray = field(default_factory=lambda: np.zeros((0,), np.int32))
+    shape_data: np.ndarray = field(default_factory=lambda: np.zeros((0, SHAPE_ROW), np.float32))
+    shapes: list = field(default_factory=list)            # AnalyticShape per shape_data row
 
     @property
     def structure(self):
         """The trace-time features the path kernels are specialised on."""
         from ..kernels.path import Structure
-        return Structure(max((len(s) for s in self.bsdf_slots), default=0), self.env_texture >= 0)
+        return Structure(max((len(s) for s in self.bsdf_slots), default=0), self.env_texture >= 0,
+                         len(self.shape_data) > 0, len(self.tri_normals) > 0)
 
     def texture_inputs(self, p: Mapping[str, Any]) -> dict:
         """The texture buffers of the path kernel from parameter values ``p``."""
@@ -208,7 +221,8 @@ class Scene:
                     bvh_links=self.bvh_links, bsdf_type=bsdf_type, bsdf_data=bsdf_data, emitter_radiance=rad,
                     light_tris=self.light_tris, light_cdf=self.light_cdf, emitter_meta=self.emitter_meta,
                     emitter_geom=self.emitter_geom, env_emitter=np.int32(self.env_emitter),
-                    emitter_frame=self.emitter_frame,
+                    emitter_frame=self.emitter_frame, tri_normals=self.tri_normals, prim_shape=self.prim_shape,
+                    shape_data=self.shape_data,
                     camera=camera[None, :], **self.texture_inputs(p),
                     **filter_tables(cam.rfilter))  # cached: shared, never mutated
 
@@ -336,13 +350,16 @@ def _camera(sensor: Mapping, where: str) -> Camera:
                   w, h, rfilter, spp)
 
 
-def _mesh(shape: Mapping, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Object-space vertices, faces and vertex UVs (None: the mesh has none)."""
+def _mesh(shape: Mapping, key: str):
+    """Object-space vertices, faces, vertex UVs (None: the mesh has none) and
+    vertex normals (None: none in the file; "face": shade with face normals,
+    as Mitsuba's rectangle and cube, whose vertex normals are their face
+    normals, and meshes with ``face_normals``)."""
     kind = shape.get("type")
     if kind == "rectangle":
-        return rectangle_mesh()
+        return (*rectangle_mesh(), "face")
     if kind == "cube":
-        return cube_mesh()
+        return (*cube_mesh(), "face")
     if kind in ("obj", "ply"):
         from . import mesh_io
         filename = shape.get("filename")
@@ -353,7 +370,11 @@ def _mesh(shape: Mapping, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray 
         else:
             data = mesh_io.load_ply(filename)
         uv = None if data.uvs is None else np.asarray(data.uvs, np.float64)
-        return np.asarray(data.vertices, np.float64), np.asarray(data.faces, np.int64), uv
+        if shape.get("face_normals", False):
+            normals = "face"
+        else:
+            normals = None if data.normals is None else np.asarray(data.normals, np.float64)
+        return np.asarray(data.vertices, np.float64), np.asarray(data.faces, np.int64), uv, normals
     raise SceneError(f"shape {key!r}: type {kind!r} is not supported yet ({', '.join(SUPPORTED_SHAPES)})")
 
 
@@ -485,7 +506,9 @@ def load_dict(d: Mapping) -> Scene:
             raise SceneError(f"{prefix}: a checkerboard cannot be used for both colour and scalar parameters")
         return ti
 
-    tris, attrs, uvs = [], [], []
+    tris, attrs, uvs, normals = [], [], [], []
+    shapes: list[AnalyticShape] = []
+    shape_attrs: list[tuple[int, int]] = []
     emitter_keys: list[str] = []
     emitters: list[tuple[int, np.ndarray, int]] = []   # (type, geometry row, texture or 0)
     frames: dict[int, np.ndarray] = {}              # emitter index -> emitter_frame row
@@ -493,14 +516,19 @@ def load_dict(d: Mapping) -> Scene:
     for key, spec in named.items():
         kind = spec["type"]
         if kind in ("rectangle", "cube", "obj", "ply", "sphere", "disk", "serialized"):
-            v, f, uv = _mesh(spec, key)
             m = _matrix(spec.get("to_world"), key)
-            if len(f) and (f.min() < 0 or f.max() >= len(v)):
-                raise SceneError(f"shape {key!r}: face index out of range 0..{len(v) - 1}")
-            vw = v @ m[:3, :3].T + m[:3, 3]
-            if spec.get("flip_normals", False):
-                f = f[:, ::-1]
-            bsdf = spec.get("bsdf", {"type": "diffuse"})
+            analytic = None
+            if kind == "sphere":
+                analytic = sphere_shape(spec, m, key)
+            elif kind == "disk":
+                analytic = disk_shape(spec, m, key)
+            else:
+                v, f, uv, vn = _mesh(spec, key)
+                if len(f) and (f.min() < 0 or f.max() >= len(v)):
+                    raise SceneError(f"shape {key!r}: face index out of range 0..{len(v) - 1}")
+            # Mitsuba's default BSDF: diffuse, black on an emitter.
+            bsdf = spec.get("bsdf", {"type": "diffuse", "reflectance": 0.0} if "emitter" in spec else
+                            {"type": "diffuse"})
             b = add_bsdf(bsdf, f"{key}.bsdf" if bsdf.get("type") != "ref" else key)
             em = -1
             if "emitter" in spec:
@@ -511,7 +539,30 @@ def load_dict(d: Mapping) -> Scene:
                 params[ekey] = _rgb(e.get("radiance", 1.0), ekey)
                 em = len(emitter_keys)
                 emitter_keys.append(ekey)
-                emitters.append((EMITTER_AREA, np.zeros(4), 0))
+                if analytic is None:
+                    emitters.append((EMITTER_AREA, np.zeros(4), 0))
+                else:
+                    etype = EMITTER_DISK if analytic.kind == DISK else EMITTER_SPHERE
+                    emitters.append((etype, np.array([0.0, 0.0, 0.0, analytic.area]), len(shapes)))
+            if analytic is not None:
+                shapes.append(analytic)
+                shape_attrs.append((b, em))
+                continue
+            vw = v @ m[:3, :3].T + m[:3, 3]
+            if isinstance(vn, str):          # face normals
+                nw = None
+            elif vn is not None:             # the file's, transformed as normals (inverse transpose)
+                if abs(np.linalg.det(m[:3, :3])) <= 1e-300:
+                    raise SceneError(f"{key}.to_world: the transform is singular (the mesh has vertex normals)")
+                nw = vn @ np.linalg.inv(m[:3, :3])
+                ln = np.linalg.norm(nw, axis=1, keepdims=True)
+                nw = np.divide(nw, ln, out=np.zeros_like(nw), where=ln > 0)
+            else:                            # computed from the world-space mesh, as Mitsuba does
+                nw = vertex_normals(vw, f)
+            if spec.get("flip_normals", False):
+                f = f[:, ::-1]
+                nw = None if nw is None else -nw
+            normals.append(nw[f].reshape(-1, 9) if nw is not None else len(f))
             tris.append(vw[f].reshape(-1, 9))
             attrs.append(np.tile([b, em], (len(f), 1)))
             # Without texture coordinates Mitsuba's uv is the barycentric (b1, b2).
@@ -553,21 +604,47 @@ def load_dict(d: Mapping) -> Scene:
             continue  # sensor and integrator were read above; bsdfs and textures when a shape uses them
         else:
             raise SceneError(f"{key!r}: plugin type {kind!r} is not supported yet")
-    if not tris:
+    if not tris and not shapes:
         raise SceneError("the scene has no shapes")
-    tri = np.concatenate(tris).astype(np.float64)
-    attr = np.concatenate(attrs).astype(np.int32)
+    tri = np.concatenate(tris).astype(np.float64) if tris else np.zeros((0, 9))
+    attr = np.concatenate(attrs).astype(np.int32) if attrs else np.zeros((0, 2), np.int32)
     if not np.all(np.isfinite(tri)):
         raise SceneError("scene geometry has NaN or infinite coordinates")
     verts = tri.reshape(-1, 3).astype(np.float32)
     faces = np.arange(len(verts), dtype=np.int32).reshape(-1, 3)
-    bvh = build_bvh(verts, faces)
+    n_tri = len(tri)
+    tri_uv = np.concatenate(uvs) if uvs else np.zeros((0, 6))
+    smooth = any(not isinstance(n, int) for n in normals)
+    tri_normals = np.concatenate([np.zeros((n, 9)) if isinstance(n, int) else n for n in normals]) \
+        if smooth else None
+    if shapes:
+        # Analytic shapes are BVH primitives after the triangles, boxed by their extent.
+        from .bvh import build_bvh_from_bounds, triangle_bounds
+        lo_t, hi_t = triangle_bounds(verts, faces)
+        boxes = [sh.bounds() for sh in shapes]
+        bvh = build_bvh_from_bounds(np.concatenate([lo_t, [bx[0] for bx in boxes]]),
+                                    np.concatenate([hi_t, [bx[1] for bx in boxes]]))
+        n_s = len(shapes)
+        tri = np.concatenate([tri, np.zeros((n_s, 9))])
+        attr = np.concatenate([attr, np.array(shape_attrs, np.int32).reshape(-1, 2)])
+        # An analytic hit reports its (u, v) where a triangle reports (b1, b2):
+        # its UV row is the identity map.
+        tri_uv = np.concatenate([tri_uv, np.tile([0.0, 0.0, 1.0, 0.0, 0.0, 1.0], (n_s, 1))])
+        if tri_normals is not None:
+            tri_normals = np.concatenate([tri_normals, np.zeros((n_s, 9))])
+        prim_shape = np.concatenate([np.full(n_tri, -1), np.arange(n_s)]).astype(np.int32)
+    else:
+        bvh = build_bvh(verts, faces)
+        prim_shape = None
     order = bvh.prim_index
     tri = tri[order].astype(np.float32)
     attr = attr[order]
-    tri_uv = np.concatenate(uvs)[order].astype(np.float32)
+    tri_uv = tri_uv[order].astype(np.float32)
     if not np.all(np.isfinite(tri_uv)):
         raise SceneError("scene texture coordinates have NaN or infinite values")
+    tri_normals = tri_normals[order].astype(np.float32) if tri_normals is not None else np.zeros((0, 9), np.float32)
+    prim_shape = prim_shape[order] if prim_shape is not None else np.zeros((0,), np.int32)
+    shape_data = np.array([sh.row() for sh in shapes], np.float32).reshape(-1, SHAPE_ROW)
     # Emissive triangles grouped by emitter, with each group's area CDF.
     meta = np.zeros((len(emitters), 4), np.int32)
     geom = np.zeros((len(emitters), 4), np.float32)
@@ -576,6 +653,9 @@ def load_dict(d: Mapping) -> Scene:
         meta[e, 0] = kind
         meta[e, 3] = extra
         geom[e] = g
+        if kind in (EMITTER_SPHERE, EMITTER_DISK):
+            meta[e, 1:4] = (extra, 1, 0)     # the shape's row of shape_data; its area is in geom
+            continue
         if kind != EMITTER_AREA:
             continue
         idx = np.nonzero(attr[:, 1] == e)[0]
@@ -595,4 +675,5 @@ def load_dict(d: Mapping) -> Scene:
     return Scene(camera, integrator, tri, attr, bvh.node_bounds.astype(np.float32),
                  bvh.node_links.astype(np.int32), light_tris, light_cdf, meta, geom, env, camera_key, params,
                  bsdfs, emitter_keys, nondiff, emitter_frame=emitter_frame, tri_uv=tri_uv, textures=textures,
-                 bsdf_slots=bsdf_slots, env_texture=env_texture, env_frame=env_frame.astype(np.float32))
+                 bsdf_slots=bsdf_slots, env_texture=env_texture, env_frame=env_frame.astype(np.float32),
+                 tri_normals=tri_normals, prim_shape=prim_shape, shape_data=shape_data, shapes=shapes)

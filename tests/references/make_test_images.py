@@ -7,6 +7,13 @@ tests/data/textures; rerun only to change them):
 * ``sky32x16.exr``: 32x16 float RGB lat-long environment: a blue-to-white
   sky gradient, a dim ground, a tint varying with azimuth and a small
   bright "sun" off the zenith.
+
+and the low-poly meshes of the smooth-shading tests (tests/data/meshes):
+
+* ``lowpoly_sphere.obj``: a 6 x 8 UV sphere with ``vn`` normals (the exact
+  sphere normals) and ``vt`` coordinates;
+* ``lowpoly_torus.ply``: an ASCII 6 x 10 torus without normals (Mitsuba
+  computes angle-weighted vertex normals for it).
 """
 from __future__ import annotations
 
@@ -15,6 +22,47 @@ from pathlib import Path
 import numpy as np
 
 OUT = Path(__file__).resolve().parent.parent / "data" / "textures"
+MESHES = OUT.parent / "meshes"
+
+
+def write_meshes() -> None:
+    MESHES.mkdir(parents=True, exist_ok=True)
+    rings, segs = 6, 8
+    lines = []
+    for i in range(rings + 1):
+        th = np.pi * i / rings
+        for j in range(segs + 1):
+            ph = 2 * np.pi * j / segs
+            n = (np.sin(th) * np.cos(ph), np.cos(th), np.sin(th) * np.sin(ph))
+            lines.append("v %.6f %.6f %.6f" % n)
+            lines.append("vn %.6f %.6f %.6f" % n)
+            lines.append("vt %.6f %.6f" % (j / segs, i / rings))
+    k = lambda i, j: i * (segs + 1) + j + 1
+    for i in range(rings):
+        for j in range(segs):
+            a, b, c, d = k(i, j), k(i, j + 1), k(i + 1, j), k(i + 1, j + 1)
+            if i > 0:
+                lines.append(f"f {a}/{a}/{a} {b}/{b}/{b} {c}/{c}/{c}")
+            if i < rings - 1:
+                lines.append(f"f {b}/{b}/{b} {d}/{d}/{d} {c}/{c}/{c}")
+    (MESHES / "lowpoly_sphere.obj").write_text("\n".join(lines) + "\n")
+    big, small, nu, nv = 1.0, 0.4, 10, 6
+    verts, faces = [], []
+    for i in range(nu):
+        u = 2 * np.pi * i / nu
+        for j in range(nv):
+            v = 2 * np.pi * j / nv
+            verts.append(((big + small * np.cos(v)) * np.cos(u), small * np.sin(v), (big + small * np.cos(v)) * np.sin(u)))
+    for i in range(nu):
+        for j in range(nv):
+            a, b = i * nv + j, ((i + 1) % nu) * nv + j
+            c, d = i * nv + (j + 1) % nv, ((i + 1) % nu) * nv + (j + 1) % nv
+            faces += [(a, c, b), (b, c, d)]
+    head = ["ply", "format ascii 1.0", f"element vertex {len(verts)}", "property float x", "property float y",
+            "property float z", f"element face {len(faces)}", "property list uchar int vertex_indices", "end_header"]
+    body = ["%.6f %.6f %.6f" % v for v in verts] + ["3 %d %d %d" % f for f in faces]
+    (MESHES / "lowpoly_torus.ply").write_text("\n".join(head + body) + "\n")
+    print("wrote", sorted(p.name for p in MESHES.iterdir()))
 
 
 def main() -> None:
@@ -41,6 +89,7 @@ def main() -> None:
     OpenEXR.File({"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage},
                  {"RGB": np.ascontiguousarray(sky)}).write(str(OUT / "sky32x16.exr"))
     print("wrote", sorted(p.name for p in OUT.iterdir()))
+    write_meshes()
 
 
 if __name__ == "__main__":

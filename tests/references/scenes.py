@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 TEXTURES = Path(__file__).resolve().parent.parent / "data" / "textures"   # made by make_test_images.py
+MESHES = TEXTURES.parent / "meshes"                                       # (idem)
 
 SIZE = 32          # small images keep the test fast; noise is judged per pixel
 SPP = 128          # samples per pixel of each reference render
@@ -179,9 +180,77 @@ def env_lit(d):
     }
 
 
+def cbox_spheres(d):
+    """Analytic spheres instead of the boxes: a rough conductor, a glass ball
+    and a rotated diffuse sphere with a checkerboard (its UVs), plus a
+    textured disk on the floor."""
+    d = _base(d)
+    T = _transform(d)
+    del d["small-box"], d["large-box"]
+    d["metal"] = {"type": "sphere", "center": [-0.45, -0.6, -0.35], "radius": 0.4,
+                  "bsdf": {"type": "roughconductor", "distribution": "ggx", "alpha": 0.2,
+                           "specular_reflectance": {"type": "rgb", "value": [0.9, 0.8, 0.6]}}}
+    d["glass"] = {"type": "sphere", "center": [0.5, -0.7, 0.35], "radius": 0.3, "bsdf": {"type": "dielectric"}}
+    d["checks"] = {"type": "sphere", "to_world": T().translate([0.35, 0.15, -0.4]).rotate([0.0, 0.6, 0.8], 60.0)
+                   .scale(0.3),
+                   "bsdf": {"type": "diffuse", "reflectance": {
+                       "type": "checkerboard", "color0": {"type": "rgb", "value": [0.8, 0.7, 0.2]},
+                       "color1": {"type": "rgb", "value": [0.1, 0.3, 0.6]}, "to_uv": T().scale([6.0, 3.0, 1.0])}}}
+    d["mat"] = {"type": "disk", "to_world": T().translate([-0.2, -0.999, 0.45]).rotate([1.0, 0.0, 0.0], -90.0)
+                .scale([0.45, 0.3, 1.0]),
+                "bsdf": {"type": "diffuse", "reflectance": {
+                    "type": "checkerboard", "color0": {"type": "rgb", "value": [0.9, 0.9, 0.9]},
+                    "color1": {"type": "rgb", "value": [0.6, 0.1, 0.1]}, "to_uv": T().scale([4.0, 8.0, 1.0])}}}
+    d["integrator"] = {"type": "path", "max_depth": 6}
+    return d
+
+
+def cbox_shape_lights(d):
+    """Area lights on analytic shapes: a sphere light (sampled by its cone),
+    a disk light facing down through flip_normals, and a faint flipped
+    sphere light enclosing everything (sampled by area from inside); a
+    flipped diffuse sphere (black: its outside is its back) and the
+    rectangle light turned off."""
+    d = _base(d)
+    T = _transform(d)
+    del d["light"]["emitter"], d["small-box"]
+    d["bulb"] = {"type": "sphere", "center": [0.35, 0.55, 0.1], "radius": 0.12,
+                 "emitter": {"type": "area", "radiance": {"type": "rgb", "value": [9.0, 7.0, 4.0]}}}
+    d["lamp"] = {"type": "disk", "flip_normals": True,       # faces +z unflipped: rotated to face up, flipped down
+                 "to_world": T().translate([-0.45, 0.97, -0.2]).rotate([1.0, 0.0, 0.0], -90.0).scale(0.2),
+                 "emitter": {"type": "area", "radiance": {"type": "rgb", "value": [3.0, 5.0, 8.0]}}}
+    d["dome"] = {"type": "sphere", "radius": 20.0, "flip_normals": True,
+                 "emitter": {"type": "area", "radiance": {"type": "rgb", "value": [0.3, 0.3, 0.4]}}}
+    d["inside-out"] = {"type": "sphere", "center": [0.4, -0.7, 0.3], "radius": 0.3, "flip_normals": True,
+                       "bsdf": {"type": "ref", "id": "white"}}
+    d["integrator"] = {"type": "path", "max_depth": 5}
+    return d
+
+
+def cbox_smooth_meshes(d):
+    """Vertex normals: a low-poly OBJ sphere with its file's normals (rough
+    conductor), a PLY torus whose normals Mitsuba computes (plastic), and
+    the OBJ again with face_normals (faceted)."""
+    d = _base(d)
+    T = _transform(d)
+    del d["small-box"], d["large-box"]
+    d["smooth"] = {"type": "obj", "filename": str(MESHES / "lowpoly_sphere.obj"),
+                   "to_world": T().translate([-0.45, -0.55, -0.3]).scale(0.45),
+                   "bsdf": {"type": "roughconductor", "distribution": "ggx", "alpha": 0.15}}
+    d["torus"] = {"type": "ply", "filename": str(MESHES / "lowpoly_torus.ply"),
+                  "to_world": T().translate([0.3, -0.75, 0.3]).rotate([1.0, 0.0, 0.0], 20.0).scale(0.4),
+                  "bsdf": {"type": "plastic", "diffuse_reflectance": {"type": "rgb", "value": [0.2, 0.5, 0.8]}}}
+    d["faceted"] = {"type": "obj", "filename": str(MESHES / "lowpoly_sphere.obj"), "face_normals": True,
+                    "to_world": T().translate([0.4, 0.2, -0.45]).scale(0.3),
+                    "bsdf": {"type": "ref", "id": "white"}}
+    d["integrator"] = {"type": "path", "max_depth": 5}
+    return d
+
+
 VARIANTS = {f.__name__: f for f in (cbox_gaussian, cbox_box_direct, cbox_tent_depth3_hidden, cbox_rect_wide,
                                     cbox_point_and_env, cbox_directional, cbox_metals, cbox_plastics, cbox_glass,
-                                    cbox_roughplastics, cbox_spots, cbox_textured, env_lit)}
+                                    cbox_roughplastics, cbox_spots, cbox_textured, env_lit, cbox_spheres,
+                                    cbox_shape_lights, cbox_smooth_meshes)}
 
 
 # AOV integrator references: (H, W, C) images, channels in the order of the
@@ -203,4 +272,26 @@ def cbox_aovs(d):
     return d
 
 
-AOV_VARIANTS = {f.__name__: f for f in (cbox_aovs,)}
+SHAPE_AOVS = "dd:depth,nn:geo_normal,sh:sh_normal,uv:uv"
+
+
+def shapes_aovs(d):
+    """Depth, normals and UVs of spheres (rotated, flipped), a disk and
+    smooth / faceted meshes (a checkerboard makes the scene textured, so
+    jaxrender computes UVs)."""
+    d = cbox_spheres(d)
+    T = _transform(d)
+    d["sensor"]["film"]["width"] = d["sensor"]["film"]["height"] = 24
+    d["sensor"]["film"]["rfilter"] = {"type": "box"}
+    d["glass"]["flip_normals"] = True
+    d["smooth"] = {"type": "obj", "filename": str(MESHES / "lowpoly_sphere.obj"),
+                   "to_world": T().translate([0.5, -0.65, 0.3]).scale(0.3)}
+    del d["glass"]["bsdf"]
+    d["glass"]["center"] = [-0.5, 0.3, 0.0]
+    d["torus"] = {"type": "ply", "filename": str(MESHES / "lowpoly_torus.ply"),
+                  "to_world": T().translate([0.0, -0.2, 0.3]).rotate([1.0, 0.0, 0.0], 60.0).scale(0.25)}
+    d["integrator"] = {"type": "aov", "aovs": SHAPE_AOVS}
+    return d
+
+
+AOV_VARIANTS = {f.__name__: f for f in (cbox_aovs, shapes_aovs)}
