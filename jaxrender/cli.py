@@ -61,7 +61,10 @@ def cmd_render(args) -> None:
 
     import jaxrender
     scene = _load(args.scene, args.define)
-    spp = args.spp or scene.camera.spp
+    try:
+        spp = args.spp or scene.sensor(args.sensor)[1].spp
+    except jaxrender.SceneError as exc:
+        raise SystemExit(f"jaxrender: {exc}") from None
     passes = max(1, min(args.passes, spp))
     base, extra = divmod(spp, passes)
     t0 = time.perf_counter()
@@ -69,7 +72,7 @@ def cmd_render(args) -> None:
     with tqdm(total=spp, unit="spp", desc="rendering", disable=args.quiet) as bar:
         for k in range(passes):
             n = base + (1 if k < extra else 0)
-            img = jaxrender.render(scene, spp=n, seed=np.uint32((args.seed * 65536 + k) & 0xFFFFFFFF))
+            img = jaxrender.render(scene, sensor=args.sensor, spp=n, seed=np.uint32((args.seed * 65536 + k) & 0xFFFFFFFF))
             img = jax.device_get(img) * n
             acc = img if acc is None else acc + img
             bar.update(n)
@@ -102,6 +105,7 @@ def main(argv=None) -> None:
     r.add_argument("-o", "--output", default="render.exr", help="output .exr, .png or .npy")
     r.add_argument("--spp", type=int, default=None, help="samples per pixel (default: the scene's)")
     r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--sensor", type=int, default=0, help="which sensor of the scene (file order)")
     r.add_argument("--passes", type=int, default=8, help="sample passes (progress bar granularity)")
     r.add_argument("-D", "--define", action="append", help="override an XML <default>: name=value")
     r.add_argument("-q", "--quiet", action="store_true")

@@ -41,21 +41,23 @@ def _decorrelated(seed):
     return (jnp.asarray(seed, jnp.uint32) * jnp.uint32(2654435761) + jnp.uint32(0x632BE5AB)).astype(jnp.uint32)
 
 
-def kernel_inputs(scene, params: Mapping[str, Any] | None = None) -> dict:
+def kernel_inputs(scene, params: Mapping[str, Any] | None = None, sensor: int = 0) -> dict:
     """The scene's buffers (``Scene.kernel_inputs``) plus the BSDF tables
     computed from them."""
-    inputs = scene.kernel_inputs(params)
+    inputs = scene.kernel_inputs(params, sensor)
     inputs["bsdf_table"] = bsdf_table(inputs["bsdf_type"], inputs["bsdf_data"])
     return inputs
 
 
-def render(scene, params: Mapping[str, Any] | None = None, *, spp: int | None = None, seed: Any = 0,
+def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, spp: int | None = None, seed: Any = 0,
            seed_grad: Any = None, spp_grad: int | None = None, method: str = "prb") -> jax.Array:
     """Render ``scene`` to a linear-RGB image of shape (height, width, 3), or,
     for an ``aov`` integrator, to its AOV channels, (height, width, C) in the
     order :func:`aov_names` lists them (as ``mitsuba.render`` does).
 
-    ``params`` overrides values of ``scene.params`` (same keys as
+    ``sensor`` picks the scene's sensor (index in file order, as in
+    ``mitsuba.render(scene, sensor=1)``), with its own film size, filter
+    and sample count. ``params`` overrides values of ``scene.params`` (same keys as
     ``mitsuba.traverse``). The image is differentiable with respect to those
     values (``jax.grad``, ``jax.jvp``, ``jax.vjp``, ``jax.linearize``):
     derivatives are computed by a forward-mode kernel and its transpose, an
@@ -76,14 +78,14 @@ def render(scene, params: Mapping[str, Any] | None = None, *, spp: int | None = 
         loss = lambda x: jnp.mean(jaxrender.render(scene, {key: x}, spp=16) ** 2)
         g = jax.grad(loss)(scene.params[key])
     """
-    cam = scene.camera
+    cam_key, cam = scene.sensor(sensor)
     spp = _positive_int(cam.spp if spp is None else spp, "spp")
     spp_grad = _positive_int(spp if spp_grad is None else spp_grad, "spp_grad")
     if method not in path.ADJOINT_METHODS:
         raise SceneError(f"method must be one of {path.ADJOINT_METHODS}, got {method!r}")
     integ = scene.integrator
     if integ["type"] == "aov":
-        return _render_aov(scene, params, spp, _seed(seed, "seed"))
+        return _render_aov(scene, params, spp, _seed(seed, "seed"), sensor)
     if integ["type"] == "direct":
         max_depth, rr_depth = 2, 1 << 30
     else:
@@ -96,12 +98,12 @@ def render(scene, params: Mapping[str, Any] | None = None, *, spp: int | None = 
     if params:
         nondiff = scene.nondifferentiable
         params = {k: nondifferentiable(v, nondiff[k]) if k in nondiff else v for k, v in params.items()}
-    inputs = kernel_inputs(scene, params)
+    inputs = kernel_inputs(scene, params, sensor)
     inputs.update(width=np.uint32(cam.width), height=np.uint32(cam.height), spp=np.uint32(spp),
                   max_depth=np.int32(max_depth), rr_depth=np.int32(rr_depth),
                   hide_emitters=np.int32(bool(integ.get("hide_emitters", False))), seed=seed,
                   seed_grad=seed_grad, spp_grad=np.uint32(spp_grad))
-    why = (("camera", _CAMERA_WHY.format(key=scene.camera_key)), ("tris", _GEOMETRY_WHY),
+    why = (("camera", _CAMERA_WHY.format(key=cam_key)), ("tris", _GEOMETRY_WHY),
            ("shape_data", _GEOMETRY_WHY), ("tri_normals", _GEOMETRY_WHY))
     config = RenderConfig((cam.height * cam.width,), method, why, scene.structure)
     return render_image(config, inputs).reshape(cam.height, cam.width, 3)
@@ -117,12 +119,12 @@ def aov_names(scene) -> list[str]:
     return aov.channel_names(aov.parse_aovs(scene.integrator["aovs"]))
 
 
-def _render_aov(scene, params, spp: int, seed) -> jax.Array:
-    cam = scene.camera
+def _render_aov(scene, params, spp: int, seed, sensor: int = 0) -> jax.Array:
+    _, cam = scene.sensor(sensor)
     spec = aov.parse_aovs(scene.integrator["aovs"])
     if params:
         params = {k: nondifferentiable(v, _AOV_WHY) for k, v in params.items()}
-    inputs = kernel_inputs(scene, params)
+    inputs = kernel_inputs(scene, params, sensor)
     inputs.update(width=np.uint32(cam.width), height=np.uint32(cam.height), spp=np.uint32(spp),
                   max_depth=np.int32(1), rr_depth=np.int32(1 << 30), hide_emitters=np.int32(0), seed=seed)
     for k in ("camera", "bsdf_data"):

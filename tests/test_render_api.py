@@ -152,3 +152,27 @@ def test_new_plugins_use_mitsubas_parameter_keys():
     assert ours == {"floor.bsdf.alpha", "floor.bsdf.eta", "floor.bsdf.diffuse_reflectance.value",
                     "floor.bsdf.specular_reflectance.value", "spot.intensity.value"}
     assert ours <= theirs
+
+
+def test_sensor_selects_among_the_scenes_sensors():
+    d = small_cbox(8)
+    second = dict(d["sensor"])
+    second["film"] = {"type": "hdrfilm", "width": 6, "height": 4, "rfilter": {"type": "box"}}
+    second["to_world"] = np.asarray(d["sensor"]["to_world"], np.float64) @ np.diag([1.0, 1.0, 1.0, 1.0])
+    second["to_world"][0, 3] += 0.3
+    d["cam2"] = second
+    scene = jaxrender.load_dict(d)
+    assert "cam2.to_world" in scene.params and "sensor.to_world" in scene.params
+    a = np.asarray(jaxrender.render(scene, spp=2, seed=1))
+    b = np.asarray(jaxrender.render(scene, sensor=1, spp=2, seed=1))
+    assert a.shape == (8, 8, 3) and b.shape == (4, 6, 3)
+    # Same as a scene whose only sensor is the second one.
+    only = small_cbox(8)
+    only["sensor"] = second
+    c = np.asarray(jaxrender.render(jaxrender.load_dict(only), spp=2, seed=1))
+    np.testing.assert_array_equal(b, c)
+    with pytest.raises(jaxrender.SceneError, match="sensor"):
+        jaxrender.render(scene, sensor=2)
+    with pytest.raises(jaxrender.NotDifferentiableError, match="cam2.to_world"):
+        jax.grad(lambda m: jaxrender.render(scene, {"cam2.to_world": m}, sensor=1, spp=1).sum())(
+            jax.numpy.asarray(scene.params["cam2.to_world"]))

@@ -125,13 +125,15 @@ class Scene:
     emitter_meta: np.ndarray               # (E, 4) type, first light triangle, count, texture (envmap)
     emitter_geom: np.ndarray               # (E, 4) position / direction, area
     env_emitter: int                       # index of the constant or envmap emitter, -1 if none
-    camera_key: str = "sensor.to_world"
+    camera_key: str = "sensor.to_world"      # the first sensor's (see sensors)
     params: dict = field(default_factory=dict)   # traverse-style key -> numpy array
     bsdfs: list = field(default_factory=list)    # (type index, [(param key | constant, width)], twosided)
     emitter_keys: list = field(default_factory=list)
     # Parameters the renderer cannot differentiate (key -> why); asking for
     # their derivative raises instead of returning a wrong number.
     nondifferentiable: dict = field(default_factory=dict)
+    # Every sensor of the scene, in file order: (to_world parameter key, Camera).
+    sensors: list = field(default_factory=list)
     # (E, EMITTER_FRAME_WIDTH) per emitter: world-to-local 3x3 (row-major),
     # then per-type constants (spot: cos cutoff, cos beam width, cutoff in
     # radians, 1 / transition width in radians).
@@ -185,7 +187,15 @@ class Scene:
                     tex_slots=np.array(slots, np.int32).reshape(-1, 4), tex_meta=meta, tex_uv=uv,
                     texels=texels, env_dist=env_dist, env_frame=env_frame)
 
-    def kernel_inputs(self, params: Mapping[str, Any] | None = None) -> dict:
+    def sensor(self, index: int = 0) -> tuple[str, "Camera"]:
+        """(to_world parameter key, Camera) of sensor ``index`` (file order)."""
+        sensors = self.sensors or [(self.camera_key, self.camera)]
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < len(sensors):
+            raise SceneError(f"sensor must be an index in [0, {len(sensors)}), got {index!r} "
+                             f"(the scene has {len(sensors)} sensor(s))")
+        return sensors[int(index)]
+
+    def kernel_inputs(self, params: Mapping[str, Any] | None = None, sensor: int = 0) -> dict:
         """Buffers for the path kernel; ``params`` overrides scene.params values."""
         p = dict(self.params)
         if params:
@@ -214,8 +224,8 @@ class Scene:
         # (an envmap's row is its scalar scale, broadcast)
         rad = jnp.stack([jnp.broadcast_to(jnp.asarray(p[k], jnp.float32).reshape(-1), (3,))
                          for k in self.emitter_keys]) if self.emitter_keys else jnp.zeros((0, 3), jnp.float32)
-        cam = self.camera
-        to_world = jnp.asarray(p[self.camera_key], jnp.float32).reshape(16)
+        cam_key, cam = self.sensor(sensor)
+        to_world = jnp.asarray(p[cam_key], jnp.float32).reshape(16)
         camera = jnp.concatenate([to_world, jnp.array([cam.tan_x, cam.tan_y, cam.near_clip], jnp.float32)])
         return dict(tris=self.triangles, tri_attr=self.tri_attr, bvh_bounds=self.bvh_bounds,
                     bvh_links=self.bvh_links, bsdf_type=bsdf_type, bsdf_data=bsdf_data, emitter_radiance=rad,
@@ -392,8 +402,8 @@ def load_dict(d: Mapping) -> Scene:
     sensors = [(k, v) for k, v in named.items() if v["type"] in ("perspective", "orthographic", "thinlens")]
     if not sensors:
         raise SceneError("the scene has no sensor")
-    camera = _camera(sensors[0][1], sensors[0][0])
-    camera_key = f"{sensors[0][0]}.to_world"
+    all_sensors = [(f"{k}.to_world", _camera(v, k)) for k, v in sensors]
+    camera_key, camera = all_sensors[0]
     integrators = [v for v in named.values() if v["type"] in ("path", "direct", "aov", "prb", "volpath")]
     integrator = dict(integrators[0]) if integrators else {"type": "path"}
     if integrator["type"] not in ("path", "direct", "aov"):
@@ -401,13 +411,13 @@ def load_dict(d: Mapping) -> Scene:
     if integrator["type"] == "aov":
         _check_aov(integrator)
 
-    params: dict[str, np.ndarray] = {camera_key: camera.to_world.astype(np.float32)}
+    params: dict[str, np.ndarray] = {k: c.to_world.astype(np.float32) for k, c in all_sensors}
     bsdfs: list = []
     bsdf_slots: list = []
     bsdf_index: dict[str, int] = {}
-    nondiff: dict[str, str] = {camera_key: f"{camera_key}: gradients with respect to camera parameters need "
-                                           "the reparameterized (geometry) integrator, which jaxrender does "
-                                           "not have yet"}
+    nondiff: dict[str, str] = {k: f"{k}: gradients with respect to camera parameters need the "
+                                  "reparameterized (geometry) integrator, which jaxrender does not have yet"
+                               for k, _ in all_sensors}
 
     def add_bsdf(spec: Mapping, key: str) -> int:
         if spec.get("type") == "ref":
@@ -676,4 +686,5 @@ def load_dict(d: Mapping) -> Scene:
                  bvh.node_links.astype(np.int32), light_tris, light_cdf, meta, geom, env, camera_key, params,
                  bsdfs, emitter_keys, nondiff, emitter_frame=emitter_frame, tri_uv=tri_uv, textures=textures,
                  bsdf_slots=bsdf_slots, env_texture=env_texture, env_frame=env_frame.astype(np.float32),
-                 tri_normals=tri_normals, prim_shape=prim_shape, shape_data=shape_data, shapes=shapes)
+                 tri_normals=tri_normals, prim_shape=prim_shape, shape_data=shape_data, shapes=shapes,
+                 sensors=all_sensors)
