@@ -700,6 +700,10 @@ def _adjoint_kernel(active: tuple, method: str, structure: Structure, **b):
     cotangent ``grad_image`` pulled back through the differentiable path
     kernel with the same seed (see the module docstring)."""
     c = _context(b, b["seed"].value, True, structure)
+    # Passes that only need radiance (PRB's first pass, RB's re-estimates)
+    # run the plain kernel: its values equal the differentiable form's, which
+    # would evaluate every BSDF once more per vertex for nothing.
+    c_plain = dataclasses.replace(c, diff=False)
     grads = {b[n]: b["grad_" + n] for n in active}
     spp = b["spp"].value
     g = b["grad_image"]
@@ -709,7 +713,7 @@ def _adjoint_kernel(active: tuple, method: str, structure: Structure, **b):
     def one_path(s, carry):
         o, d, t_min = _camera_ray(c, s)
         st0 = _initial_state(o, d, t_min)
-        total = _trace(c, s, st0) if method == "prb" else _zero3()
+        total = _trace(c_plain, s, st0) if method == "prb" else _zero3()
 
         def replay(st):
             pullbacks = []
@@ -725,7 +729,7 @@ def _adjoint_kernel(active: tuple, method: str, structure: Structure, **b):
                 # Radiance the rest of the path brings (exactly 0 when it ends).
                 rest = total - new[5]
             elif method == "rb":
-                rest = ir.cond(info["continues"], lambda: _trace(c, s, new[:5] + (_zero3(),) + new[6:]),
+                rest = ir.cond(info["continues"], lambda: _trace(c_plain, s, new[:5] + (_zero3(),) + new[6:]),
                                _zero3)
             else:  # rb_biased: incident radiance taken as 1
                 rest = ir.select(info["continues"], new[4], _zero3())
