@@ -720,6 +720,12 @@ class PacketCodegen(ItemCodegen):
         ok = b.and_(b.icmp_signed(">=", r, self.ci64(0)), b.icmp_signed("<", r, self.acc_rows[acc]))
         ok = b.and_(ok, self.mask)
         et = f32 if n.args[1].type == F32 else i32
+        # Adding zero changes no sum (accumulators start at +0, so not even
+        # the sign of a zero), and adjoint kernels scatter many exact zeros:
+        # the parameter slots a material does not use.
+        zero_v = self.broadcast(ll.Constant(et, 0.0 if et == f32 else 0))
+        nonzero = b.fcmp_unordered("!=", value, zero_v) if et == f32 else b.icmp_signed("!=", value, zero_v)
+        ok = b.and_(ok, nonzero)
         off = b.add(b.add(b.mul(r, self.ci64(width)), self.ci64(comp)), self.acc_off[acc])
         ptrs = self.lane_ptrs(self.acc_data[acc], off, et)
         rmw = "fadd" if et == f32 else "add"
