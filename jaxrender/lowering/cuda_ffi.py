@@ -38,8 +38,8 @@ from llvmlite import ir as ll
 from ..ir.kernel import Kernel
 from .abi import InfoLayout
 from .codegen import i8, i32, i64, ptr
-from .ffi import ERRC_INTERNAL, ERRC_INVALID_ARGUMENT, ERROR_CREATE_ARGS, ERROR_CREATE_ARGS_SIZE, \
-    _Emitter, _IndirectCallee, _opaque
+from .ffi import API_ERROR_CREATE, STAGE_EXECUTE  # noqa: F401 - XLA ABI constants, checked by the tests here
+from .ffi import ERRC_INTERNAL, ERRC_INVALID_ARGUMENT, _Emitter, _IndirectCallee, _opaque
 from .ptx import BLOCK_SIZE
 
 HANDLER_SYMBOL = "jaxrender_cuda_handler"
@@ -60,10 +60,8 @@ DRIVER_FUNCTIONS = (
 DRIVER_INDEX = {name: k for k, (name, _) in enumerate(DRIVER_FUNCTIONS)}
 
 # XLA FFI constants (c_api.h).
-STAGE_EXECUTE = 3
 ATTR_ARRAY = 1
 DTYPE_S64 = 5
-API_ERROR_CREATE = 48
 API_STREAM_GET = 80
 STREAM_GET_ARGS = ll.LiteralStructType([i64, ptr, ptr, ptr])
 STREAM_GET_ARGS_SIZE = 32
@@ -96,28 +94,10 @@ def build_cuda_handler(module: ll.Module, kernel: Kernel, layout: InfoLayout,
 
     # Metadata query (API version 0.1, no traits: not command-buffer safe,
     # since a kernel with checks synchronises its stream).
-    ext = e.load_at(frame, 8, ptr)
-    with b.if_then(b.icmp_unsigned("!=", ext, null)):
-        ext_type = e.load_at(ext, 8, i32)
-        with b.if_then(b.icmp_signed("==", ext_type, i32(1))):
-            meta = e.load_at(ext, 24, ptr)
-            e.store_at(i32(0), meta, 24)
-            e.store_at(i32(1), meta, 28)
-            e.store_at(i32(0), meta, 32)
-        b.ret(null)
-    stage = e.load_at(frame, 32, i32)
-    with b.if_then(b.icmp_signed("!=", stage, i32(STAGE_EXECUTE))):
-        b.ret(null)
-
+    e.answer_metadata_or_skip(frame)
+    make_error = e.error_maker(frame)
     api = e.load_at(frame, 16, ptr)
-    error_create = _IndirectCallee(e.load_at(api, API_ERROR_CREATE, ptr), ll.FunctionType(ptr, [ptr]))
     name = kernel.name
-
-    def make_error(msg_ptr, errc):
-        args = e.alloca(ERROR_CREATE_ARGS)
-        b.store(ll.Constant(ERROR_CREATE_ARGS, [i64(ERROR_CREATE_ARGS_SIZE), null, null, i32(errc)]), args)
-        b.store(msg_ptr, b.gep(args, [i32(0), i32(2)], inbounds=True, source_etype=ERROR_CREATE_ARGS))
-        return b.call(error_create, [args])
 
     def fail(text: str, errc: int = ERRC_INVALID_ARGUMENT):
         b.ret(make_error(e.cstring(text), errc))
@@ -166,17 +146,7 @@ def build_cuda_handler(module: ll.Module, kernel: Kernel, layout: InfoLayout,
     args = e.load_at(frame, 40 + 32, ptr)
     rets = e.load_at(frame, 80 + 32, ptr)
 
-    def buffer(array, k):
-        return b.load(b.gep(array, [i64(k)], inbounds=True, source_etype=ptr), typ=ptr)
-
-    def elements(buf):
-        rank = e.load_at(buf, 32, i64)
-        dims = e.load_at(buf, 40, ptr)
-        acc = e.alloca(i64)
-        b.store(i64(1), acc)
-        e.for_range(rank, lambda k: b.store(
-            b.mul(b.load(acc, typ=i64), b.load(b.gep(dims, [k], source_etype=i64), typ=i64)), acc))
-        return b.load(acc, typ=i64)
+    buffer, elements = e.buffer, e.elements
 
     nparams = 2 + ni + no + na
     slots_t = ll.ArrayType(ptr, nparams)

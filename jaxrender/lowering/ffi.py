@@ -24,6 +24,8 @@ ERRC_INTERNAL = 13
 MAX_THREADS = 256
 ERROR_CREATE_ARGS = ll.LiteralStructType([i64, ptr, ptr, i32])
 ERROR_CREATE_ARGS_SIZE = 28  # offsetof(errc) + sizeof(errc), XLA's struct traits
+STAGE_EXECUTE = 3            # XLA_FFI_ExecutionStage_EXECUTE
+API_ERROR_CREATE = 48        # offsetof(XLA_FFI_Api, XLA_FFI_Error_Create)
 
 
 class _Emitter:
@@ -55,6 +57,52 @@ class _Emitter:
             self._strings[text] = _opaque(g)
         return self._strings[text]
 
+    def answer_metadata_or_skip(self, frame) -> None:
+        """Handler prologue: answer XLA's metadata query (API version 0.1, no
+        traits) and return for every stage but execute."""
+        b, null = self.b, ll.Constant(ptr, None)
+        ext = self.load_at(frame, 8, ptr)
+        with b.if_then(b.icmp_unsigned("!=", ext, null)):
+            ext_type = self.load_at(ext, 8, i32)
+            with b.if_then(b.icmp_signed("==", ext_type, i32(1))):
+                meta = self.load_at(ext, 24, ptr)
+                self.store_at(i32(0), meta, 24)
+                self.store_at(i32(1), meta, 28)
+                self.store_at(i32(0), meta, 32)
+            b.ret(null)
+        stage = self.load_at(frame, 32, i32)
+        with b.if_then(b.icmp_signed("!=", stage, i32(STAGE_EXECUTE))):
+            b.ret(null)
+
+    def error_maker(self, frame):
+        """``make_error(message pointer, errc)``: an ``XLA_FFI_Error*`` made by
+        the API's ``XLA_FFI_Error_Create`` (what a failing handler returns)."""
+        b, null = self.b, ll.Constant(ptr, None)
+        api = self.load_at(frame, 16, ptr)
+        error_create = _IndirectCallee(self.load_at(api, API_ERROR_CREATE, ptr), ll.FunctionType(ptr, [ptr]))
+
+        def make_error(msg_ptr, errc):
+            args = self.alloca(ERROR_CREATE_ARGS)
+            b.store(ll.Constant(ERROR_CREATE_ARGS, [i64(ERROR_CREATE_ARGS_SIZE), null, null, i32(errc)]), args)
+            b.store(msg_ptr, b.gep(args, [i32(0), i32(2)], inbounds=True, source_etype=ERROR_CREATE_ARGS))
+            return b.call(error_create, [args])
+        return make_error
+
+    def buffer(self, array, k):
+        """The ``XLA_FFI_Buffer*`` at index ``k`` of an argument/result array."""
+        return self.b.load(self.b.gep(array, [i64(k)], inbounds=True, source_etype=ptr), typ=ptr)
+
+    def elements(self, buf):
+        """Element count of an ``XLA_FFI_Buffer`` (product of its dims)."""
+        b = self.b
+        rank = self.load_at(buf, 32, i64)
+        dims = self.load_at(buf, 40, ptr)
+        acc = self.alloca(i64)
+        b.store(i64(1), acc)
+        self.for_range(rank, lambda k: b.store(
+            b.mul(b.load(acc, typ=i64), b.load(b.gep(dims, [k], source_etype=i64), typ=i64)), acc))
+        return b.load(acc, typ=i64)
+
     def for_range(self, n, body) -> None:
         """Emit ``for (i64 i = 0; i < n; ++i) body(i)``."""
         b = self.b
@@ -83,30 +131,11 @@ def build_handler(module: ll.Module, kernel: Kernel, layout: InfoLayout, ctx_typ
     b = e.b
     null = ll.Constant(ptr, None)
 
-    # Metadata query / non-execute stages.
-    ext = e.load_at(frame, 8, ptr)
-    has_ext = b.icmp_unsigned("!=", ext, null)
-    with b.if_then(has_ext):
-        ext_type = e.load_at(ext, 8, i32)
-        with b.if_then(b.icmp_signed("==", ext_type, i32(1))):
-            meta = e.load_at(ext, 24, ptr)
-            e.store_at(i32(0), meta, 24)
-            e.store_at(i32(1), meta, 28)
-            e.store_at(i32(0), meta, 32)
-        b.ret(null)
-    stage = e.load_at(frame, 32, i32)
-    with b.if_then(b.icmp_signed("!=", stage, i32(3))):
-        b.ret(null)
-
-    api = e.load_at(frame, 16, ptr)
-    error_create = _IndirectCallee(e.load_at(api, 48, ptr), ll.FunctionType(ptr, [ptr]))
+    e.answer_metadata_or_skip(frame)
+    make_error = e.error_maker(frame)
 
     def fail(text: str, errc: int = ERRC_INVALID_ARGUMENT):
-        args = e.alloca(ERROR_CREATE_ARGS)
-        b.store(ll.Constant(ERROR_CREATE_ARGS, [i64(ERROR_CREATE_ARGS_SIZE), null, null, i32(errc)]), args)
-        msg_slot = b.gep(args, [i32(0), i32(2)], inbounds=True, source_etype=ERROR_CREATE_ARGS)
-        b.store(e.cstring(text), msg_slot)
-        b.ret(b.call(error_create, [args]))
+        b.ret(make_error(e.cstring(text), errc))
 
     ni, no, na = layout.ni, layout.no, layout.na
     name = kernel.name
@@ -119,18 +148,7 @@ def build_handler(module: ll.Module, kernel: Kernel, layout: InfoLayout, ctx_typ
     args = e.load_at(frame, 40 + 32, ptr)
     rets = e.load_at(frame, 80 + 32, ptr)
 
-    def buffer(array, k):
-        p = b.gep(array, [i64(k)], inbounds=True, source_etype=ptr)
-        return b.load(p, typ=ptr)
-
-    def elements(buf):
-        rank = e.load_at(buf, 32, i64)
-        dims = e.load_at(buf, 40, ptr)
-        acc = e.alloca(i64)
-        b.store(i64(1), acc)
-        e.for_range(rank, lambda k: b.store(
-            b.mul(b.load(acc, typ=i64), b.load(b.gep(dims, [k], source_etype=i64), typ=i64)), acc))
-        return b.load(acc, typ=i64)
+    buffer, elements = e.buffer, e.elements
 
     info_buf = buffer(args, 0)
     info = e.load_at(info_buf, 24, ptr)
