@@ -29,24 +29,12 @@ import math
 
 from .. import ir
 from ..ir import Vec
+from .sampling import sample_cdf
 from .textures import WRAP_CLAMP, WRAP_REPEAT, Texel, _bilinear, wrap_index
 
 INV_PI = 1.0 / math.pi
 INV_TWO_PI = 0.5 / math.pi
 TWO_PI = 2.0 * math.pi
-
-
-def sample_cdf(cdf, start, count, u):
-    """Smallest i in [start, start + count) with cdf[i] > u (binary search;
-    the last entry of the range is 1 > u)."""
-    def step(s):
-        lo, hi = s
-        mid = (lo + hi) // 2
-        right = cdf[mid] <= u
-        return ir.select(right, mid + 1, lo), ir.select(right, hi, mid)
-
-    lo, _ = ir.while_loop(lambda s: s[0] < s[1], step, (start, start + count - 1))
-    return lo
 
 
 class EnvMap:

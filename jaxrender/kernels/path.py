@@ -49,7 +49,7 @@ from .bsdfs.roughplastic import TABLE_STRIDE
 from .envmap import EnvMap
 from .geometry import SceneGeometry, closest_hit, occluded
 from .sampling import (INV_FOUR_PI, Frame, square_to_uniform_disk_concentric, square_to_uniform_sphere,
-                       square_to_uniform_triangle)
+                       sample_cdf, square_to_uniform_triangle)
 
 SHAPE_ROW = 32     # floats per shape_data row (jaxrender.scene.shapes.SHAPE_ROW)
 
@@ -176,18 +176,6 @@ def _filter_offset(icdf, cdf, radius, u, pixel, size):
     c0 = _lookup_cdf(cdf, radius, lo)
     c1 = _lookup_cdf(cdf, radius, hi)
     return ir.clamp(_lookup_icdf(icdf, c0 + u * (c1 - c0)), lo, hi)
-
-
-def _sample_light_triangle(light_cdf, start, count, u):
-    """Index in [start, start + count) whose CDF interval contains u (binary search)."""
-    def step(s):
-        lo, hi = s
-        mid = (lo + hi) // 2
-        go_right = light_cdf[mid] <= u
-        return ir.select(go_right, mid + 1, lo), ir.select(go_right, hi, mid)
-
-    lo, _ = ir.while_loop(lambda s: s[0] < s[1], step, (start, start + count - 1))
-    return lo
 
 
 def _continuation_weight(t, params, wi: Vec, wo: Vec, pdf, weight: Vec, delta, diff: bool) -> Vec:
@@ -440,7 +428,7 @@ def _sample_emitter(c: _Ctx, h: _Hit, d: Vec, r) -> _EmitterSample:
 
     def area_light():
         start, count = meta.read(sel, 1), meta.read(sel, 2)
-        lt = b["light_tris"][_sample_light_triangle(b["light_cdf"], start, count, r[1])]
+        lt = b["light_tris"][sample_cdf(b["light_cdf"], start, count, r[1])]
         q0, q1, q2 = c.geo.triangle(lt)
         bc = square_to_uniform_triangle(Vec(r[2], r[3]))
         q = q0 * (1.0 - bc.x - bc.y) + q1 * bc.x + q2 * bc.y

@@ -86,3 +86,17 @@ class Frame:
 
     def to_world(self, v: Vec) -> Vec:
         return self.s * v.x + self.t * v.y + self.n * v.z
+
+
+def sample_cdf(cdf, start, count, u):
+    """Smallest i in [start, start + count) with cdf[i] > u: the entry of a
+    discrete distribution (its CDF stored in ``cdf[start:start + count]``,
+    the last entry 1 > u) that u selects. Binary search."""
+    def step(s):
+        lo, hi = s
+        mid = (lo + hi) // 2
+        right = cdf[mid] <= u
+        return ir.select(right, mid + 1, lo), ir.select(right, hi, mid)
+
+    lo, _ = ir.while_loop(lambda s: s[0] < s[1], step, (start, start + count - 1))
+    return lo
