@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxrender
+from jaxrender.cli import write_image  # PNG: sRGB, as the command line writes it
 
 ALPHA_KEY = "floor.bsdf.alpha.value"
 LIGHT_KEY = "light.emitter.radiance.value"
@@ -87,20 +88,13 @@ def run(steps: int = 60, res: int = 64, spp: int = 8, target_spp: int = 256, lr:
         bar.set_postfix(loss=f"{float(loss):.2e}", alpha=f"{history['alpha'][-1]:.3f}")
     final = jaxrender.render(scene, to_scene_params(theta, light0), spp=target_spp, seed=1)
 
-    _save_png(out / "target.png", target)
-    _save_png(out / "initial.png", initial)
-    _save_png(out / "final.png", final)
+    write_image(out / "target.png", target)
+    write_image(out / "initial.png", initial)
+    write_image(out / "final.png", final)
     _plot(out / "convergence.png", history, true_alpha)
     p = to_scene_params(theta, light0)
     return {"alpha": float(p[ALPHA_KEY]), "true_alpha": true_alpha, "light": np.asarray(p[LIGHT_KEY]),
             "true_light": np.asarray(true_light), "history": history}
-
-
-def _save_png(path: Path, img) -> None:
-    from PIL import Image
-    x = np.clip(np.asarray(img), 0.0, None)
-    srgb = np.where(x <= 0.0031308, 12.92 * x, 1.055 * np.power(x, 1 / 2.4) - 0.055)
-    Image.fromarray((np.clip(srgb, 0, 1) * 255 + 0.5).astype(np.uint8)).save(path)
 
 
 def _plot(path: Path, history: dict, true_alpha: float) -> None:

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxrender
+from jaxrender.cli import write_image  # PNG: sRGB, as the command line writes it
 
 TEX_KEY = "back.bsdf.reflectance.data"
 
@@ -66,7 +67,7 @@ def run(steps: int = 200, res: int = 64, spp: int = 8, target_spp: int = 256, lr
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     truth = true_texture(tex_size)
-    _save_png(out / "true_texture.png", truth, srgb=False)
+    _save_texture_png(out / "true_texture.png", truth)
     scene = make_scene(res, out / "true_texture.png")
     views = camera_views(scene)
     truth_loaded = jnp.asarray(scene.params[TEX_KEY])
@@ -106,20 +107,20 @@ def run(steps: int = 200, res: int = 64, spp: int = 8, target_spp: int = 256, lr
         bar.set_postfix(loss=f"{float(loss):.2e}", texture_rmse=f"{history['texture_rmse'][-1]:.3f}")
     final = render_views(tex, 1, target_spp)[0]
 
-    _save_png(out / "target.png", targets[0])
-    _save_png(out / "initial.png", initial)
-    _save_png(out / "final.png", final)
-    _save_png(out / "recovered_texture.png", tex, srgb=False)
+    write_image(out / "target.png", targets[0])
+    write_image(out / "initial.png", initial)
+    write_image(out / "final.png", final)
+    _save_texture_png(out / "recovered_texture.png", tex)
     _plot(out / "convergence.png", history)
     return {"texture": np.asarray(tex), "truth": np.asarray(truth_loaded), "history": history}
 
 
-def _save_png(path: Path, img, srgb: bool = True) -> None:
+def _save_texture_png(path: Path, tex) -> None:
+    """Texel values as 8-bit PNG without sRGB encoding (the scene loads the
+    file with ``raw=True``)."""
     from PIL import Image
-    x = np.clip(np.asarray(img, np.float64), 0.0, None)
-    if srgb:
-        x = np.where(x <= 0.0031308, 12.92 * x, 1.055 * np.power(x, 1 / 2.4) - 0.055)
-    Image.fromarray((np.clip(x, 0, 1) * 255 + 0.5).astype(np.uint8)).save(path)
+    x = np.clip(np.asarray(tex, np.float64), 0.0, 1.0)
+    Image.fromarray((x * 255 + 0.5).astype(np.uint8)).save(path)
 
 
 def _plot(path: Path, history: dict) -> None:
