@@ -13,8 +13,6 @@ from .primitives.kernel_call import launch
 from .primitives.render_rules import RenderConfig, nondifferentiable, render_image
 from .scene.errors import SceneError
 
-_CAMERA_WHY = ("gradients with respect to camera parameters ({key}) need the reparameterized "
-               "(geometry) integrator, which jaxrender does not have yet")
 _GEOMETRY_WHY = ("gradients with respect to scene geometry need the reparameterized (geometry) "
                  "integrator, which jaxrender does not have yet")
 
@@ -103,7 +101,8 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
                   max_depth=np.int32(max_depth), rr_depth=np.int32(rr_depth),
                   hide_emitters=np.int32(bool(integ.get("hide_emitters", False))), seed=seed,
                   seed_grad=seed_grad, spp_grad=np.uint32(spp_grad))
-    why = (("camera", _CAMERA_WHY.format(key=cam_key)), ("tris", _GEOMETRY_WHY),
+    # The camera's reason is the scene's, for its to_world parameter.
+    why = (("camera", scene.nondifferentiable[cam_key]), ("tris", _GEOMETRY_WHY),
            ("shape_data", _GEOMETRY_WHY), ("tri_normals", _GEOMETRY_WHY))
     config = RenderConfig((cam.height * cam.width,), method, why, scene.structure)
     return render_image(config, inputs).reshape(cam.height, cam.width, 3)
