@@ -209,16 +209,18 @@ def compile_kernel(kernel: Kernel, nb: int = 0, lanes: int | None = None) -> Com
         key, obj = object_code(kernel, nb, lanes)
         engine, addr = load_object(obj)
         name = f"jaxrender_{kernel.name}_{key[:20]}"
-        _register_ffi_target(name, addr)
+        register_ffi_target(name, addr)
         ck = CompiledKernel(key, name, engine, addr)
         _compiled[key] = ck
         return ck
 
 
-def _register_ffi_target(name: str, address: int) -> None:
+def register_ffi_target(name: str, address: int, platform: str = "cpu") -> None:
+    """Register the handler at ``address`` (``void* handler(XLA_FFI_CallFrame*)``)
+    as XLA FFI target ``name`` for ``platform`` ("cpu" or "CUDA")."""
     import jax  # imported here: lowering/ is usable without JAX for inspection
 
     new_capsule = ctypes.pythonapi.PyCapsule_New
     new_capsule.restype = ctypes.py_object
     new_capsule.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-    jax.ffi.register_ffi_target(name, new_capsule(address, None, None), platform="cpu", api_version=1)
+    jax.ffi.register_ffi_target(name, new_capsule(address, None, None), platform=platform, api_version=1)

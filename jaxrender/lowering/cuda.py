@@ -121,12 +121,8 @@ class DriverRuntime:
         return out
 
     def register(self, target_name: str, handler_address: int) -> None:
-        import jax
-        new_capsule = ctypes.pythonapi.PyCapsule_New
-        new_capsule.restype = ctypes.py_object
-        new_capsule.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-        jax.ffi.register_ffi_target(target_name, new_capsule(handler_address, None, None),
-                                    platform="CUDA", api_version=1)
+        from .cpu import register_ffi_target
+        register_ffi_target(target_name, handler_address, "CUDA")
 
 
 _runtime: DriverRuntime | None = None

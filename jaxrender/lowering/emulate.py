@@ -417,10 +417,6 @@ class EmulatedRuntime:
         return self.driver.addresses()
 
     def register(self, target_name: str, handler_address: int) -> None:
-        import jax
-        new_capsule = ctypes.pythonapi.PyCapsule_New
-        new_capsule.restype = ctypes.py_object
-        new_capsule.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-        jax.ffi.register_ffi_target(target_name, new_capsule(handler_address, None, None),
-                                    platform="cpu", api_version=1)
+        from .cpu import register_ffi_target
+        register_ffi_target(target_name, handler_address, "cpu")
         self.registered.append(target_name)
