@@ -153,7 +153,7 @@ def test_random_soup(n, size, seed):
     w.check(n_tris=n, tris=tris)
     assert_rows_once(w, n)
     assert 1 <= w.depth <= b.depth()
-    assert w.stack_need <= (w.depth - 1) * 7 + 1
+    assert w.stack_need <= w.depth * 7 + 1
     o, d = rays(tris, 300, seed)
     assert assert_hits_agree(w, b, tris, o, d) > 0.3
 
@@ -167,7 +167,7 @@ def test_100k_mesh():
     # Filled slots come first, each node has >= 2 children (root not a leaf).
     used = np.isfinite(w.bounds[:, :8])
     assert np.all(used.sum(1) >= 2) and np.all(np.diff(used.astype(int), axis=1) <= 0)
-    assert w.stack_need == exact_stack_need(w.children)
+    assert w.stack_need == exact_stack_need(w.children, w.bounds)
     o, d = rays(tris, 300, 5)
     assert assert_hits_agree(w, b, tris, o, d) > 0.5
 
@@ -281,7 +281,7 @@ def _c_shrink_parent(w):
 
 def _c_shrink_tri(w): w.leaf_tris.reshape(-1, 9, 4)[0, 0, 0] += 10.0
 def _c_nan(w): w.bounds[0, 0] = np.nan
-def _c_stack(w): w.stack_need = exact_stack_need(w.children) - 1
+def _c_stack(w): w.stack_need = exact_stack_need(w.children, w.bounds) - 1
 def _c_depth(w): w.depth += 1
 def _c_dtype(w): w.children = w.children.astype(np.int64)
 

@@ -18,7 +18,7 @@ Example::
 
     k = ir.trace(mandel, {"c": ir.In("f32", (2,))}, {"n": ir.Out("i32")})
 """
-from . import rng
+from . import bvh_query, rng
 from .autodiff import custom_derivative, detach, jvp, vjp
 from .control import cond, dispatch, fori_loop, while_loop
 from .graph import BOOL, F32, I32, U32, Block, IRError, Node, format_block, walk

@@ -31,7 +31,7 @@ from .pytree import tree_flatten, tree_unflatten
 from .values import Float, Var, as_var, current_block, scope, wrap
 
 # Ops whose result has a zero derivative (piecewise constant or non-float).
-_ZERO_DERIVATIVE = {"floor", "ceil", "trunc", "round", "detach"}
+_ZERO_DERIVATIVE = {"floor", "ceil", "trunc", "round", "detach", "bvh_query"}
 # The ops a tangent rule may combine tangents with (what _transpose handles).
 _LINEAR_OPS = {"add", "sub", "neg", "mul", "zmul", "div", "select", "fma", "proj"}
 

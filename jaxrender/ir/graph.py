@@ -47,7 +47,7 @@ PURE_OPS = {
     **{name: 1 for name in UNARY_FLOAT_OPS},
 }
 # Operations that read the launch environment; pure within one work item.
-ENV_OPS = ("item_index", "launch_size", "buffer_len", "gather", "batch_index")
+ENV_OPS = ("item_index", "launch_size", "buffer_len", "gather", "batch_index", "bvh_query")
 # Operations with an effect on memory or on the launch's status.
 EFFECT_OPS = ("scatter_add", "check")
 # "call": a function body kept as a region (its params are the call's

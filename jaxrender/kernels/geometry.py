@@ -30,13 +30,17 @@ class SceneGeometry:
     """Kernel-side handles of the geometry buffers; ``prim_shape`` and
     ``shape_data`` only for scenes with analytic shapes."""
 
-    def __init__(self, tris, bvh_bounds, bvh_links, prim_shape=None, shape_data=None):
+    def __init__(self, tris, bvh_bounds, bvh_links, prim_shape=None, shape_data=None, wide=None):
         self.tris = tris              # (N, 9): p0, p1, p2 per triangle, in BVH leaf order
         self.bounds = bvh_bounds      # (M, 6): box min, box max
         self.links = bvh_links        # (M, 3): skip, first primitive, primitive count (0: interior)
         self.prim_shape = prim_shape  # (N,): -1 (triangle) or analytic shape index
         self.shape_data = shape_data  # (S, SHAPE_ROW)
         self.analytic = prim_shape is not None
+        # Triangle-only scenes: the 8-wide BVH's buffers (bounds, children,
+        # leaf_tris, leaf_prims; ir.bvh_query), queried by the builtin
+        # traversal instead of the skip links.
+        self.wide = wide
 
     def triangle(self, i) -> tuple[Vec, Vec, Vec]:
         c = [self.tris.read(i, k) for k in range(9)]
@@ -164,6 +168,8 @@ def closest_hit(geo: SceneGeometry, o: Vec, d: Vec, t_min, t_max):
     """(t, primitive index in leaf order, b1, b2); t == inf and index -1 on a
     miss. b1, b2: a triangle's barycentrics (0 for an analytic shape)."""
     inv_d = _safe_inv(d)
+    if geo.wide is not None:
+        return ir.bvh_query.closest_hit(geo.wide, o, d, inv_d, t_min, t_max)
     n_nodes = ir.cast(geo.bounds.len, "i32")
 
     def step(s):
@@ -198,6 +204,8 @@ def closest_hit(geo: SceneGeometry, o: Vec, d: Vec, t_min, t_max):
 def occluded(geo: SceneGeometry, o: Vec, d: Vec, t_min, t_max):
     """Whether anything lies on the ray between t_min and t_max (stops at the first hit)."""
     inv_d = _safe_inv(d)
+    if geo.wide is not None:
+        return ir.bvh_query.any_hit(geo.wide, o, d, inv_d, t_min, t_max)
     n_nodes = ir.cast(geo.bounds.len, "i32")
 
     def step(s):

@@ -103,6 +103,12 @@ INPUTS = {
     # the shape's row in shape_data (geometry.SceneGeometry).
     "prim_shape": ir.In("i32"),
     "shape_data": ir.In("f32", (SHAPE_ROW,)),
+    # Triangle-only scenes: the 8-wide BVH of ir.bvh_query (the skip-link
+    # BVH above then has no rows); no rows with analytic shapes.
+    "wide_bounds": ir.In("f32", (48,)),
+    "wide_children": ir.In("i32", (8,)),
+    "leaf_tris": ir.In("f32", (36,)),
+    "leaf_prims": ir.In("i32", (4,)),
 }
 OUTPUTS = {"image": ir.Out("f32", (3,))}
 
@@ -263,8 +269,11 @@ class _Ctx:
 def _context(b: dict, seed, diff: bool, structure: Structure = Structure()) -> _Ctx:
     pixel = ir.item_index()
     W = b["width"].value
-    geo = SceneGeometry(b["tris"], b["bvh_bounds"], b["bvh_links"],
-                        *((b["prim_shape"], b["shape_data"]) if structure.analytic else ()))
+    if structure.analytic:
+        geo = SceneGeometry(b["tris"], b["bvh_bounds"], b["bvh_links"], b["prim_shape"], b["shape_data"])
+    else:
+        geo = SceneGeometry(b["tris"], b["bvh_bounds"], b["bvh_links"],
+                            wide=(b["wide_bounds"], b["wide_children"], b["leaf_tris"], b["leaf_prims"]))
     return _Ctx(b, geo, pixel,
                 ir.cast(pixel % W, "f32"), ir.cast(pixel // W, "f32"), seed, diff, structure)
 

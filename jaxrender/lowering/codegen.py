@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from llvmlite import ir as ll
 
+from ..ir.bvh_query import CLOSEST
 from ..ir.graph import BOOL, F32, I32, U32, Block, Node, f32_bits
 from ..ir.kernel import Kernel, _width
+from . import bvh_traversal
 from .abi import InfoLayout
 
 f32, i32, i64, i1, i8 = ll.FloatType(), ll.IntType(32), ll.IntType(64), ll.IntType(1), ll.IntType(8)
@@ -51,6 +53,7 @@ class ItemCodegen:
         self.in_specs = list(kernel.inputs.values())
         self.out_specs = list(kernel.item_outputs.values())
         self.acc_specs = list(kernel.accumulators.values())
+        self._queries: dict[tuple, list] = {}
 
     # -- helpers (scalar; the packet code generator overrides them) ------
     lanes = 1
@@ -230,6 +233,8 @@ class ItemCodegen:
             return self.splat(b.trunc(self.in_rows[n.attrs[0]], i32))
         if op == "gather":
             return self.lower_gather(n, a[0])
+        if op == "bvh_query":
+            return self.lower_bvh_query(n, a)
         if op == "scatter_add":
             self.lower_scatter(n, a[0], a[1])
             return None
@@ -362,6 +367,24 @@ class ItemCodegen:
         off = b.add(b.mul(r, i64(width)), i64(comp)) if width > 1 else (b.add(r, i64(comp)) if comp else r)
         p = b.gep(self.in_base[inp], [off], inbounds=True, source_etype=et)
         return b.load(p, typ=et)
+
+    def lower_bvh_query(self, n: Node, a: list):
+        """One call of the traversal routine answers all outputs of a query:
+        the IR has a node per output (t, prim, b1, b2), emitted together in
+        one block with the same operands, so the first one lowered calls and
+        the others reuse its results."""
+        mode, k, *bufs = n.attrs
+        key = (id(n.block), tuple(x.id for x in n.args), mode, tuple(bufs))
+        res = self._queries.get(key)
+        if res is None:
+            res = self._queries[key] = self.call_bvh_query(mode, bufs, a)
+        return res[k]
+
+    def call_bvh_query(self, mode: int, bufs: list[int], a: list) -> list:
+        b = self.b
+        fn = bvh_traversal.routine(self.m, mode)
+        r = b.call(fn, [self.in_base[i] for i in bufs] + [self.in_rows[bufs[0]], self.in_rows[bufs[2]]] + a)
+        return [b.extract_value(r, j) for j in range(4)] if mode == CLOSEST else [r]
 
     def lower_scatter(self, n: Node, row, value):
         b = self.b
@@ -758,6 +781,48 @@ class PacketCodegen(ItemCodegen):
                         with b.if_then(b.extract_element(ok, i32(lane))):
                             b.atomic_rmw(rmw, b.extract_element(ptrs, i32(lane)),
                                          b.extract_element(value, i32(lane)), "monotonic")
+
+    def call_bvh_query(self, mode: int, bufs: list[int], a: list) -> list:
+        """Each active lane runs the traversal alone (a loop over the set bits
+        of the mask): lanes of a packet diverge at once in a hierarchy."""
+        b = self.b
+        n = self.lanes
+        fn = bvh_traversal.routine(self.m, mode)
+        types = [F32, I32, F32, F32] if mode == CLOSEST else [BOOL]
+        init = [ll.Constant(self.T(t), None) for t in types]
+        bits = b.zext(b.bitcast(self.mask, ll.IntType(n)), i32)
+        pre = b.block
+        loop = self.fn.append_basic_block("bvh.lane")
+        done = self.fn.append_basic_block("bvh.done")
+        b.cbranch(b.icmp_unsigned("==", bits, i32(0)), done, loop)
+        b.position_at_end(loop)
+        m = b.phi(i32)
+        m.add_incoming(bits, pre)
+        acc = []
+        for t, v in zip(types, init):
+            ph = b.phi(self.T(t))
+            ph.add_incoming(v, pre)
+            acc.append(ph)
+        lane = b.call(self.decl("llvm.cttz.i32", i32, [i32, i1]), [m, ll.Constant(i1, 1)])
+        bases = [b.gep(self.in_data[i], [b.sext(b.extract_element(self.in_off[i], lane), i64)], inbounds=True,
+                       source_etype=LLTYPE[self.in_specs[i].dtype]) for i in bufs]
+        r = b.call(fn, bases + [self.in_rows[bufs[0]], self.in_rows[bufs[2]]] +
+                   [b.extract_element(v, lane) for v in a])
+        outs = [b.extract_value(r, j) for j in range(4)] if mode == CLOSEST else [r]
+        new = [b.insert_element(ph, o, lane) for ph, o in zip(acc, outs)]
+        rest = b.and_(m, b.sub(m, i32(1)))
+        m.add_incoming(rest, b.block)
+        for ph, v in zip(acc, new):
+            ph.add_incoming(v, b.block)
+        b.cbranch(b.icmp_unsigned("==", rest, i32(0)), done, loop)
+        b.position_at_end(done)
+        res = []
+        for t, v0, v1 in zip(types, init, new):
+            ph = b.phi(self.T(t))
+            ph.add_incoming(v0, pre)
+            ph.add_incoming(v1, loop)
+            res.append(ph)
+        return res
 
     def lower_check(self, n: Node, ok):
         b = self.b

@@ -22,10 +22,9 @@ Layout (a fixed contract with the native traversal)
     Wide levels on the longest root-to-leaf path (1: the root has only
     leaves).
 ``stack_need``
-    Stack entries that suffice for a traversal that pushes the hit *interior*
-    children of a node (wide node indices), pops the next node to visit, and
-    intersects hit leaf blocks in place without pushing them; see
-    :func:`exact_stack_need`.
+    Stack entries that suffice for the kernels' traversal, which pushes every
+    hit child of a node but the nearest, and for the numpy reference, which
+    pushes only interior children; see :func:`exact_stack_need`.
 
 Collapse
 --------
@@ -364,7 +363,7 @@ def build_wide_bvh(bvh: BVH, tris: np.ndarray) -> WideBVH:
         depth += 1
     children = np.concatenate(level_children)
     bounds = np.ascontiguousarray(np.concatenate(level_bounds))
-    return WideBVH(bounds, children, leaf_tris, leaf_prims, depth, exact_stack_need(children))
+    return WideBVH(bounds, children, leaf_tris, leaf_prims, depth, exact_stack_need(children, bounds))
 
 
 def _pack_blocks(tris, start, count):
@@ -385,34 +384,44 @@ def _pack_blocks(tris, start, count):
     return prims.astype(np.int32), q.reshape(B, 36)
 
 
-def exact_stack_need(children: np.ndarray) -> int:
-    """Stack entries needed by a traversal that pushes every hit interior
-    child of a node and then pops the next node to visit (the root starts on
-    the stack), intersecting leaf blocks in place: ``1 + max`` over wide nodes
-    of ``sum over strict ancestors a of (interior children of a - 1)``, i.e.
-    the worst case where every box is hit.  Never more than
-    ``(depth - 1) * 7 + 1``; 0 for an empty tree.  ``children`` must be in
-    level order (children after parents; checked by :meth:`WideBVH.check`).
+def exact_stack_need(children: np.ndarray, bounds: np.ndarray) -> int:
+    """Stack entries needed by the kernels' traversal (``ir.bvh_query``),
+    which at a node pushes every hit child, leaf or interior, except the
+    nearest, which it visits next: ``1 + max`` over interior nodes ``n`` of
+    ``sum over a on the path root..n of (children of a - 1)``, the worst case
+    where every box is hit.  The ``1`` is the root's entry in the numpy
+    reference traversal, which starts with the root on its stack.  Never
+    more than ``depth * 7 + 1``; 0 for an empty tree.  ``children`` must be
+    in level order (children after parents; checked by :meth:`WideBVH.check`);
+    a slot is a child where its box is not empty (``bounds``: lo <= hi).
 
     Example::
 
-        >>> exact_stack_need(np.array([[1, 2] + [-1] * 6, [-1] * 8, [-2, -3] + [-1] * 6]))
-        2
+        >>> box = np.r_[np.zeros(24), np.ones(24)].reshape(6, 8)
+        >>> box[:3, 2:], box[3:, 2:] = np.inf, -np.inf   # slots 0 and 1 used
+        >>> bounds = np.tile(box.reshape(1, 48), (2, 1))
+        >>> children = np.array([[1, ~0] + [-1] * 6, [~1, ~2] + [-1] * 6])
+        >>> exact_stack_need(children, bounds)   # 1 push at the root, 1 at node 1, + 1
+        3
     """
     children = np.asarray(children)
     W = children.shape[0]
     if W == 0:
         return 0
-    is_inner = children >= 0
+    bounds = np.asarray(bounds)
+    used = bounds[:, 0:WIDTH] <= bounds[:, 3 * WIDTH:4 * WIDTH]
+    is_inner = (children >= 0) & used
     n_inner = is_inner.sum(axis=1)
-    # Propagate the pending-entry count down, one level at a time.
+    n_used = used.sum(axis=1)
+    # The pushes on the path down to each node, one level at a time.
     pend = np.zeros(1, np.int64)
     nodes = np.zeros(1, np.int64)
     best = 0
     while nodes.size:
-        best = max(best, int(pend.max()))
+        here = pend + np.maximum(n_used[nodes] - 1, 0)
+        best = max(best, int(here.max()))
         m = is_inner[nodes]
-        pend = np.repeat(pend + n_inner[nodes] - 1, n_inner[nodes])
+        pend = np.repeat(here, n_inner[nodes])
         nodes = children[nodes][m].astype(np.int64)
     return best + 1
 
@@ -561,6 +570,6 @@ def _check(w: WideBVH, n_tris, tris) -> None:
         nodes = ch[nodes][node_ref[nodes]]
     if w.depth != depth:
         _fail(f"depth = {w.depth}, the tree has {depth} levels")
-    need = exact_stack_need(w.children)
+    need = exact_stack_need(w.children, w.bounds)
     if not need <= w.stack_need:
         _fail(f"stack_need = {w.stack_need} < {need} needed")

@@ -1,0 +1,272 @@
+"""The traversal routine behind the IR's ``bvh_query`` node (see
+:mod:`jaxrender.ir.bvh_query` for the buffer layout).
+
+One ray, one call: a stack of (node, entry distance), slab tests of a node's
+eight child boxes at once (``<8 x float>``), the nearest hit child visited
+next and the others pushed, four triangles of a leaf block tested at once
+(``<4 x float>``). Only target-independent LLVM IR is used, so the same
+routine serves the CPU (where the vectors are SSE/AVX registers) and NVPTX
+(where they are split into scalars).
+
+Generated code runs on raw pointers, so every index read from the buffers is
+clamped to its buffer (a wrong hierarchy gives wrong hits, never a wild
+read), and a push onto a full stack is dropped. The scene builder checks the
+hierarchy (child indices, acyclic, stack depth) before any launch.
+"""
+from __future__ import annotations
+
+from llvmlite import ir as ll
+
+from ..ir.bvh_query import ANY, CLOSEST, STACK_SIZE
+
+f32, i32, i64, i1, i8 = ll.FloatType(), ll.IntType(32), ll.IntType(64), ll.IntType(1), ll.IntType(8)
+ptr = ll.PointerType()
+V8, V4 = ll.VectorType(f32, 8), ll.VectorType(f32, 4)
+V8I = ll.VectorType(i32, 8)
+HIT_TYPE = ll.LiteralStructType([f32, i32, f32, f32])
+# Far slab distances are scaled up by 2 ulp-ish so that rounding in the
+# slab arithmetic never culls a box the ray touches.
+FAR_PAD = 1.0000004
+NAMES = {CLOSEST: "jaxrender_bvh_closest", ANY: "jaxrender_bvh_any"}
+
+
+def routine(module: ll.Module, mode: int) -> ll.Function:
+    """The traversal function of ``mode`` (CLOSEST or ANY) in ``module``,
+    emitted on first use. Arguments: bounds, children, leaf_tris,
+    leaf_prims pointers, node and block counts (i64), then ox, oy, oz, dx,
+    dy, dz, inv_dx, inv_dy, inv_dz, t_min, t_max. CLOSEST returns
+    {t, prim, b1, b2}; ANY returns i1."""
+    name = NAMES[mode]
+    fn = module.globals.get(name)
+    if fn is not None:
+        return fn
+    ret = HIT_TYPE if mode == CLOSEST else i1
+    fn = ll.Function(module, ll.FunctionType(ret, [ptr] * 4 + [i64, i64] + [f32] * 11), name)
+    fn.linkage = "internal"
+    _Traversal(fn, mode).emit()
+    return fn
+
+
+def _splat(b: ll.IRBuilder, v, n: int):
+    vt = ll.VectorType(v.type, n)
+    one = b.insert_element(ll.Constant(vt, ll.Undefined), v, i32(0))
+    return b.shuffle_vector(one, ll.Constant(vt, ll.Undefined), ll.Constant(ll.VectorType(i32, n), [0] * n))
+
+
+def _fmax(b, x, y):
+    return b.select(b.fcmp_ordered(">", x, y), x, y)
+
+
+def _fmin(b, x, y):
+    return b.select(b.fcmp_ordered("<", x, y), x, y)
+
+
+class _Traversal:
+    def __init__(self, fn: ll.Function, mode: int):
+        self.fn = fn
+        self.mode = mode
+
+    def block(self, name: str) -> ll.Block:
+        return self.fn.append_basic_block(name)
+
+    def emit(self) -> None:
+        fn, closest = self.fn, self.mode == CLOSEST
+        bounds, children, tris, prims, n_nodes, n_blocks = fn.args[:6]
+        ox, oy, oz, dx, dy, dz, ix, iy, iz, t_min, t_max = fn.args[6:]
+        b = ll.IRBuilder(self.block("entry"))
+        self.b = b
+        # Mutable state lives in allocas; SROA / mem2reg make it SSA.
+        stack_node = b.alloca(i32, size=i32(STACK_SIZE), name="stack_node")
+        stack_dist = b.alloca(f32, size=i32(STACK_SIZE), name="stack_dist")
+        cur_a = b.alloca(i32, name="cur")
+        sp_a = b.alloca(i32, name="sp")
+        best_t = b.alloca(f32, name="best_t")
+        best_p = b.alloca(i32, name="best_prim")
+        best_u = b.alloca(f32, name="best_u")
+        best_v = b.alloca(f32, name="best_v")
+        for a, v in ((cur_a, i32(0)), (sp_a, i32(0)), (best_t, t_max), (best_p, i32(-1)),
+                     (best_u, f32(0.0)), (best_v, f32(0.0))):
+            b.store(v, a)
+        last_node = b.sub(n_nodes, i64(1))
+        last_block = b.sub(n_blocks, i64(1))
+        # Slab planes by direction sign: the near plane of axis x is lo_x
+        # (row offset 0) for inv_dx >= 0 and hi_x (offset 24) otherwise, so
+        # an empty slot (lo = +inf, hi = -inf) gives near > far and misses.
+        offs = []
+        for axis, inv in enumerate((ix, iy, iz)):
+            pos = b.fcmp_ordered(">=", inv, f32(0.0))
+            offs.append((b.select(pos, i64(8 * axis), i64(24 + 8 * axis)),
+                         b.select(pos, i64(24 + 8 * axis), i64(8 * axis))))
+        o8 = [_splat(b, v, 8) for v in (ox, oy, oz)]
+        inv8 = [_splat(b, v, 8) for v in (ix, iy, iz)]
+        o4 = [_splat(b, v, 4) for v in (ox, oy, oz)]
+        d4 = [_splat(b, v, 4) for v in (dx, dy, dz)]
+        zero8 = ll.Constant(V8, [f32(0.0)] * 8)
+        pad8 = ll.Constant(V8, [f32(FAR_PAD)] * 8)
+
+        loop = self.block("visit")
+        node_bb, leaf_bb = self.block("node"), self.block("leaf")
+        kids_bb, pop_bb, done_bb = self.block("children"), self.block("pop"), self.block("done")
+        b.cbranch(b.icmp_unsigned("==", n_nodes, i64(0)), done_bb, loop)
+
+        b.position_at_end(loop)
+        cur = b.load(cur_a, typ=i32)
+        b.cbranch(b.icmp_signed(">=", cur, i32(0)), node_bb, leaf_bb)
+
+        # -- an interior node: test its eight child boxes -----------------
+        b.position_at_end(node_bb)
+        node = b.zext(cur, i64)
+        node = b.select(b.icmp_unsigned(">", node, last_node), last_node, node)
+        row = b.gep(bounds, [b.mul(node, i64(48))], inbounds=True, source_etype=f32)
+        t_near, t_far = zero8, None
+        for axis in range(3):
+            near_p = b.gep(row, [offs[axis][0]], inbounds=True, source_etype=f32)
+            far_p = b.gep(row, [offs[axis][1]], inbounds=True, source_etype=f32)
+            tn = b.fmul(b.fsub(b.load(near_p, typ=V8, align=4), o8[axis]), inv8[axis])
+            tf = b.fmul(b.fsub(b.load(far_p, typ=V8, align=4), o8[axis]), inv8[axis])
+            t_near = _fmax(b, tn, t_near)
+            t_far = tf if t_far is None else _fmin(b, t_far, tf)
+        t_far = _fmin(b, b.fmul(t_far, pad8), _splat(b, b.load(best_t, typ=f32), 8))
+        hit = b.fcmp_ordered("<=", t_near, t_far)
+        bits = b.zext(b.bitcast(hit, i8), i32)
+        b.cbranch(b.icmp_unsigned("==", bits, i32(0)), pop_bb, kids_bb)
+
+        # Visit the nearest hit child next; push the others.
+        b.position_at_end(kids_bb)
+        kids = b.load(b.gep(children, [b.mul(node, i64(8))], inbounds=True, source_etype=i32), typ=V8I, align=4)
+        bit_loop, bit_done = self.block("children.each"), self.block("children.done")
+        entry = b.block
+        b.branch(bit_loop)
+        b.position_at_end(bit_loop)
+        m = b.phi(i32)
+        near_c = b.phi(i32)
+        near_d = b.phi(f32)
+        m.add_incoming(bits, entry)
+        near_c.add_incoming(i32(0), entry)
+        near_d.add_incoming(f32(float("inf")), entry)
+        k = b.call(self.cttz(), [m, ll.Constant(i1, 1)])
+        ck = b.extract_element(kids, k)
+        dk = b.extract_element(t_near, k)
+        first = b.fcmp_ordered("==", near_d, f32(float("inf")))
+        nearer = b.fcmp_ordered("<", dk, near_d)
+        push_c = b.select(nearer, near_c, ck)
+        push_d = b.select(nearer, near_d, dk)
+        new_c = b.select(nearer, ck, near_c)
+        new_d = b.select(nearer, dk, near_d)
+        # The first hit child only becomes the candidate; a later one pushes
+        # whichever of the two is farther.
+        self.push(b.and_(b.not_(first), b.icmp_unsigned("<", b.load(sp_a, typ=i32), i32(STACK_SIZE))),
+                  push_c, push_d, sp_a, stack_node, stack_dist)
+        rest = b.and_(m, b.sub(m, i32(1)))
+        here = b.block
+        m.add_incoming(rest, here)
+        near_c.add_incoming(new_c, here)
+        near_d.add_incoming(new_d, here)
+        b.cbranch(b.icmp_unsigned("==", rest, i32(0)), bit_done, bit_loop)
+        b.position_at_end(bit_done)
+        b.store(new_c, cur_a)
+        b.branch(loop)
+
+        # -- a leaf block: four triangles at once -------------------------
+        b.position_at_end(leaf_bb)
+        blk = b.zext(b.xor(cur, i32(-1)), i64)
+        blk = b.select(b.icmp_unsigned(">", blk, last_block), last_block, blk)
+        no_blocks = b.icmp_unsigned("==", n_blocks, i64(0))
+        test_bb = self.block("leaf.test")
+        b.cbranch(no_blocks, pop_bb, test_bb)
+        b.position_at_end(test_bb)
+        trow = b.gep(tris, [b.mul(blk, i64(36))], inbounds=True, source_etype=f32)
+        c = [b.load(b.gep(trow, [i64(4 * j)], inbounds=True, source_etype=f32), typ=V4, align=4) for j in range(9)]
+        p0, e1, e2 = c[0:3], c[3:6], c[6:9]
+        t, u, v, ok = self.moller_trumbore(o4, d4, p0, e1, e2)
+        ok = b.and_(ok, b.fcmp_ordered(">", t, _splat(b, t_min, 4)))
+        if closest:
+            # Lanes in order with a strict '<': the first of equal hits wins,
+            # as a loop over the leaf's triangles would.
+            cur_t = b.load(best_t, typ=f32)
+            lane = i32(-1)
+            for j in range(4):
+                tj = b.extract_element(t, i32(j))
+                take = b.and_(b.extract_element(ok, i32(j)), b.fcmp_ordered("<", tj, cur_t))
+                cur_t = b.select(take, tj, cur_t)
+                lane = b.select(take, i32(j), lane)
+            upd_bb = self.block("leaf.update")
+            b.cbranch(b.icmp_signed(">=", lane, i32(0)), upd_bb, pop_bb)
+            b.position_at_end(upd_bb)
+            b.store(cur_t, best_t)
+            prow = b.gep(prims, [b.add(b.mul(blk, i64(4)), b.zext(lane, i64))], inbounds=True, source_etype=i32)
+            b.store(b.load(prow, typ=i32), best_p)
+            b.store(b.extract_element(u, lane), best_u)
+            b.store(b.extract_element(v, lane), best_v)
+            b.branch(pop_bb)
+        else:
+            ok = b.and_(ok, b.fcmp_ordered("<", t, _splat(b, t_max, 4)))
+            found_bb = self.block("leaf.found")
+            b.cbranch(b.icmp_unsigned("!=", b.zext(b.bitcast(ok, ll.IntType(4)), i32), i32(0)), found_bb, pop_bb)
+            b.position_at_end(found_bb)
+            b.ret(ll.Constant(i1, 1))
+
+        # -- pop the next entry whose box can still hold a nearer hit -------
+        b.position_at_end(pop_bb)
+        sp = b.load(sp_a, typ=i32)
+        take_bb = self.block("pop.take")
+        b.cbranch(b.icmp_unsigned("==", sp, i32(0)), done_bb, take_bb)
+        b.position_at_end(take_bb)
+        sp = b.sub(sp, i32(1))
+        b.store(sp, sp_a)
+        c_ = b.load(b.gep(stack_node, [sp], inbounds=True, source_etype=i32), typ=i32)
+        d_ = b.load(b.gep(stack_dist, [sp], inbounds=True, source_etype=f32), typ=f32)
+        b.store(c_, cur_a)
+        stale = b.fcmp_ordered(">", d_, b.load(best_t, typ=f32))
+        b.cbranch(stale, pop_bb, loop)
+
+        b.position_at_end(done_bb)
+        if closest:
+            res = ll.Constant(HIT_TYPE, ll.Undefined)
+            for j, a in enumerate((best_t, best_p, best_u, best_v)):
+                res = b.insert_value(res, b.load(a, typ=HIT_TYPE.elements[j]), j)
+            b.ret(res)
+        else:
+            b.ret(ll.Constant(i1, 0))
+
+    def push(self, cond, node, dist, sp_a, stack_node, stack_dist) -> None:
+        b = self.b
+        with b.if_then(cond):
+            sp = b.load(sp_a, typ=i32)
+            b.store(node, b.gep(stack_node, [sp], inbounds=True, source_etype=i32))
+            b.store(dist, b.gep(stack_dist, [sp], inbounds=True, source_etype=f32))
+            b.store(b.add(sp, i32(1)), sp_a)
+
+    def cttz(self) -> ll.Function:
+        m = self.fn.module
+        return m.globals.get("llvm.cttz.i32") or ll.Function(m, ll.FunctionType(i32, [i32, i1]), "llvm.cttz.i32")
+
+    def moller_trumbore(self, o, d, p0, e1, e2):
+        """The same arithmetic, in the same order, as
+        ``kernels.geometry.intersect_triangle`` with e1, e2 precomputed."""
+        b = self.b
+
+        def cross(a, c):
+            return (b.fsub(b.fmul(a[1], c[2]), b.fmul(a[2], c[1])),
+                    b.fsub(b.fmul(a[2], c[0]), b.fmul(a[0], c[2])),
+                    b.fsub(b.fmul(a[0], c[1]), b.fmul(a[1], c[0])))
+
+        m = self.fn.module
+        fma = m.globals.get("llvm.fma.v4f32") or ll.Function(m, ll.FunctionType(V4, [V4] * 3), "llvm.fma.v4f32")
+
+        def dot(a, c):  # as ir.dot: fused multiply-adds from the first term
+            return b.call(fma, [a[2], c[2], b.call(fma, [a[1], c[1], b.fmul(a[0], c[0])])])
+
+        zero = ll.Constant(V4, [f32(0.0)] * 4)
+        pv = cross(d, e2)
+        det = dot(e1, pv)
+        inv_det = b.fdiv(ll.Constant(V4, [f32(1.0)] * 4), det)
+        tv = tuple(b.fsub(o[j], p0[j]) for j in range(3))
+        u = b.fmul(dot(tv, pv), inv_det)
+        qv = cross(tv, e1)
+        v = b.fmul(dot(d, qv), inv_det)
+        t = b.fmul(dot(e2, qv), inv_det)
+        ok = b.and_(b.fcmp_unordered("!=", det, zero), b.fcmp_ordered(">=", u, zero))
+        ok = b.and_(ok, b.fcmp_ordered(">=", v, zero))
+        ok = b.and_(ok, b.fcmp_ordered("<=", b.fadd(u, v), ll.Constant(V4, [f32(1.0)] * 4)))
+        return t, u, v, ok

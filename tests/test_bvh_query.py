@@ -1,0 +1,166 @@
+"""The builtin 8-wide BVH query (ir.bvh_query, lowering/bvh_traversal.py)
+against the kernel-language skip-link traversal of the same triangles, in
+the one-lane and the SIMD packet code, plus its guards against bad input."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import jaxrender
+from jaxrender import ir
+from jaxrender.kernels import geometry
+from jaxrender import SceneError
+from jaxrender.scene import bvh as B
+from jaxrender.scene.wide_bvh import build_wide_bvh, leaf_order_tris
+
+from lanes import LANES, run
+
+INPUTS = {"o": ir.In("f32", (3,)), "d": ir.In("f32", (3,)), "t_max": ir.In("f32"),
+          "tris": ir.In("f32", (9,)), "bounds": ir.In("f32", (6,)), "links": ir.In("i32", (3,)),
+          "wide_bounds": ir.In("f32", (48,)), "wide_children": ir.In("i32", (8,)),
+          "leaf_tris": ir.In("f32", (36,)), "leaf_prims": ir.In("i32", (4,))}
+OUTPUTS = {k: ir.Out(t) for k, t in (("t", "f32"), ("prim", "i32"), ("b1", "f32"), ("b2", "f32"),
+                                     ("occluded", "i32"))}
+
+
+def query_kernel(wide: bool) -> ir.Kernel:
+    def body(o, d, t_max, tris, bounds, links, wide_bounds, wide_children, leaf_tris, leaf_prims):
+        i = ir.item_index()
+        geo = geometry.SceneGeometry(tris, bounds, links,
+                                     wide=(wide_bounds, wide_children, leaf_tris, leaf_prims) if wide else None)
+        ray_o, ray_d = ir.Vec(*o[i]), ir.Vec(*d[i])
+        t, prim, b1, b2 = geometry.closest_hit(geo, ray_o, ray_d, ir.Float(1e-4), geometry.INF)
+        occ = geometry.occluded(geo, ray_o, ray_d, ir.Float(1e-4), t_max[i])
+        return {"t": t, "prim": prim, "b1": b1, "b2": b2, "occluded": ir.cast(occ, "i32")}
+    return ir.trace(body, INPUTS, OUTPUTS)
+
+
+def scene_arrays(v, f):
+    b = B.build_bvh(v, f)
+    tris = leaf_order_tris(b, v, f)
+    w = build_wide_bvh(b, tris)
+    w.check(n_tris=len(f), tris=tris)
+    return dict(tris=tris, bounds=b.node_bounds, links=b.node_links, wide_bounds=w.bounds,
+                wide_children=w.children, leaf_tris=w.leaf_tris, leaf_prims=w.leaf_prims)
+
+
+def rays(n, lo, hi, seed):
+    rng = np.random.default_rng(seed)
+    pad = 0.3 * np.max(hi - lo)
+    o = rng.uniform(lo - pad, hi + pad, (n, 3)).astype(np.float32)
+    target = rng.uniform(lo, hi, (n, 3))
+    d = (target - o).astype(np.float32)
+    d[: n // 8, 0] = 0.0        # axis-parallel directions: the safe 1/d path
+    t_max = rng.uniform(0.0, 2.0, n).astype(np.float32)
+    return o, d, t_max
+
+
+MESHES = {
+    "soup": lambda: B.random_soup(3000, size=0.05, seed=3),
+    "sphere": lambda: B.sphere_mesh(40, 80),
+    "grid": lambda: B.grid_mesh(30, 30, amplitude=0.2, seed=1),
+    "one triangle": lambda: (np.float32([[0, 0, 0], [1, 0, 0], [0, 1, 0]]), np.int32([[0, 1, 2]])),
+}
+
+
+@pytest.mark.parametrize("lanes", LANES)
+@pytest.mark.parametrize("mesh", sorted(MESHES))
+def test_wide_query_equals_skip_link_traversal(mesh, lanes):
+    """Same hit, same bits: the builtin intersects with the same arithmetic."""
+    v, f = MESHES[mesh]()
+    arrays = scene_arrays(v, f)
+    o, d, t_max = rays(3000, v.min(0), v.max(0), seed=len(mesh))
+    ref = run(query_kernel(False), (len(o),), lanes=lanes, o=o, d=d, t_max=t_max, **arrays)
+    got = run(query_kernel(True), (len(o),), lanes=lanes, o=o, d=d, t_max=t_max, **arrays)
+    ref = {k: np.asarray(x) for k, x in ref.items()}
+    got = {k: np.asarray(x) for k, x in got.items()}
+    hit = ref["prim"] >= 0
+    assert hit.mean() > 0.2 and (~hit).mean() > 0.05        # both cases are exercised
+    assert np.array_equal(got["occluded"], ref["occluded"])
+    assert 0.05 < got["occluded"].mean() < 0.95
+    # Where two triangles are hit at exactly the same t (shared edges), the
+    # traversal orders may pick different ones; t agrees everywhere.
+    assert got["t"].tobytes() == ref["t"].tobytes()
+    same = got["prim"] == ref["prim"]
+    assert same.mean() > 0.999
+    for k in ("b1", "b2"):
+        assert got[k][same].tobytes() == ref[k][same].tobytes()
+
+
+def test_empty_hierarchy_misses():
+    arrays = dict(tris=np.zeros((0, 9), np.float32), bounds=np.zeros((0, 6), np.float32),
+                  links=np.zeros((0, 3), np.int32), wide_bounds=np.zeros((0, 48), np.float32),
+                  wide_children=np.zeros((0, 8), np.int32), leaf_tris=np.zeros((0, 36), np.float32),
+                  leaf_prims=np.zeros((0, 4), np.int32))
+    o, d, t_max = rays(64, np.zeros(3), np.ones(3), seed=0)
+    got = run(query_kernel(True), (64,), o=o, d=d, t_max=t_max, **arrays)
+    assert np.all(np.asarray(got["prim"]) == -1) and np.all(np.isinf(np.asarray(got["t"])))
+    assert not np.asarray(got["occluded"]).any()
+
+
+@pytest.mark.parametrize("lanes", LANES)
+def test_corrupt_indices_are_clamped_not_followed(lanes):
+    """The routine reads raw pointers: a wrong child or block index must stay
+    inside its buffer (wrong answers, never a wild read or a hang)."""
+    v, f = MESHES["sphere"]()
+    arrays = scene_arrays(v, f)
+    rng = np.random.default_rng(5)
+    ch = arrays["wide_children"].copy()
+    ch[rng.random(ch.shape) < 0.3] = 10 ** 9        # far past the last node
+    ch[rng.random(ch.shape) < 0.3] = -10 ** 9       # far past the last leaf block
+    arrays["wide_children"] = ch
+    o, d, t_max = rays(2000, v.min(0), v.max(0), seed=1)
+    got = run(query_kernel(True), (len(o),), lanes=lanes, o=o, d=d, t_max=t_max, **arrays)
+    assert np.asarray(got["t"]).shape == (2000,)
+
+
+def test_scene_refuses_a_hierarchy_deeper_than_the_stack(monkeypatch):
+    monkeypatch.setattr(ir.bvh_query, "STACK_SIZE", 4)
+    with pytest.raises(SceneError, match="traversal stack"):
+        jaxrender.load_dict(jaxrender.cornell_box())
+
+
+def test_query_has_no_derivative():
+    """Hits are not differentiated through (callers recompute positions from
+    differentiable data): d/dx (2 x + t(x)) is 2 where the ray hits."""
+    v, f = MESHES["one triangle"]()
+    arrays = scene_arrays(v, f)
+    wide_keys = ("wide_bounds", "wide_children", "leaf_tris", "leaf_prims")
+
+    def body(x, wide_bounds, wide_children, leaf_tris, leaf_prims):
+        def fn(x):
+            t, _, _, _ = ir.bvh_query.closest_hit((wide_bounds, wide_children, leaf_tris, leaf_prims),
+                                                  ir.Vec(x, 0.25, -1.0), ir.Vec(0.0, 0.0, 1.0),
+                                                  ir.Vec(1e20, 1e20, 1.0), ir.Float(0.0), ir.Float(10.0))
+            return x * 2.0 + t
+        y, dy = ir.jvp(fn, (x[ir.item_index()],), (ir.Float(1.0),))
+        return {"y": y, "dy": dy}
+    k = ir.trace(body, {"x": ir.In("f32"), **{n: INPUTS[n] for n in wide_keys}},
+                 {"y": ir.Out("f32"), "dy": ir.Out("f32")})
+    got = run(k, (2,), x=np.float32([0.25, 0.5]), **{n: arrays[n] for n in wide_keys})
+    np.testing.assert_array_equal(np.asarray(got["y"]), [1.5, 2.0])
+    np.testing.assert_array_equal(np.asarray(got["dy"]), [2.0, 2.0])
+
+
+def test_bad_buffers_are_refused_at_trace_time():
+    def body(a, c, lt, lp):
+        ir.bvh_query.any_hit((a, c, lt, lp), ir.Vec(0.0, 0.0, 0.0), ir.Vec(0.0, 0.0, 1.0),
+                             ir.Vec(1e20, 1e20, 1.0), 0.0, 1.0)
+        return {"y": ir.Float(0.0)}
+    with pytest.raises(ir.IRError, match="bounds buffer"):
+        ir.trace(body, {"a": ir.In("f32", (6,)), "c": ir.In("i32", (8,)), "lt": ir.In("f32", (36,)),
+                        "lp": ir.In("i32", (4,))}, {"y": ir.Out("f32")})
+
+
+@pytest.mark.parametrize("op", ["sin", "cos"])
+def test_sin_cos_same_bits_in_one_lane_and_packets(op):
+    """The inline double-precision sin/cos (lowering/vmath.py) is the same
+    arithmetic in both code generators; huge arguments take the C library."""
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.uniform(-10, 10, 5000), rng.uniform(-1e7, 1e7, 500), [0.0, -0.0, 1e30, np.inf, np.nan],
+                        np.exp(rng.uniform(-80, 0, 500))]).astype(np.float32)
+    fn = getattr(ir, op)
+    k = ir.trace(lambda x: {"y": fn(x[ir.item_index()])}, {"x": ir.In("f32")}, {"y": ir.Out("f32")})
+    one = np.asarray(run(k, (len(x),), lanes=1, x=x)["y"])
+    packed = np.asarray(run(k, (len(x),), x=x)["y"])
+    assert one.tobytes() == packed.tobytes()
