@@ -20,7 +20,7 @@ from llvmlite import ir as ll
 from ..ir.bvh_query import CLOSEST
 from ..ir.graph import BOOL, F32, I32, U32, Block, Node, f32_bits
 from ..ir.kernel import Kernel, _width
-from . import bvh_traversal
+from . import bvh_traversal, vmath
 from .abi import InfoLayout
 
 f32, i32, i64, i1, i8 = ll.FloatType(), ll.IntType(32), ll.IntType(64), ll.IntType(1), ll.IntType(8)
@@ -95,6 +95,11 @@ class ItemCodegen:
         return self.b.call(fn, vals)
 
     def libm_call(self, name: str, vals: list):
+        if name in vmath.FUNCS:
+            return vmath.emit(self, name, vals[0])
+        return self.libm_scalar_lanes(name, vals)
+
+    def libm_scalar_lanes(self, name: str, vals: list):
         return self.b.call(self.decl(name, f32, [f32] * len(vals)), vals)
 
     def decl(self, name: str, ret: ll.Type, args: list[ll.Type]) -> ll.Function:
@@ -597,7 +602,7 @@ class PacketCodegen(ItemCodegen):
     def type_suffix(self, t: str) -> str:
         return f"v{self.lanes}" + super().type_suffix(t)
 
-    def libm_call(self, name: str, vals: list):
+    def libm_scalar_lanes(self, name: str, vals: list):
         # The C math library is scalar: call it lane by lane.
         b = self.b
         fn = self.decl(name, f32, [f32] * len(vals))
