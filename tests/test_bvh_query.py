@@ -108,6 +108,7 @@ def test_corrupt_indices_are_clamped_not_followed(lanes):
     ch = arrays["wide_children"].copy()
     ch[rng.random(ch.shape) < 0.3] = 10 ** 9        # far past the last node
     ch[rng.random(ch.shape) < 0.3] = -10 ** 9       # far past the last leaf block
+    ch[1:, 0] = 0                                    # cycles back to the root
     arrays["wide_children"] = ch
     o, d, t_max = rays(2000, v.min(0), v.max(0), seed=1)
     got = run(query_kernel(True), (len(o),), lanes=lanes, o=o, d=d, t_max=t_max, **arrays)

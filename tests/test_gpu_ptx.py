@@ -203,13 +203,15 @@ def test_megakernels_assemble_for_sm80_and_sm90(name, capsys):
     for sm, r in reports.items():
         assert 0 < r.registers <= 255
         # Stack: the BVH traversal's stack of (node, distance) entries
-        # (ir.bvh_query.STACK_SIZE of them, 8 bytes each), and libdevice's
-        # sinf/cosf keep a 28-byte Payne-Hanek table in local memory.
-        # Spills: none in the primal, a few words (at 255 registers) in the
-        # adjoints, which carry the most live state; a growth past this
-        # bound is a regression to look at.
-        assert r.stack_frame <= 8 * ir.bvh_query.STACK_SIZE + 128 + r.spill_stores, r.log
-        assert r.spill_stores <= 96 and r.spill_loads <= 96, r.log
+        # (ir.bvh_query.STACK_SIZE of them, 8 bytes each), plus up to 384
+        # bytes of other local data: libdevice's sinf/cosf keep a 28-byte
+        # Payne-Hanek table there, and spills and spilled call arguments
+        # go there. Spills: none in the primal; in the adjoints, which carry
+        # the most live state at the 255-register limit, up to 40 words
+        # (values live across the calls of the traversal routine among
+        # them); a growth past these bounds is a regression to look at.
+        assert r.stack_frame <= 8 * ir.bvh_query.STACK_SIZE + 384, r.log
+        assert r.spill_stores <= 160 and r.spill_loads <= 160, r.log
         if name == "path":
             assert r.spill_stores == 0 and r.spill_loads == 0, r.log
 

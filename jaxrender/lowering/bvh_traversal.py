@@ -10,8 +10,10 @@ routine serves the CPU (where the vectors are SSE/AVX registers) and NVPTX
 
 Generated code runs on raw pointers, so every index read from the buffers is
 clamped to its buffer (a wrong hierarchy gives wrong hits, never a wild
-read), and a push onto a full stack is dropped. The scene builder checks the
-hierarchy (child indices, acyclic, stack depth) before any launch.
+read), a push onto a full stack is dropped, and a query gives up after as
+many visits as there are nodes and blocks (a cycle cannot hang it). The
+scene builder checks the hierarchy (child indices, acyclic, stack depth)
+before any launch.
 """
 from __future__ import annotations
 
@@ -30,12 +32,13 @@ FAR_PAD = 1.0000004
 NAMES = {CLOSEST: "jaxrender_bvh_closest", ANY: "jaxrender_bvh_any"}
 
 
-def routine(module: ll.Module, mode: int) -> ll.Function:
+def routine(module: ll.Module, mode: int, inline: bool = True) -> ll.Function:
     """The traversal function of ``mode`` (CLOSEST or ANY) in ``module``,
     emitted on first use. Arguments: bounds, children, leaf_tris,
     leaf_prims pointers, node and block counts (i64), then ox, oy, oz, dx,
     dy, dz, inv_dx, inv_dy, inv_dz, t_min, t_max. CLOSEST returns
-    {t, prim, b1, b2}; ANY returns i1."""
+    {t, prim, b1, b2}; ANY returns i1. ``inline=False`` keeps it a
+    function of its own (GPU: its registers are not added to the kernel's)."""
     name = NAMES[mode]
     fn = module.globals.get(name)
     if fn is not None:
@@ -43,6 +46,8 @@ def routine(module: ll.Module, mode: int) -> ll.Function:
     ret = HIT_TYPE if mode == CLOSEST else i1
     fn = ll.Function(module, ll.FunctionType(ret, [ptr] * 4 + [i64, i64] + [f32] * 11), name)
     fn.linkage = "internal"
+    if not inline:
+        fn.attributes.add("noinline")
     _Traversal(fn, mode).emit()
     return fn
 
@@ -84,6 +89,8 @@ class _Traversal:
         best_p = b.alloca(i32, name="best_prim")
         best_u = b.alloca(f32, name="best_u")
         best_v = b.alloca(f32, name="best_v")
+        steps_a = b.alloca(i64, name="steps")
+        b.store(i64(0), steps_a)
         for a, v in ((cur_a, i32(0)), (sp_a, i32(0)), (best_t, t_max), (best_p, i32(-1)),
                      (best_u, f32(0.0)), (best_v, f32(0.0))):
             b.store(v, a)
@@ -110,6 +117,13 @@ class _Traversal:
         b.cbranch(b.icmp_unsigned("==", n_nodes, i64(0)), done_bb, loop)
 
         b.position_at_end(loop)
+        # A tree visits each node and block at most once; a corrupt buffer
+        # with a cycle must end too.
+        steps = b.add(b.load(steps_a, typ=i64), i64(1))
+        b.store(steps, steps_a)
+        visit_bb = self.block("visit.go")
+        b.cbranch(b.icmp_unsigned(">", steps, b.add(n_nodes, n_blocks)), done_bb, visit_bb)
+        b.position_at_end(visit_bb)
         cur = b.load(cur_a, typ=i32)
         b.cbranch(b.icmp_signed(">=", cur, i32(0)), node_bb, leaf_bb)
 
@@ -134,39 +148,10 @@ class _Traversal:
         # Visit the nearest hit child next; push the others.
         b.position_at_end(kids_bb)
         kids = b.load(b.gep(children, [b.mul(node, i64(8))], inbounds=True, source_etype=i32), typ=V8I, align=4)
-        bit_loop, bit_done = self.block("children.each"), self.block("children.done")
-        entry = b.block
-        b.branch(bit_loop)
-        b.position_at_end(bit_loop)
-        m = b.phi(i32)
-        near_c = b.phi(i32)
-        near_d = b.phi(f32)
-        m.add_incoming(bits, entry)
-        near_c.add_incoming(i32(0), entry)
-        near_d.add_incoming(f32(float("inf")), entry)
-        k = b.call(self.cttz(), [m, ll.Constant(i1, 1)])
-        ck = b.extract_element(kids, k)
-        dk = b.extract_element(t_near, k)
-        first = b.fcmp_ordered("==", near_d, f32(float("inf")))
-        nearer = b.fcmp_ordered("<", dk, near_d)
-        push_c = b.select(nearer, near_c, ck)
-        push_d = b.select(nearer, near_d, dk)
-        new_c = b.select(nearer, ck, near_c)
-        new_d = b.select(nearer, dk, near_d)
-        # The first hit child only becomes the candidate; a later one pushes
-        # whichever of the two is farther.
-        self.push(b.and_(b.not_(first), b.icmp_unsigned("<", b.load(sp_a, typ=i32), i32(STACK_SIZE))),
-                  push_c, push_d, sp_a, stack_node, stack_dist)
-        rest = b.and_(m, b.sub(m, i32(1)))
-        here = b.block
-        m.add_incoming(rest, here)
-        near_c.add_incoming(new_c, here)
-        near_d.add_incoming(new_d, here)
-        b.cbranch(b.icmp_unsigned("==", rest, i32(0)), bit_done, bit_loop)
-        b.position_at_end(bit_done)
-        b.store(new_c, cur_a)
-        b.branch(loop)
+        self.visit_children(bits, kids, t_near, cur_a, sp_a, stack_node, stack_dist, loop)
 
+        # -- a leaf block: four triangles at once -------------------------
+        b.position_at_end(leaf_bb)
         # -- a leaf block: four triangles at once -------------------------
         b.position_at_end(leaf_bb)
         blk = b.zext(b.xor(cur, i32(-1)), i64)
@@ -228,6 +213,42 @@ class _Traversal:
             b.ret(res)
         else:
             b.ret(ll.Constant(i1, 0))
+
+    def visit_children(self, bits, kids, t_near, cur_a, sp_a, stack_node, stack_dist, loop):
+        """Go to the nearest hit child; push the others (a loop over the hit bits)."""
+        b = self.b
+        bit_loop, bit_done = self.block("children.each"), self.block("children.done")
+        entry = b.block
+        b.branch(bit_loop)
+        b.position_at_end(bit_loop)
+        m = b.phi(i32)
+        near_c = b.phi(i32)
+        near_d = b.phi(f32)
+        m.add_incoming(bits, entry)
+        near_c.add_incoming(i32(0), entry)
+        near_d.add_incoming(f32(float("inf")), entry)
+        k = b.call(self.cttz(), [m, ll.Constant(i1, 1)])
+        ck = b.extract_element(kids, k)
+        dk = b.extract_element(t_near, k)
+        first = b.fcmp_ordered("==", near_d, f32(float("inf")))
+        nearer = b.fcmp_ordered("<", dk, near_d)
+        push_c = b.select(nearer, near_c, ck)
+        push_d = b.select(nearer, near_d, dk)
+        new_c = b.select(nearer, ck, near_c)
+        new_d = b.select(nearer, dk, near_d)
+        # The first hit child only becomes the candidate; a later one pushes
+        # whichever of the two is farther.
+        self.push(b.and_(b.not_(first), b.icmp_unsigned("<", b.load(sp_a, typ=i32), i32(STACK_SIZE))),
+                  push_c, push_d, sp_a, stack_node, stack_dist)
+        rest = b.and_(m, b.sub(m, i32(1)))
+        here = b.block
+        m.add_incoming(rest, here)
+        near_c.add_incoming(new_c, here)
+        near_d.add_incoming(new_d, here)
+        b.cbranch(b.icmp_unsigned("==", rest, i32(0)), bit_done, bit_loop)
+        b.position_at_end(bit_done)
+        b.store(new_c, cur_a)
+        b.branch(loop)
 
     def push(self, cond, node, dist, sp_a, stack_node, stack_dist) -> None:
         b = self.b
