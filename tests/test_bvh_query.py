@@ -151,17 +151,3 @@ def test_bad_buffers_are_refused_at_trace_time():
     with pytest.raises(ir.IRError, match="bounds buffer"):
         ir.trace(body, {"a": ir.In("f32", (6,)), "c": ir.In("i32", (8,)), "lt": ir.In("f32", (36,)),
                         "lp": ir.In("i32", (4,))}, {"y": ir.Out("f32")})
-
-
-@pytest.mark.parametrize("op", ["sin", "cos"])
-def test_sin_cos_same_bits_in_one_lane_and_packets(op):
-    """The inline double-precision sin/cos (lowering/vmath.py) is the same
-    arithmetic in both code generators; huge arguments take the C library."""
-    rng = np.random.default_rng(0)
-    x = np.concatenate([rng.uniform(-10, 10, 5000), rng.uniform(-1e7, 1e7, 500), [0.0, -0.0, 1e30, np.inf, np.nan],
-                        np.exp(rng.uniform(-80, 0, 500))]).astype(np.float32)
-    fn = getattr(ir, op)
-    k = ir.trace(lambda x: {"y": fn(x[ir.item_index()])}, {"x": ir.In("f32")}, {"y": ir.Out("f32")})
-    one = np.asarray(run(k, (len(x),), lanes=1, x=x)["y"])
-    packed = np.asarray(run(k, (len(x),), x=x)["y"])
-    assert one.tobytes() == packed.tobytes()

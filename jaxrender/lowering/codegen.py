@@ -97,7 +97,7 @@ class ItemCodegen:
 
     def libm_call(self, name: str, vals: list):
         if name in vmath.FUNCS:
-            return vmath.emit(self, name, vals[0])
+            return vmath.emit(self, name, *vals)
         return self.libm_scalar_lanes(name, vals)
 
     def libm_scalar_lanes(self, name: str, vals: list):

@@ -1,4 +1,5 @@
-"""sin and cos for the CPU code generators, in double precision, inline.
+"""sin, cos, atan, atan2, asin and acos for the CPU code generators, in
+double precision, inline.
 
 The C library's ``sinf``/``cosf`` are scalar calls: a SIMD packet makes one
 per lane, which profiles showed to be 10-15% of a path-tracing kernel
@@ -6,13 +7,21 @@ per lane, which profiles showed to be 10-15% of a path-tracing kernel
 LLVM IR over the code generator's own shape (a scalar or a vector of lanes),
 so the one-lane and the packet code compute the same bits.
 
-Method: the argument is widened to double and reduced by the nearest
+sin/cos: the argument is widened to double and reduced by the nearest
 multiple of pi/2 with a two-part pi/2 whose first part has 25 bits, so the
 product with the multiple (< 2^20) is exact; the reduced argument is in
 [-pi/4, pi/4], where the Taylor polynomials below have a relative error
 under 2^-44. The double result is rounded once to float, so the error is at
 most 0.5 ulp plus that, within ``ir.ULP_BOUND``. Arguments of magnitude
 2^20 * pi/2 or more (and inf/NaN) take the C library for their lanes.
+
+atan: |x| > 1 maps to pi/2 - atan(1/x), then t > tan(pi/8) to
+pi/4 + atan((t - 1) / (t + 1)), leaving |t| <= tan(pi/8), where the odd Taylor
+series to t^31 has a relative error under 2^-39. atan2 is atan(y / x) in
+double (no overflow or underflow for float inputs) moved to the right
+quadrant; asin and acos are atan2 of (x, sqrt((1 - x)(1 + x))) and its swap.
+Each is rounded once to float. Inputs where a formula does not hold (0/0 and
+inf/inf in atan2, |x| > 1 in asin/acos, NaN) take the C library for their lanes.
 """
 from __future__ import annotations
 
@@ -30,32 +39,124 @@ FAST_LIMIT = 2.0 ** 20 * 1.5707963267948966  # |x| below this: exact k * PIO2_HI
 # Taylor coefficients: sin r = r (1 + r^2 (S[0] + r^2 (S[1] + ...))), cos r = 1 + r^2 (C[0] + ...).
 SIN_COEF = [float(Fraction((-1) ** k, factorial(2 * k + 1))) for k in range(1, 8)]
 COS_COEF = [float(Fraction((-1) ** k, factorial(2 * k))) for k in range(1, 9)]
-FUNCS = ("sinf", "cosf")
+# atan t = t (1 + t^2 (A[0] + t^2 (A[1] + ...))), A[k] = (-1)^(k+1) / (2k + 3).
+ATAN_COEF = [float(Fraction((-1) ** (k + 1), 2 * k + 3)) for k in range(15)]
+TAN_PI_8 = 0.41421356237309503   # tan(pi/8), rounded to double
+PI = 3.141592653589793
+FUNCS = ("sinf", "cosf", "atanf", "atan2f", "asinf", "acosf")
 
 
-def emit(cg, name: str, x):
-    """``name`` ("sinf" or "cosf") of ``x``, a float value of ``cg``'s shape
-    (cg: an ItemCodegen; its builder ``cg.b`` is positioned where the result
-    is needed)."""
-    b = cg.b
-    n = cg.lanes
-    dt = f64 if n == 1 else ll.VectorType(f64, n)
-    it = i32 if n == 1 else ll.VectorType(i32, n)
+class _Shape:
+    """Constants and helpers in the code generator's shape (scalar or lanes)."""
 
-    def c64(v):
+    def __init__(self, cg):
+        self.cg, self.b, self.n = cg, cg.b, cg.lanes
+        self.dt = f64 if self.n == 1 else ll.VectorType(f64, self.n)
+        self.it = i32 if self.n == 1 else ll.VectorType(i32, self.n)
+
+    def c64(self, v):
         c = ll.Constant(f64, v)
-        return c if n == 1 else ll.Constant(dt, [c] * n)
+        return c if self.n == 1 else ll.Constant(self.dt, [c] * self.n)
 
-    def ci(v):
+    def ci(self, v):
         c = ll.Constant(i32, v)
-        return c if n == 1 else ll.Constant(it, [c] * n)
+        return c if self.n == 1 else ll.Constant(self.it, [c] * self.n)
 
-    def horner(z, coef):
-        acc = c64(coef[-1])
+    def horner(self, z, coef):
+        b = self.b
+        acc = self.c64(coef[-1])
         for c in reversed(coef[:-1]):
-            acc = b.fadd(b.fmul(acc, z), c64(c))
+            acc = b.fadd(b.fmul(acc, z), self.c64(c))
         return acc
 
+    def f64_intrinsic(self, name: str, args):
+        sfx = "f64" if self.n == 1 else f"v{self.n}f64"
+        return self.b.call(self.cg.decl(f"llvm.{name}.{sfx}", self.dt, [self.dt] * len(args)), args)
+
+
+def emit(cg, name: str, *args):
+    """``name`` (one of FUNCS) of ``args``, float values of ``cg``'s shape
+    (cg: an ItemCodegen; its builder ``cg.b`` is positioned where the result
+    is needed)."""
+    if name in ("sinf", "cosf"):
+        fast, special = _sincos(cg, name, args[0])
+    else:
+        fast, special = _arc(cg, name, args)
+    return _with_fallback(cg, name, args, fast, special)
+
+
+def _with_fallback(cg, name, args, fast, special):
+    """``fast`` where ``special`` is false; the C library in the other lanes
+    (a branch taken only when some lane needs it)."""
+    b = cg.b
+    any_special = special if cg.lanes == 1 else cg.any(special)
+    entry = b.block
+    slow_bb = cg.fn.append_basic_block(f"{name}.special")
+    join = cg.fn.append_basic_block(f"{name}.join")
+    b.cbranch(any_special, slow_bb, join)
+    b.position_at_end(slow_bb)
+    slow = b.select(special, cg.libm_scalar_lanes(name, list(args)), fast)
+    slow_end = b.block
+    b.branch(join)
+    b.position_at_end(join)
+    out = b.phi(cg.T("f32"))
+    out.add_incoming(fast, entry)
+    out.add_incoming(slow, slow_end)
+    return out
+
+
+def _atan_d(sh: _Shape, t):
+    """atan of a double (any finite or infinite value; the sign of 0 kept)."""
+    b = sh.b
+    a = sh.f64_intrinsic("fabs", [t])
+    big = b.fcmp_ordered(">", a, sh.c64(1.0))
+    a = b.select(big, b.fdiv(sh.c64(1.0), a), a)
+    mid = b.fcmp_ordered(">", a, sh.c64(TAN_PI_8))
+    a = b.select(mid, b.fdiv(b.fsub(a, sh.c64(1.0)), b.fadd(a, sh.c64(1.0))), a)
+    z = b.fmul(a, a)
+    r = b.fmul(a, b.fadd(sh.c64(1.0), b.fmul(z, sh.horner(z, ATAN_COEF))))
+    r = b.select(mid, b.fadd(sh.c64(PI / 4), r), r)
+    r = b.select(big, b.fsub(sh.c64(PI / 2), r), r)
+    return sh.f64_intrinsic("copysign", [r, t])
+
+
+def _atan2_d(sh: _Shape, y, x):
+    """atan2 of doubles, except 0/0 and inf/inf (the caller's fallback)."""
+    b = sh.b
+    r = _atan_d(sh, b.fdiv(y, x))
+    neg_x = b.fcmp_ordered("<", x, sh.c64(0.0))
+    r = b.select(neg_x, b.fadd(r, sh.f64_intrinsic("copysign", [sh.c64(PI), y])), r)
+    # On the y axis y / x is +-inf with the sign of x's zero: +-pi/2 by y alone.
+    return b.select(b.fcmp_ordered("==", x, sh.c64(0.0)), sh.f64_intrinsic("copysign", [sh.c64(PI / 2), y]), r)
+
+
+def _arc(cg, name: str, args):
+    sh = _Shape(cg)
+    b = sh.b
+    d = [b.fpext(v, sh.dt) for v in args]
+    isnan = [b.fcmp_unordered("uno", v, v) for v in args]
+    if name == "atanf":
+        return b.fptrunc(_atan_d(sh, d[0]), cg.T("f32")), isnan[0]
+    if name == "atan2f":
+        y, x = d
+        ay, ax = sh.f64_intrinsic("fabs", [y]), sh.f64_intrinsic("fabs", [x])
+        both_zero = b.and_(b.fcmp_ordered("==", ay, sh.c64(0.0)), b.fcmp_ordered("==", ax, sh.c64(0.0)))
+        inf = sh.c64(float("inf"))
+        both_inf = b.and_(b.fcmp_ordered("==", ay, inf), b.fcmp_ordered("==", ax, inf))
+        special = b.or_(b.or_(isnan[0], isnan[1]), b.or_(both_zero, both_inf))
+        return b.fptrunc(_atan2_d(sh, y, x), cg.T("f32")), special
+    x = d[0]
+    root = sh.f64_intrinsic("sqrt", [b.fmul(b.fsub(sh.c64(1.0), x), b.fadd(sh.c64(1.0), x))])
+    special = b.or_(isnan[0], b.fcmp_ordered(">", sh.f64_intrinsic("fabs", [x]), sh.c64(1.0)))
+    r = _atan2_d(sh, x, root) if name == "asinf" else _atan2_d(sh, root, x)
+    return b.fptrunc(r, cg.T("f32")), special
+
+
+def _sincos(cg, name: str, x):
+    sh = _Shape(cg)
+    b, dt, it = sh.b, sh.dt, sh.it
+    c64, ci, horner = sh.c64, sh.ci, sh.horner
+    n = sh.n
     xd = b.fpext(x, dt)
     rint = cg.decl("llvm.rint.f64" if n == 1 else f"llvm.rint.v{n}f64", dt, [dt])
     k = b.call(rint, [b.fmul(xd, c64(INV_PIO2))])
@@ -74,18 +175,4 @@ def emit(cg, name: str, x):
     fast = b.fptrunc(v, cg.T("f32"))
     # Large, infinite or NaN arguments: the C library, for those lanes only.
     fabs = cg.intrinsic("llvm.fabs", "f32", ["f32"], [x])
-    big = b.fcmp_unordered(">=", fabs, cg.cf32(FAST_LIMIT))
-    any_big = big if n == 1 else cg.any(big)
-    entry = b.block
-    slow_bb = cg.fn.append_basic_block(f"{name}.large")
-    join = cg.fn.append_basic_block(f"{name}.join")
-    b.cbranch(any_big, slow_bb, join)
-    b.position_at_end(slow_bb)
-    slow = b.select(big, cg.libm_scalar_lanes(name, [x]), fast)
-    slow_end = b.block
-    b.branch(join)
-    b.position_at_end(join)
-    out = b.phi(cg.T("f32"))
-    out.add_incoming(fast, entry)
-    out.add_incoming(slow, slow_end)
-    return out
+    return fast, b.fcmp_unordered(">=", fabs, cg.cf32(FAST_LIMIT))
