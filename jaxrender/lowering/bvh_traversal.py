@@ -53,6 +53,53 @@ def routine(module: ll.Module, mode: int, gpu: bool = False) -> ll.Function:
     return fn
 
 
+def packet_routine(module: ll.Module, mode: int, lanes: int) -> ll.Function:
+    """A query for each set bit of a packet's mask (CPU): arguments are the
+    four buffer pointers, node and block counts, then pointers to the lanes'
+    buffer offsets (4 x lanes i32, in elements), rays (11 x lanes f32, the
+    scalar routine's float arguments, argument-major), the mask bits, and
+    the results (4 x lanes 32-bit words: t, prim, b1, b2; ANY: lanes i32)."""
+    name = f"{NAMES[mode]}_x{lanes}"
+    fn = module.globals.get(name)
+    if fn is not None:
+        return fn
+    one = routine(module, mode)
+    fn = ll.Function(module, ll.FunctionType(ll.VoidType(), [ptr] * 4 + [i64, i64, ptr, ptr, i32, ptr]), name)
+    fn.linkage = "internal"
+    fn.attributes.add("noinline")
+    bufs = fn.args[:4]
+    n_nodes, n_blocks, offs, rays, bits, out = fn.args[4:]
+    b = ll.IRBuilder(fn.append_basic_block("entry"))
+    loop, done = fn.append_basic_block("lane"), fn.append_basic_block("done")
+    entry = b.block
+    b.cbranch(b.icmp_unsigned("==", bits, i32(0)), done, loop)
+    b.position_at_end(loop)
+    m = b.phi(i32)
+    m.add_incoming(bits, entry)
+    cttz = module.globals.get("llvm.cttz.i32") or ll.Function(module, ll.FunctionType(i32, [i32, i1]), "llvm.cttz.i32")
+    lane = b.zext(b.call(cttz, [m, ll.Constant(i1, 1)]), i64)
+
+    def at(base, j, et):
+        return b.gep(base, [b.add(i64(j * lanes), lane)], inbounds=True, source_etype=et)
+
+    ets = (f32, i32, f32, i32)
+    bases = [b.gep(buf, [b.sext(b.load(at(offs, j, i32), typ=i32), i64)], inbounds=True, source_etype=ets[j])
+             for j, buf in enumerate(bufs)]
+    r = b.call(one, bases + [n_nodes, n_blocks] + [b.load(at(rays, j, f32), typ=f32) for j in range(11)])
+    if mode == CLOSEST:
+        for k in range(4):
+            v = b.extract_value(r, k)
+            b.store(v, at(out, k, v.type))
+    else:
+        b.store(b.zext(r, i32), at(out, 0, i32))
+    rest = b.and_(m, b.sub(m, i32(1)))
+    m.add_incoming(rest, b.block)
+    b.cbranch(b.icmp_unsigned("==", rest, i32(0)), done, loop)
+    b.position_at_end(done)
+    b.ret_void()
+    return fn
+
+
 def _splat(b: ll.IRBuilder, v, n: int):
     vt = ll.VectorType(v.type, n)
     one = b.insert_element(ll.Constant(vt, ll.Undefined), v, i32(0))

@@ -789,46 +789,39 @@ class PacketCodegen(ItemCodegen):
                                          b.extract_element(value, i32(lane)), "monotonic")
 
     def call_bvh_query(self, mode: int, bufs: list[int], a: list) -> list:
-        """Each active lane runs the traversal alone (a loop over the set bits
-        of the mask): lanes of a packet diverge at once in a hierarchy."""
+        """Each active lane runs the traversal alone: lanes of a packet
+        diverge at once in a hierarchy. The loop over the lanes is a function
+        of its own (bvh_traversal.packet_routine), so its registers are not
+        shared with the megakernel's live state (inlined, LLVM spilled and
+        reloaded that state inside the traversal loop); the packet's rays,
+        buffer offsets and results pass through memory once per query."""
         b = self.b
         n = self.lanes
-        fn = bvh_traversal.routine(self.m, mode)
-        types = [F32, I32, F32, F32] if mode == CLOSEST else [BOOL]
-        init = [ll.Constant(self.T(t), None) for t in types]
+        fn = bvh_traversal.packet_routine(self.m, mode, n)
+        vf, vi = self.T(F32), self.T(I32)
+        rays, offs, out = self.entry_alloca(vf, 11), self.entry_alloca(vi, 4), self.entry_alloca(vi, 4)
+        for j, v in enumerate(a):
+            b.store(v, b.gep(rays, [i64(j)], inbounds=True, source_etype=self.T(F32)), align=4)
+        for j, i in enumerate(bufs):
+            b.store(self.in_off[i], b.gep(offs, [i64(j)], inbounds=True, source_etype=self.T(I32)), align=4)
         bits = b.zext(b.bitcast(self.mask, ll.IntType(n)), i32)
-        pre = b.block
-        loop = self.fn.append_basic_block("bvh.lane")
-        done = self.fn.append_basic_block("bvh.done")
-        b.cbranch(b.icmp_unsigned("==", bits, i32(0)), done, loop)
-        b.position_at_end(loop)
-        m = b.phi(i32)
-        m.add_incoming(bits, pre)
-        acc = []
-        for t, v in zip(types, init):
-            ph = b.phi(self.T(t))
-            ph.add_incoming(v, pre)
-            acc.append(ph)
-        lane = b.call(self.decl("llvm.cttz.i32", i32, [i32, i1]), [m, ll.Constant(i1, 1)])
-        bases = [b.gep(self.in_data[i], [b.sext(b.extract_element(self.in_off[i], lane), i64)], inbounds=True,
-                       source_etype=LLTYPE[self.in_specs[i].dtype]) for i in bufs]
-        r = b.call(fn, bases + [self.in_rows[bufs[0]], self.in_rows[bufs[2]]] +
-                   [b.extract_element(v, lane) for v in a])
-        outs = [b.extract_value(r, j) for j in range(4)] if mode == CLOSEST else [r]
-        new = [b.insert_element(ph, o, lane) for ph, o in zip(acc, outs)]
-        rest = b.and_(m, b.sub(m, i32(1)))
-        m.add_incoming(rest, b.block)
-        for ph, v in zip(acc, new):
-            ph.add_incoming(v, b.block)
-        b.cbranch(b.icmp_unsigned("==", rest, i32(0)), done, loop)
-        b.position_at_end(done)
-        res = []
-        for t, v0, v1 in zip(types, init, new):
-            ph = b.phi(self.T(t))
-            ph.add_incoming(v0, pre)
-            ph.add_incoming(v1, loop)
-            res.append(ph)
-        return res
+        b.call(fn, [self.in_data[i] for i in bufs] + [self.in_rows[bufs[0]], self.in_rows[bufs[2]], offs, rays,
+                                                       bits, out])
+        got = [b.load(b.gep(out, [i64(k)], inbounds=True, source_etype=vi), typ=vi, align=4)
+               for k in range(4 if mode == CLOSEST else 1)]
+        if mode != CLOSEST:
+            return [b.icmp_unsigned("!=", got[0], self.ci32(0))]
+        return [b.bitcast(got[0], vf), got[1], b.bitcast(got[2], vf), b.bitcast(got[3], vf)]
+
+    def entry_alloca(self, et, count: int):
+        """A stack array allocated once in the function's entry block (an
+        alloca inside a loop would grow the stack on every iteration)."""
+        b = self.b
+        here = b.block
+        b.position_at_start(self.fn.entry_basic_block)
+        p = b.alloca(et, size=i32(count))
+        b.position_at_end(here)
+        return p
 
     def lower_check(self, n: Node, ok):
         b = self.b
