@@ -17,17 +17,15 @@ from lanes import LANES, run
 
 INPUTS = {"o": ir.In("f32", (3,)), "d": ir.In("f32", (3,)), "t_max": ir.In("f32"),
           "tris": ir.In("f32", (9,)), "bounds": ir.In("f32", (6,)), "links": ir.In("i32", (3,)),
-          "wide_bounds": ir.In("f32", (48,)), "wide_children": ir.In("i32", (8,)),
-          "leaf_tris": ir.In("f32", (36,)), "leaf_prims": ir.In("i32", (4,))}
+          "wide_nodes": ir.In("i32", (56,)), "wide_leaves": ir.In("i32", (40,))}
 OUTPUTS = {k: ir.Out(t) for k, t in (("t", "f32"), ("prim", "i32"), ("b1", "f32"), ("b2", "f32"),
                                      ("occluded", "i32"))}
 
 
 def query_kernel(wide: bool) -> ir.Kernel:
-    def body(o, d, t_max, tris, bounds, links, wide_bounds, wide_children, leaf_tris, leaf_prims):
+    def body(o, d, t_max, tris, bounds, links, wide_nodes, wide_leaves):
         i = ir.item_index()
-        geo = geometry.SceneGeometry(tris, bounds, links,
-                                     wide=(wide_bounds, wide_children, leaf_tris, leaf_prims) if wide else None)
+        geo = geometry.SceneGeometry(tris, bounds, links, wide=(wide_nodes, wide_leaves) if wide else None)
         ray_o, ray_d = ir.Vec(*o[i]), ir.Vec(*d[i])
         t, prim, b1, b2 = geometry.closest_hit(geo, ray_o, ray_d, ir.Float(1e-4), geometry.INF)
         occ = geometry.occluded(geo, ray_o, ray_d, ir.Float(1e-4), t_max[i])
@@ -40,8 +38,8 @@ def scene_arrays(v, f):
     tris = leaf_order_tris(b, v, f)
     w = build_wide_bvh(b, tris)
     w.check(n_tris=len(f), tris=tris)
-    return dict(tris=tris, bounds=b.node_bounds, links=b.node_links, wide_bounds=w.bounds,
-                wide_children=w.children, leaf_tris=w.leaf_tris, leaf_prims=w.leaf_prims)
+    nodes, leaves = w.packed()
+    return dict(tris=tris, bounds=b.node_bounds, links=b.node_links, wide_nodes=nodes, wide_leaves=leaves)
 
 
 def rays(n, lo, hi, seed):
@@ -89,9 +87,8 @@ def test_wide_query_equals_skip_link_traversal(mesh, lanes):
 
 def test_empty_hierarchy_misses():
     arrays = dict(tris=np.zeros((0, 9), np.float32), bounds=np.zeros((0, 6), np.float32),
-                  links=np.zeros((0, 3), np.int32), wide_bounds=np.zeros((0, 48), np.float32),
-                  wide_children=np.zeros((0, 8), np.int32), leaf_tris=np.zeros((0, 36), np.float32),
-                  leaf_prims=np.zeros((0, 4), np.int32))
+                  links=np.zeros((0, 3), np.int32), wide_nodes=np.zeros((0, 56), np.int32),
+                  wide_leaves=np.zeros((0, 40), np.int32))
     o, d, t_max = rays(64, np.zeros(3), np.ones(3), seed=0)
     got = run(query_kernel(True), (64,), o=o, d=d, t_max=t_max, **arrays)
     assert np.all(np.asarray(got["prim"]) == -1) and np.all(np.isinf(np.asarray(got["t"])))
@@ -105,11 +102,12 @@ def test_corrupt_indices_are_clamped_not_followed(lanes):
     v, f = MESHES["sphere"]()
     arrays = scene_arrays(v, f)
     rng = np.random.default_rng(5)
-    ch = arrays["wide_children"].copy()
+    nodes = arrays["wide_nodes"].copy()
+    ch = nodes[:, 48:]
     ch[rng.random(ch.shape) < 0.3] = 10 ** 9        # far past the last node
     ch[rng.random(ch.shape) < 0.3] = -10 ** 9       # far past the last leaf block
     ch[1:, 0] = 0                                    # cycles back to the root
-    arrays["wide_children"] = ch
+    arrays["wide_nodes"] = nodes
     o, d, t_max = rays(2000, v.min(0), v.max(0), seed=1)
     got = run(query_kernel(True), (len(o),), lanes=lanes, o=o, d=d, t_max=t_max, **arrays)
     assert np.asarray(got["t"]).shape == (2000,)
@@ -126,11 +124,11 @@ def test_query_has_no_derivative():
     differentiable data): d/dx (2 x + t(x)) is 2 where the ray hits."""
     v, f = MESHES["one triangle"]()
     arrays = scene_arrays(v, f)
-    wide_keys = ("wide_bounds", "wide_children", "leaf_tris", "leaf_prims")
+    wide_keys = ("wide_nodes", "wide_leaves")
 
-    def body(x, wide_bounds, wide_children, leaf_tris, leaf_prims):
+    def body(x, wide_nodes, wide_leaves):
         def fn(x):
-            t, _, _, _ = ir.bvh_query.closest_hit((wide_bounds, wide_children, leaf_tris, leaf_prims),
+            t, _, _, _ = ir.bvh_query.closest_hit((wide_nodes, wide_leaves),
                                                   ir.Vec(x, 0.25, -1.0), ir.Vec(0.0, 0.0, 1.0),
                                                   ir.Vec(1e20, 1e20, 1.0), ir.Float(0.0), ir.Float(10.0))
             return x * 2.0 + t
@@ -144,10 +142,9 @@ def test_query_has_no_derivative():
 
 
 def test_bad_buffers_are_refused_at_trace_time():
-    def body(a, c, lt, lp):
-        ir.bvh_query.any_hit((a, c, lt, lp), ir.Vec(0.0, 0.0, 0.0), ir.Vec(0.0, 0.0, 1.0),
+    def body(a, c):
+        ir.bvh_query.any_hit((a, c), ir.Vec(0.0, 0.0, 0.0), ir.Vec(0.0, 0.0, 1.0),
                              ir.Vec(1e20, 1e20, 1.0), 0.0, 1.0)
         return {"y": ir.Float(0.0)}
-    with pytest.raises(ir.IRError, match="bounds buffer"):
-        ir.trace(body, {"a": ir.In("f32", (6,)), "c": ir.In("i32", (8,)), "lt": ir.In("f32", (36,)),
-                        "lp": ir.In("i32", (4,))}, {"y": ir.Out("f32")})
+    with pytest.raises(ir.IRError, match="nodes buffer"):
+        ir.trace(body, {"a": ir.In("f32", (56,)), "c": ir.In("i32", (40,))}, {"y": ir.Out("f32")})

@@ -327,7 +327,7 @@ def test_triangle_only_kernels_do_not_touch_shape_buffers():
         used = used_inputs(k)
         assert not (used & unused), (structure, used & unused)
         # Triangle-only scenes query the 8-wide BVH; analytic shapes need the skip-link one.
-        wide = {"wide_bounds", "wide_children", "leaf_tris", "leaf_prims"}
+        wide = {"wide_nodes", "wide_leaves"}
         skip_links = {"bvh_bounds", "bvh_links"}
         assert "tris" in used
         assert (wide <= used and not used & skip_links) if not structure.analytic else \

@@ -9,14 +9,15 @@ generator emits per target (Dr.Jit hands its ray queries to Embree and
 OptiX the same way): in a SIMD packet each active lane runs the routine
 alone.
 
-The layout of the four buffers (built by ``jaxrender.scene.wide_bvh``):
+The layout of the two buffers (``jaxrender.scene.wide_bvh.WideBVH.packed``),
+int32 with floats stored as their bits:
 
-* ``bounds`` (W, 48) f32: per node lo_x[8], lo_y[8], lo_z[8], hi_x[8],
-  hi_y[8], hi_z[8]; an empty slot has lo = +inf, hi = -inf.
-* ``children`` (W, 8) i32: a child >= 0 is a node; ~child a leaf block.
-* ``leaf_tris`` (B, 36) f32: per block of 4 triangles p0, e1 = p1 - p0,
-  e2 = p2 - p0, each coordinate as 4 lanes; a padding lane is all 0.
-* ``leaf_prims`` (B, 4) i32: what a hit on each lane reports (-1: padding).
+* ``nodes`` (W, 56): per node lo_x[8], lo_y[8], lo_z[8], hi_x[8], hi_y[8],
+  hi_z[8] (floats; an empty slot has lo = +inf, hi = -inf), then the 8
+  children: a child >= 0 is a node, ~child a leaf block.
+* ``leaves`` (B, 40): per block of 4 triangles p0, e1 = p1 - p0, e2 = p2 - p0,
+  each coordinate as 4 lanes (floats; a padding lane is all 0), then what a
+  hit on each lane reports (-1: padding).
 
 The query has no derivative: it answers which primitive is hit, and where
 (t, b1, b2) only as values that the caller recomputes from differentiable
@@ -33,12 +34,12 @@ CLOSEST, ANY = 0, 1
 # Entries of the traversal stack; the scene builder checks that its
 # hierarchy never needs more.
 STACK_SIZE = 128
-_LAYOUT = (("bounds", F32, 48), ("children", I32, 8), ("leaf_tris", F32, 36), ("leaf_prims", I32, 4))
+_LAYOUT = (("nodes", I32, 56), ("leaves", I32, 40))
 
 
 def _args(buffers, o, d, inv_d, t_min, t_max):
-    if len(buffers) != 4:
-        raise IRError(f"{OP}: needs 4 buffers (bounds, children, leaf_tris, leaf_prims)")
+    if len(buffers) != len(_LAYOUT):
+        raise IRError(f"{OP}: needs {len(_LAYOUT)} buffers ({', '.join(w for w, _, _ in _LAYOUT)})")
     for buf, (what, dtype, width) in zip(buffers, _LAYOUT):
         if not isinstance(buf, Buffer) or buf.spec.dtype != dtype or buf.width != width:
             raise IRError(f"{OP}: the {what} buffer must be an input of dtype {dtype} and {width} components a row")

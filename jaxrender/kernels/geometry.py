@@ -37,9 +37,9 @@ class SceneGeometry:
         self.prim_shape = prim_shape  # (N,): -1 (triangle) or analytic shape index
         self.shape_data = shape_data  # (S, SHAPE_ROW)
         self.analytic = prim_shape is not None
-        # Triangle-only scenes: the 8-wide BVH's buffers (bounds, children,
-        # leaf_tris, leaf_prims; ir.bvh_query), queried by the builtin
-        # traversal instead of the skip links.
+        # Triangle-only scenes: the 8-wide BVH's buffers (nodes, leaves;
+        # ir.bvh_query), queried by the builtin traversal instead of the
+        # skip links.
         self.wide = wide
 
     def triangle(self, i) -> tuple[Vec, Vec, Vec]:

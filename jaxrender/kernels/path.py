@@ -105,10 +105,8 @@ INPUTS = {
     "shape_data": ir.In("f32", (SHAPE_ROW,)),
     # Triangle-only scenes: the 8-wide BVH of ir.bvh_query (the skip-link
     # BVH above then has no rows); no rows with analytic shapes.
-    "wide_bounds": ir.In("f32", (48,)),
-    "wide_children": ir.In("i32", (8,)),
-    "leaf_tris": ir.In("f32", (36,)),
-    "leaf_prims": ir.In("i32", (4,)),
+    "wide_nodes": ir.In("i32", (56,)),
+    "wide_leaves": ir.In("i32", (40,)),
 }
 OUTPUTS = {"image": ir.Out("f32", (3,))}
 
@@ -273,7 +271,7 @@ def _context(b: dict, seed, diff: bool, structure: Structure = Structure()) -> _
         geo = SceneGeometry(b["tris"], b["bvh_bounds"], b["bvh_links"], b["prim_shape"], b["shape_data"])
     else:
         geo = SceneGeometry(b["tris"], b["bvh_bounds"], b["bvh_links"],
-                            wide=(b["wide_bounds"], b["wide_children"], b["leaf_tris"], b["leaf_prims"]))
+                            wide=(b["wide_nodes"], b["wide_leaves"]))
     return _Ctx(b, geo, pixel,
                 ir.cast(pixel % W, "f32"), ir.cast(pixel // W, "f32"), seed, diff, structure)
 

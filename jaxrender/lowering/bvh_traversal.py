@@ -30,12 +30,13 @@ HIT_TYPE = ll.LiteralStructType([f32, i32, f32, f32])
 # slab arithmetic never culls a box the ray touches.
 FAR_PAD = 1.0000004
 NAMES = {CLOSEST: "jaxrender_bvh_closest", ANY: "jaxrender_bvh_any"}
+NODE_WORDS, LEAF_WORDS = 56, 40   # row widths of the nodes and leaves buffers
 
 
 def routine(module: ll.Module, mode: int, gpu: bool = False) -> ll.Function:
     """The traversal function of ``mode`` (CLOSEST or ANY) in ``module``,
-    emitted on first use. Arguments: bounds, children, leaf_tris,
-    leaf_prims pointers, node and block counts (i64), then ox, oy, oz, dx,
+    emitted on first use. Arguments: nodes and leaves pointers, node and
+    block counts (i64), then ox, oy, oz, dx,
     dy, dz, inv_dx, inv_dy, inv_dz, t_min, t_max. CLOSEST returns
     {t, prim, b1, b2}; ANY returns i1. For the GPU it stays a function of
     its own (its registers are not added to the megakernel's) and issues no
@@ -45,7 +46,7 @@ def routine(module: ll.Module, mode: int, gpu: bool = False) -> ll.Function:
     if fn is not None:
         return fn
     ret = HIT_TYPE if mode == CLOSEST else i1
-    fn = ll.Function(module, ll.FunctionType(ret, [ptr] * 4 + [i64, i64] + [f32] * 11), name)
+    fn = ll.Function(module, ll.FunctionType(ret, [ptr] * 2 + [i64, i64] + [f32] * 11), name)
     fn.linkage = "internal"
     if gpu:
         fn.attributes.add("noinline")
@@ -55,8 +56,8 @@ def routine(module: ll.Module, mode: int, gpu: bool = False) -> ll.Function:
 
 def packet_routine(module: ll.Module, mode: int, lanes: int) -> ll.Function:
     """A query for each set bit of a packet's mask (CPU): arguments are the
-    four buffer pointers, node and block counts, then pointers to the lanes'
-    buffer offsets (4 x lanes i32, in elements), rays (11 x lanes f32, the
+    two buffer pointers, node and block counts, then pointers to the lanes'
+    buffer offsets (2 x lanes i32, in elements), rays (11 x lanes f32, the
     scalar routine's float arguments, argument-major), the mask bits, and
     the results (4 x lanes 32-bit words: t, prim, b1, b2; ANY: lanes i32)."""
     name = f"{NAMES[mode]}_x{lanes}"
@@ -64,11 +65,11 @@ def packet_routine(module: ll.Module, mode: int, lanes: int) -> ll.Function:
     if fn is not None:
         return fn
     one = routine(module, mode)
-    fn = ll.Function(module, ll.FunctionType(ll.VoidType(), [ptr] * 4 + [i64, i64, ptr, ptr, i32, ptr]), name)
+    fn = ll.Function(module, ll.FunctionType(ll.VoidType(), [ptr] * 2 + [i64, i64, ptr, ptr, i32, ptr]), name)
     fn.linkage = "internal"
     fn.attributes.add("noinline")
-    bufs = fn.args[:4]
-    n_nodes, n_blocks, offs, rays, bits, out = fn.args[4:]
+    bufs = fn.args[:2]
+    n_nodes, n_blocks, offs, rays, bits, out = fn.args[2:]
     b = ll.IRBuilder(fn.append_basic_block("entry"))
     loop, done = fn.append_basic_block("lane"), fn.append_basic_block("done")
     entry = b.block
@@ -82,8 +83,7 @@ def packet_routine(module: ll.Module, mode: int, lanes: int) -> ll.Function:
     def at(base, j, et):
         return b.gep(base, [b.add(i64(j * lanes), lane)], inbounds=True, source_etype=et)
 
-    ets = (f32, i32, f32, i32)
-    bases = [b.gep(buf, [b.sext(b.load(at(offs, j, i32), typ=i32), i64)], inbounds=True, source_etype=ets[j])
+    bases = [b.gep(buf, [b.sext(b.load(at(offs, j, i32), typ=i32), i64)], inbounds=True, source_etype=i32)
              for j, buf in enumerate(bufs)]
     r = b.call(one, bases + [n_nodes, n_blocks] + [b.load(at(rays, j, f32), typ=f32) for j in range(11)])
     if mode == CLOSEST:
@@ -125,8 +125,8 @@ class _Traversal:
 
     def emit(self) -> None:
         fn, closest = self.fn, self.mode == CLOSEST
-        bounds, children, tris, prims, n_nodes, n_blocks = fn.args[:6]
-        ox, oy, oz, dx, dy, dz, ix, iy, iz, t_min, t_max = fn.args[6:]
+        nodes, leaves, n_nodes, n_blocks = fn.args[:4]
+        ox, oy, oz, dx, dy, dz, ix, iy, iz, t_min, t_max = fn.args[4:]
         b = ll.IRBuilder(self.block("entry"))
         self.b = b
         # Mutable state lives in allocas; SROA / mem2reg make it SSA.
@@ -180,7 +180,7 @@ class _Traversal:
         b.position_at_end(node_bb)
         node = b.zext(cur, i64)
         node = b.select(b.icmp_unsigned(">", node, last_node), last_node, node)
-        row = b.gep(bounds, [b.mul(node, i64(48))], inbounds=True, source_etype=f32)
+        row = b.gep(nodes, [b.mul(node, i64(NODE_WORDS))], inbounds=True, source_etype=f32)
         t_near, t_far = zero8, None
         for axis in range(3):
             near_p = b.gep(row, [offs[axis][0]], inbounds=True, source_etype=f32)
@@ -196,7 +196,7 @@ class _Traversal:
 
         # Visit the nearest hit child next; push the others.
         b.position_at_end(kids_bb)
-        kids = b.load(b.gep(children, [b.mul(node, i64(8))], inbounds=True, source_etype=i32), typ=V8I, align=4)
+        kids = b.load(b.gep(row, [i64(48)], inbounds=True, source_etype=i32), typ=V8I, align=4)
         self.visit_children(bits, kids, t_near, cur_a, sp_a, stack_node, stack_dist, loop)
 
         # -- a leaf block: four triangles at once -------------------------
@@ -209,7 +209,7 @@ class _Traversal:
         test_bb = self.block("leaf.test")
         b.cbranch(no_blocks, pop_bb, test_bb)
         b.position_at_end(test_bb)
-        trow = b.gep(tris, [b.mul(blk, i64(36))], inbounds=True, source_etype=f32)
+        trow = b.gep(leaves, [b.mul(blk, i64(LEAF_WORDS))], inbounds=True, source_etype=f32)
         c = [b.load(b.gep(trow, [i64(4 * j)], inbounds=True, source_etype=f32), typ=V4, align=4) for j in range(9)]
         p0, e1, e2 = c[0:3], c[3:6], c[6:9]
         t, u, v, ok = self.moller_trumbore(o4, d4, p0, e1, e2)
@@ -228,7 +228,7 @@ class _Traversal:
             b.cbranch(b.icmp_signed(">=", lane, i32(0)), upd_bb, pop_bb)
             b.position_at_end(upd_bb)
             b.store(cur_t, best_t)
-            prow = b.gep(prims, [b.add(b.mul(blk, i64(4)), b.zext(lane, i64))], inbounds=True, source_etype=i32)
+            prow = b.gep(trow, [b.add(i64(36), b.zext(lane, i64))], inbounds=True, source_etype=i32)
             b.store(b.load(prow, typ=i32), best_p)
             b.store(b.extract_element(u, lane), best_u)
             b.store(b.extract_element(v, lane), best_v)
@@ -303,18 +303,18 @@ class _Traversal:
 
     def prefetch_child(self, c) -> None:
         """Ask for a child's cache lines as soon as its box is hit: a node
-        or leaf block is 3 lines, and the traversal of a large mesh waits on
+        or leaf block is 3 or 4 lines, and the traversal of a large mesh waits on
         them (Cornell box + 1M triangles, random rays: +8% rays/s)."""
         b = self.b
         fn, m = self.fn, self.fn.module
-        bounds, children, tris = fn.args[0], fn.args[1], fn.args[2]
+        nodes, leaves = fn.args[0], fn.args[1]
         pf = m.globals.get("llvm.prefetch.p0") or \
             ll.Function(m, ll.FunctionType(ll.VoidType(), [ptr, i32, i32, i32]), "llvm.prefetch.p0")
         is_node = b.icmp_signed(">=", c, i32(0))
-        node_row = b.gep(bounds, [b.mul(b.zext(c, i64), i64(48))], source_etype=f32)
-        leaf_row = b.gep(tris, [b.mul(b.zext(b.xor(c, i32(-1)), i64), i64(36))], source_etype=f32)
+        node_row = b.gep(nodes, [b.mul(b.zext(c, i64), i64(NODE_WORDS))], source_etype=f32)
+        leaf_row = b.gep(leaves, [b.mul(b.zext(b.xor(c, i32(-1)), i64), i64(LEAF_WORDS))], source_etype=f32)
         row = b.select(is_node, node_row, leaf_row)
-        for off in (0, 64, 128):
+        for off in (0, 64, 128, 192):  # a node is 224 bytes, a block 160
             b.call(pf, [b.gep(row, [i64(off)], source_etype=i8), i32(0), i32(3), i32(1)])
 
     def push(self, cond, node, dist, sp_a, stack_node, stack_dist) -> None:

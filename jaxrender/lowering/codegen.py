@@ -389,7 +389,7 @@ class ItemCodegen:
     def call_bvh_query(self, mode: int, bufs: list[int], a: list) -> list:
         b = self.b
         fn = bvh_traversal.routine(self.m, mode, self.gpu)
-        r = b.call(fn, [self.in_base[i] for i in bufs] + [self.in_rows[bufs[0]], self.in_rows[bufs[2]]] + a)
+        r = b.call(fn, [self.in_base[i] for i in bufs] + [self.in_rows[bufs[0]], self.in_rows[bufs[1]]] + a)
         return [b.extract_value(r, j) for j in range(4)] if mode == CLOSEST else [r]
 
     def lower_scatter(self, n: Node, row, value):
@@ -799,13 +799,13 @@ class PacketCodegen(ItemCodegen):
         n = self.lanes
         fn = bvh_traversal.packet_routine(self.m, mode, n)
         vf, vi = self.T(F32), self.T(I32)
-        rays, offs, out = self.entry_alloca(vf, 11), self.entry_alloca(vi, 4), self.entry_alloca(vi, 4)
+        rays, offs, out = self.entry_alloca(vf, 11), self.entry_alloca(vi, len(bufs)), self.entry_alloca(vi, 4)
         for j, v in enumerate(a):
             b.store(v, b.gep(rays, [i64(j)], inbounds=True, source_etype=self.T(F32)), align=4)
         for j, i in enumerate(bufs):
             b.store(self.in_off[i], b.gep(offs, [i64(j)], inbounds=True, source_etype=self.T(I32)), align=4)
         bits = b.zext(b.bitcast(self.mask, ll.IntType(n)), i32)
-        b.call(fn, [self.in_data[i] for i in bufs] + [self.in_rows[bufs[0]], self.in_rows[bufs[2]], offs, rays,
+        b.call(fn, [self.in_data[i] for i in bufs] + [self.in_rows[bufs[0]], self.in_rows[bufs[1]], offs, rays,
                                                        bits, out])
         got = [b.load(b.gep(out, [i64(k)], inbounds=True, source_etype=vi), typ=vi, align=4)
                for k in range(4 if mode == CLOSEST else 1)]

@@ -152,9 +152,10 @@ class Scene:
     prim_shape: np.ndarray = field(default_factory=lambda: np.zeros((0,), np.int32))
     shape_data: np.ndarray = field(default_factory=lambda: np.zeros((0, SHAPE_ROW), np.float32))
     shapes: list = field(default_factory=list)            # AnalyticShape per shape_data row
-    # Triangle-only scenes: the 8-wide BVH the kernels traverse (wide_bvh.WideBVH);
-    # None with analytic shapes, whose kernels walk bvh_bounds / bvh_links.
-    wide_bvh: object = None
+    # Triangle-only scenes: the 8-wide BVH the kernels traverse, as the
+    # (nodes, leaves) buffers of wide_bvh.WideBVH.packed; None with analytic
+    # shapes, whose kernels walk bvh_bounds / bvh_links.
+    wide_bvh: tuple | None = None
 
     @property
     def structure(self):
@@ -231,8 +232,7 @@ class Scene:
         to_world = jnp.asarray(p[cam_key], jnp.float32).reshape(16)
         camera = jnp.concatenate([to_world, jnp.array([cam.tan_x, cam.tan_y, cam.near_clip], jnp.float32)])
         w = self.wide_bvh
-        bvh = (dict(_NO_SKIP_LINK_BVH, wide_bounds=w.bounds, wide_children=w.children, leaf_tris=w.leaf_tris,
-                    leaf_prims=w.leaf_prims) if w is not None else
+        bvh = (dict(_NO_SKIP_LINK_BVH, wide_nodes=w[0], wide_leaves=w[1]) if w is not None else
                dict(_NO_WIDE_BVH, bvh_bounds=self.bvh_bounds, bvh_links=self.bvh_links))
         return dict(tris=self.triangles, tri_attr=self.tri_attr, **bvh, bsdf_type=bsdf_type, bsdf_data=bsdf_data,
                     emitter_radiance=rad,
@@ -251,8 +251,7 @@ class Scene:
 WIDE_BVH_C_TRAV = 2.0
 # The BVH a scene's kernels do not read gets no rows (see Scene.wide_bvh).
 _NO_SKIP_LINK_BVH = dict(bvh_bounds=np.zeros((0, 6), np.float32), bvh_links=np.zeros((0, 3), np.int32))
-_NO_WIDE_BVH = dict(wide_bounds=np.zeros((0, 48), np.float32), wide_children=np.zeros((0, 8), np.int32),
-                    leaf_tris=np.zeros((0, 36), np.float32), leaf_prims=np.zeros((0, 4), np.int32))
+_NO_WIDE_BVH = dict(wide_nodes=np.zeros((0, 56), np.int32), wide_leaves=np.zeros((0, 40), np.int32))
 
 
 @functools.lru_cache(maxsize=None)
@@ -711,9 +710,10 @@ def load_dict(d: Mapping) -> Scene:
                  sensors=all_sensors, wide_bvh=None if shapes else _wide_bvh(bvh, tri))
 
 
-def _wide_bvh(bvh, tris: np.ndarray):
-    """The 8-wide BVH the kernels query (ir.bvh_query), checked here because
-    the traversal routine reads its indices through raw pointers."""
+def _wide_bvh(bvh, tris: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The buffers of the 8-wide BVH the kernels query (ir.bvh_query),
+    checked here because the traversal routine reads its indices through
+    raw pointers."""
     from ..ir.bvh_query import STACK_SIZE
     from .wide_bvh import build_wide_bvh
     wide = build_wide_bvh(bvh, tris)
@@ -721,4 +721,4 @@ def _wide_bvh(bvh, tris: np.ndarray):
     if wide.stack_need > STACK_SIZE:
         raise SceneError(f"the scene's BVH needs a traversal stack of {wide.stack_need} entries, more than "
                          f"the {STACK_SIZE} the kernels have: the geometry is too degenerate to build a usable BVH")
-    return wide
+    return wide.packed()

@@ -87,6 +87,28 @@ class WideBVH:
     def num_nodes(self) -> int:
         return int(self.children.shape[0])
 
+    def packed(self) -> tuple[np.ndarray, np.ndarray]:
+        """The two buffers the kernels read (``ir.bvh_query``): ``nodes``
+        (W, 56) int32, each node's 48 bound floats (as bits) then its 8
+        children; ``leaves`` (B, 40) int32, each block's 36 coordinate floats
+        (as bits) then its 4 rows. A node or a block is then one run of
+        memory: the traversal waits on cache misses, and a second array
+        would cost one more. int32, so no copy of the float bits can touch
+        them (child ids are NaN patterns as floats).
+
+        Example::
+
+            >>> from jaxrender.scene import bvh
+            >>> v, f = bvh.random_soup(100)
+            >>> b = bvh.build_bvh(v, f)
+            >>> nodes, leaves = build_wide_bvh(b, leaf_order_tris(b, v, f)).packed()
+            >>> nodes.shape[1], leaves.shape[1], nodes.dtype
+            (56, 40, dtype('int32'))
+        """
+        nodes = np.concatenate([self.bounds.view(np.int32), self.children], axis=1)
+        leaves = np.concatenate([self.leaf_tris.view(np.int32), self.leaf_prims], axis=1)
+        return np.ascontiguousarray(nodes), np.ascontiguousarray(leaves)
+
     @property
     def num_blocks(self) -> int:
         return int(self.leaf_prims.shape[0])
