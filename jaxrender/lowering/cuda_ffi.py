@@ -163,20 +163,14 @@ def build_cuda_handler(module: ll.Module, kernel: Kernel, layout: InfoLayout,
     set_param(0, e.load_at(info_buf, 24, ptr))
     in_names = list(kernel.inputs)
     for i in range(ni):
-        buf = buffer(args, 1 + i)
-        with b.if_then(b.icmp_signed("!=", elements(buf), info_at(layout.in_elems(i))), likely=False):
-            fail(f"jaxrender kernel '{name}': input '{in_names[i]}' has a different number of "
-                 "elements than the launch was prepared for")
-        set_param(1 + i, e.load_at(buf, 24, ptr))
+        data, _ = e.sized_buffer(args, 1 + i, info_at(layout.in_elems(i)), fail,
+                                 f"jaxrender kernel '{name}': input '{in_names[i]}'")
+        set_param(1 + i, data)
     out_names = list(kernel.item_outputs) + list(kernel.accumulators)
     acc_bufs = []
     for j in range(no + na):
-        buf = buffer(rets, j)
-        n = elements(buf)
-        with b.if_then(b.icmp_signed("!=", n, info_at(layout.out_elems(j))), likely=False):
-            fail(f"jaxrender kernel '{name}': result '{out_names[j]}' has a different number of "
-                 "elements than the launch was prepared for")
-        data = e.load_at(buf, 24, ptr)
+        data, n = e.sized_buffer(rets, j, info_at(layout.out_elems(j)), fail,
+                                 f"jaxrender kernel '{name}': result '{out_names[j]}'")
         set_param(1 + ni + j, data)
         if j >= no:
             acc_bufs.append((data, n))

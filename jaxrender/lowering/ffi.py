@@ -103,6 +103,16 @@ class _Emitter:
             b.mul(b.load(acc, typ=i64), b.load(b.gep(dims, [k], source_etype=i64), typ=i64)), acc))
         return b.load(acc, typ=i64)
 
+    def sized_buffer(self, array, k, expected, fail, what: str):
+        """(data pointer, element count) of buffer ``k`` of ``array``, after
+        a check that it has ``expected`` elements (else ``fail``, naming
+        ``what``)."""
+        buf = self.buffer(array, k)
+        n = self.elements(buf)
+        with self.b.if_then(self.b.icmp_signed("!=", n, expected), likely=False):
+            fail(f"{what} has a different number of elements than the launch was prepared for")
+        return self.load_at(buf, 24, ptr), n
+
     def for_range(self, n, body) -> None:
         """Emit ``for (i64 i = 0; i < n; ++i) body(i)``."""
         b = self.b
@@ -167,21 +177,15 @@ def build_handler(module: ll.Module, kernel: Kernel, layout: InfoLayout, ctx_typ
     b.store(info, ctx_slot(0))
     in_names = list(kernel.inputs)
     for i in range(ni):
-        buf = buffer(args, 1 + i)
-        with b.if_then(b.icmp_signed("!=", elements(buf), info_at(layout.in_elems(i))), likely=False):
-            fail(f"jaxrender kernel '{name}': input '{in_names[i]}' has a different number of "
-                 "elements than the launch was prepared for")
-        b.store(e.load_at(buf, 24, ptr), ctx_slot(1, i))
+        data, _ = e.sized_buffer(args, 1 + i, info_at(layout.in_elems(i)), fail,
+                                 f"jaxrender kernel '{name}': input '{in_names[i]}'")
+        b.store(data, ctx_slot(1, i))
     out_names = list(kernel.item_outputs) + list(kernel.accumulators)
     memset = module.globals.get("llvm.memset.p0.i64") or ll.Function(
         module, ll.FunctionType(ll.VoidType(), [ptr, i8, i64, i1]), "llvm.memset.p0.i64")
     for j in range(no + na):
-        buf = buffer(rets, j)
-        n = elements(buf)
-        with b.if_then(b.icmp_signed("!=", n, info_at(layout.out_elems(j))), likely=False):
-            fail(f"jaxrender kernel '{name}': result '{out_names[j]}' has a different number of "
-                 "elements than the launch was prepared for")
-        data = e.load_at(buf, 24, ptr)
+        data, n = e.sized_buffer(rets, j, info_at(layout.out_elems(j)), fail,
+                                 f"jaxrender kernel '{name}': result '{out_names[j]}'")
         if j < no:
             b.store(data, ctx_slot(2, j))
         else:
