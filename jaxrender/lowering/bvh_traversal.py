@@ -36,8 +36,8 @@ NODE_WORDS, LEAF_WORDS = 56, 40   # row widths of the nodes and leaves buffers
 def routine(module: ll.Module, mode: int, gpu: bool = False) -> ll.Function:
     """The traversal function of ``mode`` (CLOSEST or ANY) in ``module``,
     emitted on first use. Arguments: nodes and leaves pointers, node and
-    block counts (i64), then ox, oy, oz, dx,
-    dy, dz, inv_dx, inv_dy, inv_dz, t_min, t_max. CLOSEST returns
+    block counts (i64), then ox, oy, oz, dx, dy, dz, inv_dx, inv_dy, inv_dz,
+    t_min, t_max. CLOSEST returns
     {t, prim, b1, b2}; ANY returns i1. For the GPU it stays a function of
     its own (its registers are not added to the megakernel's) and issues no
     prefetches."""
@@ -77,8 +77,7 @@ def packet_routine(module: ll.Module, mode: int, lanes: int) -> ll.Function:
     b.position_at_end(loop)
     m = b.phi(i32)
     m.add_incoming(bits, entry)
-    cttz = module.globals.get("llvm.cttz.i32") or ll.Function(module, ll.FunctionType(i32, [i32, i1]), "llvm.cttz.i32")
-    lane = b.zext(b.call(cttz, [m, ll.Constant(i1, 1)]), i64)
+    lane = b.zext(b.call(_cttz(module), [m, ll.Constant(i1, 1)]), i64)
 
     def at(base, j, et):
         return b.gep(base, [b.add(i64(j * lanes), lane)], inbounds=True, source_etype=et)
@@ -98,6 +97,15 @@ def packet_routine(module: ll.Module, mode: int, lanes: int) -> ll.Function:
     b.position_at_end(done)
     b.ret_void()
     return fn
+
+
+def _intrinsic(module: ll.Module, name: str, ret: ll.Type, args: list) -> ll.Function:
+    """The declaration of LLVM intrinsic ``name`` in ``module``."""
+    return module.globals.get(name) or ll.Function(module, ll.FunctionType(ret, args), name)
+
+
+def _cttz(module: ll.Module) -> ll.Function:
+    return _intrinsic(module, "llvm.cttz.i32", i32, [i32, i1])
 
 
 def _splat(b: ll.IRBuilder, v, n: int):
@@ -201,8 +209,6 @@ class _Traversal:
 
         # -- a leaf block: four triangles at once -------------------------
         b.position_at_end(leaf_bb)
-        # -- a leaf block: four triangles at once -------------------------
-        b.position_at_end(leaf_bb)
         blk = b.zext(b.xor(cur, i32(-1)), i64)
         blk = b.select(b.icmp_unsigned(">", blk, last_block), last_block, blk)
         no_blocks = b.icmp_unsigned("==", n_blocks, i64(0))
@@ -276,7 +282,7 @@ class _Traversal:
         m.add_incoming(bits, entry)
         near_c.add_incoming(i32(0), entry)
         near_d.add_incoming(f32(float("inf")), entry)
-        k = b.call(self.cttz(), [m, ll.Constant(i1, 1)])
+        k = b.call(_cttz(self.fn.module), [m, ll.Constant(i1, 1)])
         ck = b.extract_element(kids, k)
         dk = b.extract_element(t_near, k)
         if self.cpu:
@@ -303,13 +309,11 @@ class _Traversal:
 
     def prefetch_child(self, c) -> None:
         """Ask for a child's cache lines as soon as its box is hit: a node
-        or leaf block is 3 or 4 lines, and the traversal of a large mesh waits on
-        them (Cornell box + 1M triangles, random rays: +8% rays/s)."""
+        or leaf block is 3 or 4 lines, and the traversal of a large mesh
+        waits on them (Cornell box + 1M triangles, random rays: +8% rays/s)."""
         b = self.b
-        fn, m = self.fn, self.fn.module
-        nodes, leaves = fn.args[0], fn.args[1]
-        pf = m.globals.get("llvm.prefetch.p0") or \
-            ll.Function(m, ll.FunctionType(ll.VoidType(), [ptr, i32, i32, i32]), "llvm.prefetch.p0")
+        nodes, leaves = self.fn.args[0], self.fn.args[1]
+        pf = _intrinsic(self.fn.module, "llvm.prefetch.p0", ll.VoidType(), [ptr, i32, i32, i32])
         is_node = b.icmp_signed(">=", c, i32(0))
         node_row = b.gep(nodes, [b.mul(b.zext(c, i64), i64(NODE_WORDS))], source_etype=f32)
         leaf_row = b.gep(leaves, [b.mul(b.zext(b.xor(c, i32(-1)), i64), i64(LEAF_WORDS))], source_etype=f32)
@@ -325,10 +329,6 @@ class _Traversal:
             b.store(dist, b.gep(stack_dist, [sp], inbounds=True, source_etype=f32))
             b.store(b.add(sp, i32(1)), sp_a)
 
-    def cttz(self) -> ll.Function:
-        m = self.fn.module
-        return m.globals.get("llvm.cttz.i32") or ll.Function(m, ll.FunctionType(i32, [i32, i1]), "llvm.cttz.i32")
-
     def moller_trumbore(self, o, d, p0, e1, e2):
         """The same arithmetic, in the same order, as
         ``kernels.geometry.intersect_triangle`` with e1, e2 precomputed."""
@@ -339,8 +339,7 @@ class _Traversal:
                     b.fsub(b.fmul(a[2], c[0]), b.fmul(a[0], c[2])),
                     b.fsub(b.fmul(a[0], c[1]), b.fmul(a[1], c[0])))
 
-        m = self.fn.module
-        fma = m.globals.get("llvm.fma.v4f32") or ll.Function(m, ll.FunctionType(V4, [V4] * 3), "llvm.fma.v4f32")
+        fma = _intrinsic(self.fn.module, "llvm.fma.v4f32", V4, [V4] * 3)
 
         def dot(a, c):  # as ir.dot: fused multiply-adds from the first term
             return b.call(fma, [a[2], c[2], b.call(fma, [a[1], c[1], b.fmul(a[0], c[0])])])

@@ -801,9 +801,9 @@ class PacketCodegen(ItemCodegen):
         vf, vi = self.T(F32), self.T(I32)
         rays, offs, out = self.entry_alloca(vf, 11), self.entry_alloca(vi, len(bufs)), self.entry_alloca(vi, 4)
         for j, v in enumerate(a):
-            b.store(v, b.gep(rays, [i64(j)], inbounds=True, source_etype=self.T(F32)), align=4)
+            b.store(v, b.gep(rays, [i64(j)], inbounds=True, source_etype=vf), align=4)
         for j, i in enumerate(bufs):
-            b.store(self.in_off[i], b.gep(offs, [i64(j)], inbounds=True, source_etype=self.T(I32)), align=4)
+            b.store(self.in_off[i], b.gep(offs, [i64(j)], inbounds=True, source_etype=vi), align=4)
         bits = b.zext(b.bitcast(self.mask, ll.IntType(n)), i32)
         b.call(fn, [self.in_data[i] for i in bufs] + [self.in_rows[bufs[0]], self.in_rows[bufs[1]], offs, rays,
                                                        bits, out])
