@@ -30,7 +30,7 @@ from math import factorial
 
 from llvmlite import ir as ll
 
-f32, f64, i32, i64, i1 = ll.FloatType(), ll.DoubleType(), ll.IntType(32), ll.IntType(64), ll.IntType(1)
+f64 = ll.DoubleType()
 
 INV_PIO2 = 6.36619772367581382433e-01    # 2/pi, rounded to double
 PIO2_HI = 1.57079631090164184570e+00     # the first 25 bits of pi/2
@@ -52,15 +52,9 @@ class _Shape:
     def __init__(self, cg):
         self.cg, self.b, self.n = cg, cg.b, cg.lanes
         self.dt = f64 if self.n == 1 else ll.VectorType(f64, self.n)
-        self.it = i32 if self.n == 1 else ll.VectorType(i32, self.n)
 
     def c64(self, v):
-        c = ll.Constant(f64, v)
-        return c if self.n == 1 else ll.Constant(self.dt, [c] * self.n)
-
-    def ci(self, v):
-        c = ll.Constant(i32, v)
-        return c if self.n == 1 else ll.Constant(self.it, [c] * self.n)
+        return self.cg.broadcast(ll.Constant(f64, v))
 
     def horner(self, z, coef):
         b = self.b
@@ -154,15 +148,12 @@ def _arc(cg, name: str, args):
 
 def _sincos(cg, name: str, x):
     sh = _Shape(cg)
-    b, dt, it = sh.b, sh.dt, sh.it
-    c64, ci, horner = sh.c64, sh.ci, sh.horner
-    n = sh.n
-    xd = b.fpext(x, dt)
-    rint = cg.decl("llvm.rint.f64" if n == 1 else f"llvm.rint.v{n}f64", dt, [dt])
-    k = b.call(rint, [b.fmul(xd, c64(INV_PIO2))])
+    b, c64, ci, horner = sh.b, sh.c64, cg.ci32, sh.horner
+    xd = b.fpext(x, sh.dt)
+    k = sh.f64_intrinsic("rint", [b.fmul(xd, c64(INV_PIO2))])
     r = b.fsub(b.fsub(xd, b.fmul(k, c64(PIO2_HI))), b.fmul(k, c64(PIO2_LO)))
     r = b.select(b.fcmp_ordered("==", k, c64(0.0)), xd, r)  # -0 - (-0) would be +0
-    q = b.fptosi(k, it)
+    q = b.fptosi(k, cg.T("i32"))
     if name == "cosf":  # cos x = sin(x + pi/2): one quadrant on
         q = b.add(q, ci(1))
     z = b.fmul(r, r)
