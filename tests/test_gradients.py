@@ -104,6 +104,20 @@ def _check_exact_fd(scene, key, min_fd=None):
         assert abs(g[c] - fd) <= 2e-3 * abs(fd) + 1e-4, (key, c, g[c], fd)
 
 
+def _check_jvp_vjp_dot(f, x0, image_shape, seed):
+    """<jvp(dx), dy> == <dx, vjp(dy)> for random dx, dy: the adjoint kernel
+    is the transpose of the forward-mode one. Returns the product."""
+    r = np.random.default_rng(seed)
+    dx = jnp.asarray(r.standard_normal(x0.shape), jnp.float32)
+    dy = jnp.asarray(r.standard_normal(image_shape), jnp.float32)
+    _, jdx = jax.jvp(f, (x0,), (dx,))
+    _, pullback = jax.vjp(f, x0)
+    (jtdy,) = pullback(dy)
+    lhs, rhs = float(jnp.sum(jdx * dy)), float(jnp.sum(dx * jtdy))
+    assert abs(lhs - rhs) <= 1e-4 * max(abs(lhs), abs(rhs)) + 1e-7, (lhs, rhs)
+    return lhs
+
+
 def shapes_cbox(size=8):
     """Cornell box with an analytic diffuse sphere, a sphere light, a disk and
     a smooth-shaded mesh in place of the boxes."""

@@ -23,6 +23,7 @@ from jaxrender.lowering import stats
 from jaxrender.primitives import launch
 from jaxrender.scene import textures as tio
 from jaxrender.scene.transform import Transform
+from test_gradients import _check_jvp_vjp_dot
 
 DATA = Path(__file__).parent / "data" / "textures"
 LUM = np.array(ktex.LUMINANCE)
@@ -518,14 +519,7 @@ def test_texel_dot_product_test(method="prb"):
     key = "plane.bsdf.reflectance.data"
     x0 = jnp.asarray(scene.params[key])
     f = lambda x: jaxrender.render(scene, {key: x}, spp=4, seed=0, seed_grad=3, method=method)
-    r = np.random.default_rng(6)
-    dx = jnp.asarray(r.standard_normal(x0.shape), jnp.float32)
-    dy = jnp.asarray(r.standard_normal((8, 8, 3)), jnp.float32)
-    _, jdx = jax.jvp(f, (x0,), (dx,))
-    _, pullback = jax.vjp(f, x0)
-    (jtdy,) = pullback(dy)
-    lhs, rhs = float(jnp.sum(jdx * dy)), float(jnp.sum(dx * jtdy))
-    assert abs(lhs - rhs) <= 1e-4 * max(abs(lhs), abs(rhs)) + 1e-7, (lhs, rhs)
+    _check_jvp_vjp_dot(f, x0, (8, 8, 3), seed=6)
 
 
 def compare_in_expectation(scene, key, v, spp=16, spp_fd=64, h=0.02, n_seeds=8):
