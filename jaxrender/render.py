@@ -43,7 +43,7 @@ def kernel_inputs(scene, params: Mapping[str, Any] | None = None, sensor: int = 
     """The scene's buffers (``Scene.kernel_inputs``) plus the BSDF tables
     computed from them."""
     inputs = scene.kernel_inputs(params, sensor)
-    inputs["bsdf_table"] = bsdf_table(inputs["bsdf_type"], inputs["bsdf_data"])
+    inputs["bsdf_table"] = bsdf_table(scene.bsdf_types, inputs["bsdf_data"])
     return inputs
 
 

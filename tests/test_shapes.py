@@ -307,16 +307,17 @@ def used_inputs(kernel: ir.Kernel) -> set:
 
 
 def test_structure_flags_follow_the_scene():
+    diffuse = ("diffuse",)
     cbox = jaxrender.load_dict(jaxrender.cornell_box())
-    assert cbox.structure == path.Structure()
+    assert cbox.structure == path.Structure(bsdfs=diffuse)
     d = jaxrender.cornell_box()
     d["ball"] = {"type": "sphere", "radius": 0.2}
-    assert jaxrender.load_dict(d).structure == path.Structure(analytic=True)
+    assert jaxrender.load_dict(d).structure == path.Structure(analytic=True, bsdfs=diffuse)
     d = jaxrender.cornell_box()
     d["torus"] = {"type": "ply", "filename": str(MESHES / "lowpoly_torus.ply")}
-    assert jaxrender.load_dict(d).structure == path.Structure(shading_normals=True)
+    assert jaxrender.load_dict(d).structure == path.Structure(shading_normals=True, bsdfs=diffuse)
     d["torus"]["face_normals"] = True
-    assert jaxrender.load_dict(d).structure == path.Structure()
+    assert jaxrender.load_dict(d).structure == path.Structure(bsdfs=diffuse)
 
 
 def test_triangle_only_kernels_do_not_touch_shape_buffers():

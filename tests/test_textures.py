@@ -18,7 +18,9 @@ import jaxrender
 from jaxrender import ir
 from jaxrender.ir import Vec
 from jaxrender.kernels import path
+from jaxrender.kernels import layout
 from jaxrender.kernels import textures as ktex
+from jaxrender.kernels.context import Structure
 from jaxrender.lowering import stats
 from jaxrender.primitives import launch
 from jaxrender.scene import textures as tio
@@ -40,7 +42,7 @@ def lookup_kernel() -> ir.Kernel:
         i = ir.item_index()
         b = dict(texels=texels, tex_meta=tex_meta, tex_uv=tex_uv)
         return tuple(ktex.texture_eval(b, tex.value, Vec(uv.read(i, 0), uv.read(i, 1))))
-    return ir.trace(body, {"texels": ir.In("f32"), "tex_meta": ir.In("i32", (ktex.META,)),
+    return ir.trace(body, {"texels": ir.In("f32"), "tex_meta": ir.In("i32", (layout.TEX_META_ROW,)),
                            "tex_uv": ir.In("f32", (6,)), "tex": ir.Scalar("i32"), "uv": ir.In("f32", (2,))},
                     {"v": ir.Out("f32", (3,))}, name="texture_lookup")
 
@@ -328,11 +330,11 @@ def test_texture_slots_override_the_bsdf_row():
     d["other"] = {"type": "rectangle", "to_world": Transform().translate([0, 0, -1]),
                   "bsdf": {"type": "plastic", "specular_reflectance": {"type": "bitmap", "filename": grey}}}
     scene = jaxrender.load_dict(d)
-    assert scene.structure == path.Structure(2, False)
+    assert scene.structure == Structure(2, False, bsdfs=("diffuse", "roughconductor-beckmann", "plastic"))
     # alpha_u and alpha_v share one lookup; the one-channel texture fills both.
     types = [b[0] for b in scene.bsdfs]
-    rc = types.index(path.bsdf_registry.TYPE_INDEX["roughconductor-beckmann"])
-    other = types.index(path.bsdf_registry.TYPE_INDEX["plastic"])
+    rc = types.index("roughconductor-beckmann")
+    other = types.index("plastic")
     assert sorted(scene.bsdf_slots[rc]) == [(6, 3, 0, 0), (9, 2, 1, 0)]
     inputs = scene.kernel_inputs()
     plane_tris = np.nonzero(scene.tri_attr[:, 0] == rc)[0]
@@ -371,9 +373,9 @@ def test_three_channel_texture_for_a_scalar_is_its_luminance():
 
 
 def test_untextured_scenes_keep_the_plain_kernel_and_values_do_not_recompile():
-    assert jaxrender.load_dict(jaxrender.cornell_box()).structure == path.Structure()
+    assert jaxrender.load_dict(jaxrender.cornell_box()).structure == Structure(bsdfs=("diffuse",))
     scene = jaxrender.load_dict(small_plane({"type": "bitmap", "filename": str(DATA / "albedo16.png")}))
-    assert scene.structure == path.Structure(1, False)
+    assert scene.structure == Structure(1, False, bsdfs=("diffuse",))
     key = "plane.bsdf.reflectance.data"
     a = np.asarray(jaxrender.render(scene, spp=2, seed=1))
     before = stats["compiled"] + stats["disk_hits"]

@@ -34,7 +34,8 @@ CLOSEST, ANY = 0, 1
 # Entries of the traversal stack; the scene builder checks that its
 # hierarchy never needs more.
 STACK_SIZE = 128
-_LAYOUT = (("nodes", I32, 56), ("leaves", I32, 40))
+NODE_WORDS, LEAF_WORDS = 56, 40     # i32 per row of the nodes and leaves buffers
+_LAYOUT = (("nodes", I32, NODE_WORDS), ("leaves", I32, LEAF_WORDS))
 
 
 def _args(buffers, o, d, inv_d, t_min, t_max):

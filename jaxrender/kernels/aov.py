@@ -40,7 +40,7 @@ import math
 from .. import ir
 from ..ir import Vec
 from . import path, textures
-from .bsdfs import registry as bsdf_registry
+from . import layout
 
 # type -> channel suffixes (Mitsuba's)
 AOV_TYPES = {
@@ -80,23 +80,23 @@ def channel_names(spec: tuple) -> list[str]:
 
 def _albedo(c, h: path._Hit) -> Vec:
     b = c.b
-    row = [b["bsdf_data"].read(h.attr_bsdf, k) for k in range(bsdf_registry.ROW)]
+    row = [b["bsdf_data"].read(h.attr_bsdf, k) for k in range(layout.BSDF_ROW)]
     if c.structure.tex_slots:
         row = textures.apply_textures(b, h.attr_bsdf, row, h.tri, h.b1, h.b2, h.hit, c.structure.tex_slots)
     table = path._TableRow(b["bsdf_table"], h.attr_bsdf)
-    flip = (row[bsdf_registry.TWOSIDED_SLOT] > 0.5) & (h.wi.z < 0.0)
+    flip = (row[layout.TWOSIDED_SLOT] > 0.5) & (h.wi.z < 0.0)
     wi = Vec(h.wi.x, h.wi.y, ir.select(flip, -h.wi.z, h.wi.z))
 
     def branch(t):
         def run():
-            if t.albedo_slot is not None:
-                k = t.albedo_slot
+            if t.albedo is not None:
+                k = t.slot(t.albedo)
                 return Vec(row[k], row[k + 1], row[k + 2])
-            params = path.make_params(t, row, table)
+            params = path.make_params(t, row, table, b)
             return t.call("eval", params, wi, Vec(0.0, 0.0, 1.0)) * math.pi
         return run
 
-    return ir.dispatch(b["bsdf_type"][h.attr_bsdf], [branch(t) for t in bsdf_registry.TYPES])
+    return ir.dispatch(b["bsdf_type"][h.attr_bsdf], [branch(t) for t in c.structure.bsdf_types])
 
 
 def _channels(kinds: tuple, c, h: path._Hit, t_min) -> list:

@@ -16,14 +16,16 @@ from __future__ import annotations
 
 from .. import ir
 from ..ir import Vec
+from . import layout, shapes
 
 RAY_EPSILON = 1e-4
 INF = float("inf")
 
 
-# shape_data row layout (jaxrender.scene.shapes.AnalyticShape.row).
-SPHERE, DISK = 0, 1
-TO_WORLD, TO_OBJECT, NORMAL, RADIUS, SIGN, AREA, KIND = 0, 12, 24, 27, 28, 29, 30
+SPHERE, DISK = shapes.KIND["sphere"], shapes.KIND["disk"]
+TO_WORLD, TO_OBJECT, NORMAL, RADIUS, SIGN, AREA, KIND = (layout.SHAPE_TO_WORLD, layout.SHAPE_TO_OBJECT,
+                                                         layout.SHAPE_NORMAL, layout.SHAPE_RADIUS, layout.SHAPE_SIGN,
+                                                         layout.SHAPE_AREA, layout.SHAPE_KIND)
 
 
 class SceneGeometry:

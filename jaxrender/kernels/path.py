@@ -44,19 +44,16 @@ from .. import ir
 from ..ir import Vec
 from . import geometry
 from . import textures
-from .bsdfs import registry as bsdf_registry
-from .bsdfs.roughplastic import TABLE_STRIDE
+from . import emitters, layout
+from .bsdfs.base import ParamView
+from .context import Structure
 from .envmap import EnvMap
 from .geometry import SceneGeometry, closest_hit, occluded
 from .sampling import (INV_FOUR_PI, Frame, square_to_uniform_disk_concentric, square_to_uniform_sphere,
                        sample_cdf, square_to_uniform_triangle)
 
-SHAPE_ROW = 32     # floats per shape_data row (jaxrender.scene.shapes.SHAPE_ROW)
-
-# Emitter type ids (jaxrender.scene.scene defines the same). AREA_SPHERE /
-# AREA_DISK: an area light on an analytic shape (sampled as Mitsuba does:
-# a sphere by the cone it subtends, a disk uniformly by area).
-AREA, POINT, DIRECTIONAL, CONSTANT, SPOT, ENVMAP, AREA_SPHERE, AREA_DISK = 0, 1, 2, 3, 4, 5, 6, 7
+SHAPE_ROW = layout.SHAPE_ROW
+AREA, POINT, DIRECTIONAL, CONSTANT, SPOT, ENVMAP, AREA_SPHERE, AREA_DISK = (emitters.TYPE_ID[n] for n in emitters.NAMES)
 # Mitsuba's math::RayEpsilon<float>: a point within this relative distance
 # of a sphere light's surface counts as inside it (outside for a flipped one).
 SPHERE_EPSILON = 1500.0 * 2.0 ** -24
@@ -67,7 +64,7 @@ INPUTS = {
     "bvh_bounds": ir.In("f32", (6,)),
     "bvh_links": ir.In("i32", (3,)),
     "bsdf_type": ir.In("i32"),                # index into bsdfs.registry.TYPES
-    "bsdf_data": ir.In("f32", (bsdf_registry.ROW,)),
+    "bsdf_data": ir.In("f32", (layout.BSDF_ROW,)),
     "emitter_radiance": ir.In("f32", (3,)),
     "light_tris": ir.In("i32"),               # emissive triangles (leaf order index), grouped by emitter
     "light_cdf": ir.In("f32"),                # cumulative area within each emitter's group
@@ -78,12 +75,12 @@ INPUTS = {
     "tri_uv": ir.In("f32", (6,)),             # vertex UVs per triangle (leaf order); 0 rows: no textures
     "bsdf_tex": ir.In("i32", (2,)),           # per BSDF: first texture slot, slot count
     "tex_slots": ir.In("i32", (4,)),          # BSDF row start, width, texture, luminance flag
-    "tex_meta": ir.In("i32", (textures.META,)),  # offset, width, height, channels, kind, wrap, filter, 0
+    "tex_meta": ir.In("i32", (layout.TEX_META_ROW,)),  # offset, width, height, channels, kind, wrap, filter, 0
     "tex_uv": ir.In("f32", (6,)),             # to_uv (2 x 3) per texture
     "texels": ir.In("f32"),                   # all texture values, flat
     "env_dist": ir.In("f32"),                 # envmap sampling tables
     "env_frame": ir.In("f32", (9,)),          # envmap to_world rotation (row-major)
-    "camera": ir.In("f32", (19,)),            # to_world (16, row-major), tan_x, tan_y, near_clip
+    "camera": ir.In("f32", (layout.CAMERA_ROW,)),
     "filter_icdf": ir.In("f32"),              # inverse CDF of the 1-D pixel filter, offsets in pixels
     "filter_cdf": ir.In("f32"),               # its CDF on a uniform grid over [-radius, radius]
     "filter_radius": ir.Scalar("f32"),
@@ -115,26 +112,6 @@ OUTPUTS = {"image": ir.Out("f32", (3,))}
 DIFFERENTIABLE_INPUTS = ("bsdf_data", "emitter_radiance", "texels")
 # Ways to run the adjoint (see trace_adjoint).
 ADJOINT_METHODS = ("prb", "rb", "rb_biased")
-
-
-@dataclasses.dataclass(frozen=True)
-class Structure:
-    """Trace-time features of a scene beyond the always-present ones, so that
-    a scene without textures or an environment map gets the plain kernel
-    (no texture code, no envmap dispatch branch): ``tex_slots`` is the most
-    textured parameters any of its BSDFs has (0 to textures.MAX_SLOTS),
-    ``envmap`` whether it has an envmap emitter, ``analytic`` whether it has
-    spheres or disks (else the BVH leaves hold only triangles and no shape
-    code is traced), ``shading_normals`` whether some mesh has vertex normals
-    (else the shading frame is the geometric one)."""
-    tex_slots: int = 0
-    envmap: bool = False
-    analytic: bool = False
-    shading_normals: bool = False
-
-    def __post_init__(self):
-        if not 0 <= self.tex_slots <= textures.MAX_SLOTS:
-            raise ValueError(f"tex_slots must be in 0..{textures.MAX_SLOTS}, got {self.tex_slots}")
 
 
 def _vec3(buf, row, start=0) -> Vec:
@@ -205,30 +182,30 @@ class _TableRow:
 
     def __init__(self, buf, bsdf):
         self.buf = buf
-        self.base = ir.cast(bsdf, "u32") * ir.UInt(TABLE_STRIDE)
+        self.base = ir.cast(bsdf, "u32") * ir.UInt(layout.BSDF_TABLE_STRIDE)
 
     def read(self, i):
         return self.buf.read(self.base + (i if isinstance(i, ir.Var) else ir.UInt(i)))
 
 
-def make_params(t, row, table):
+def make_params(t, row, table, b=None):
     """The params object of BSDF type ``t`` from its row (and table)."""
-    return t.make(row, table) if t.table is not None else t.make(row)
+    return t.make(ParamView(t, row, table, b))
 
 
-def _bsdf_query(kind, row, wi: Vec, wo_light: Vec, u1, u2: Vec, diff: bool, table=None):
+def _bsdf_query(types, kind, row, wi: Vec, wo_light: Vec, u1, u2: Vec, diff: bool, table=None, b=None):
     """Dispatch over the BSDF types: (value and pdf towards the light sample,
     then a sampled direction with its pdf, weight and delta flag). A twosided
     BSDF is evaluated as if seen from its front. ``table``: the BSDF's
     :class:`_TableRow`."""
-    flip = (row[bsdf_registry.TWOSIDED_SLOT] > 0.5) & (wi.z < 0.0)
+    flip = (row[layout.TWOSIDED_SLOT] > 0.5) & (wi.z < 0.0)
     sz = ir.select(flip, -1.0, 1.0)
     wi_f = Vec(wi.x, wi.y, wi.z * sz)
     wl_f = Vec(wo_light.x, wo_light.y, wo_light.z * sz)
 
     def branch(t):
         def run():
-            params = make_params(t, row, table)
+            params = make_params(t, row, table, b)
             f = t.call("eval", params, wi_f, wl_f)
             pdf = t.call("pdf", params, wi_f, wl_f)
             wo, pdf_s, weight, delta = t.call("sample", params, wi_f, u1, u2)
@@ -236,7 +213,7 @@ def _bsdf_query(kind, row, wi: Vec, wo_light: Vec, u1, u2: Vec, diff: bool, tabl
             return f, pdf, Vec(wo.x, wo.y, wo.z * sz), pdf_s, weight, delta
         return run
 
-    return ir.dispatch(kind, [branch(t) for t in bsdf_registry.TYPES])
+    return ir.dispatch(kind, [branch(t) for t in types])
 
 
 @dataclasses.dataclass
@@ -579,13 +556,13 @@ def _shade(c: _Ctx, h: _Hit, es: _EmitterSample, r2, depth, prev_pdf, prev_delta
     light_pdf = emitter_pdf(c, h, env_pdf)
     w_bsdf = ir.select(depth == 0, ir.select(show_emitters, 1.0, 0.0),
                        ir.select(prev_delta, 1.0, _mis(dt(prev_pdf), light_pdf)))
-    row = [b["bsdf_data"].read(h.attr_bsdf, k) for k in range(bsdf_registry.ROW)]
+    row = [b["bsdf_data"].read(h.attr_bsdf, k) for k in range(layout.BSDF_ROW)]
     if c.structure.tex_slots:
         row = textures.apply_textures(b, h.attr_bsdf, row, h.tri, h.b1, h.b2, h.hit, c.structure.tex_slots)
     wl = h.frame.to_local(es.w)
     f_l, bsdf_pdf_l, wo, bsdf_pdf, weight, bsdf_delta = _bsdf_query(
-        b["bsdf_type"][h.attr_bsdf], row, h.wi, wl, r2[3], Vec(r2[0], r2[1]), c.diff,
-        _TableRow(b["bsdf_table"], h.attr_bsdf))
+        c.structure.bsdf_types, b["bsdf_type"][h.attr_bsdf], row, h.wi, wl, r2[3], Vec(r2[0], r2[1]), c.diff,
+        _TableRow(b["bsdf_table"], h.attr_bsdf), b)
     em = _vec3(rad, es.sel) * es.factor
     if c.structure.envmap:
         em = em * ir.cond(es.is_env, lambda: EnvMap(b, es.sel).eval(es.w), lambda: Vec(1.0, 1.0, 1.0))
@@ -614,9 +591,9 @@ def _sampled_eta(c: _Ctx, h: _Hit, wo_w: Vec):
     cos_i = h.wi.z
     refracted = ir.dot(h.frame.n, wo_w) * cos_i < 0.0
     eta = ir.Float(1.0)
-    for idx, t in enumerate(bsdf_registry.TYPES):
-        if t.eta_slot is not None:
-            e = c.b["bsdf_data"].read(h.attr_bsdf, t.eta_slot)
+    for idx, t in enumerate(c.structure.bsdf_types):
+        if t.eta is not None:
+            e = c.b["bsdf_data"].read(h.attr_bsdf, t.slot(t.eta))
             eta = ir.select(kind == idx, ir.select(cos_i >= 0.0, e, 1.0 / e), eta)
     eta = ir.select(refracted, eta, 1.0)
     return ir.detach(eta) if c.diff else eta
@@ -744,8 +721,7 @@ def _adjoint_kernel(active: tuple, method: str, structure: Structure, **b):
 
 
 def _suffix(structure: Structure) -> str:
-    return ((f"_tex{structure.tex_slots}" if structure.tex_slots else "") + ("_envmap" if structure.envmap else "")
-            + ("_analytic" if structure.analytic else "") + ("_smooth" if structure.shading_normals else ""))
+    return structure.suffix()
 
 
 @functools.lru_cache(maxsize=None)

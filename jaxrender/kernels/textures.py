@@ -31,12 +31,12 @@ from __future__ import annotations
 
 from .. import ir
 from ..ir import Vec
+from . import layout
 
-BITMAP, CHECKERBOARD, ENVMAP = 0, 1, 2
+# DATA: a BSDF's ARRAY parameter (bsdfs/base.py), read by index, never looked up at a UV.
+BITMAP, CHECKERBOARD, ENVMAP, DATA = 0, 1, 2, 3
 WRAP_REPEAT, WRAP_MIRROR, WRAP_CLAMP = 0, 1, 2
 FILTER_BILINEAR, FILTER_NEAREST = 0, 1
-META = 8           # i32 per tex_meta row
-MAX_SLOTS = 4      # textured parameters per BSDF (the scene builder enforces it)
 # Mitsuba's luminance (linear sRGB / Rec. 709 primaries).
 LUMINANCE = (0.212671, 0.715160, 0.072169)
 
@@ -48,13 +48,13 @@ class Texel:
         meta = b["tex_meta"]
         self.b = b
         self.tex = tex
-        self.offset = meta.read(tex, 0)
-        self.width = meta.read(tex, 1)
-        self.height = meta.read(tex, 2)
-        self.channels = meta.read(tex, 3)
-        self.kind = meta.read(tex, 4)
-        self.wrap = meta.read(tex, 5)
-        self.filter = meta.read(tex, 6)
+        self.offset = meta.read(tex, layout.TEX_OFFSET)
+        self.width = meta.read(tex, layout.TEX_WIDTH)
+        self.height = meta.read(tex, layout.TEX_HEIGHT)
+        self.channels = meta.read(tex, layout.TEX_CHANNELS)
+        self.kind = meta.read(tex, layout.TEX_KIND)
+        self.wrap = meta.read(tex, layout.TEX_WRAP)
+        self.filter = meta.read(tex, layout.TEX_FILTER)
 
     def fetch(self, index) -> Vec:
         """Three values of texel ``index`` (row-major); a one-channel texture
@@ -129,13 +129,13 @@ def hit_uv(b: dict, tri, b1, b2) -> Vec:
     return Vec(q[0] * b0 + q[2] * b1 + q[4] * b2, q[1] * b0 + q[3] * b1 + q[5] * b2)
 
 
-def apply_textures(b: dict, bsdf, row: list, tri, b1, b2, active=True, max_slots: int = MAX_SLOTS) -> list:
+def apply_textures(b: dict, bsdf, row: list, tri, b1, b2, active=True, max_slots: int = layout.MAX_TEX_SLOTS) -> list:
     """``row`` (the BSDF's parameter values) with its textured slots (at most
     ``max_slots``, a trace-time bound) replaced by texture lookups at the
     hit. Costs one read and a branch for a BSDF without textures. No loops,
     so reverse mode can go through it."""
-    first = b["bsdf_tex"].read(bsdf, 0)
-    count = b["bsdf_tex"].read(bsdf, 1)
+    first = b["bsdf_tex"].read(bsdf, layout.BSDF_TEX_FIRST)
+    count = b["bsdf_tex"].read(bsdf, layout.BSDF_TEX_COUNT)
     n = len(row) - 1                   # the last value (twosided flag) is never textured
     slots = b["tex_slots"]
 
@@ -147,11 +147,11 @@ def apply_textures(b: dict, bsdf, row: list, tri, b1, b2, active=True, max_slots
             live = count > k
 
             def lookup(s=s):
-                v = texture_eval(b, slots.read(s, 2), uv)
+                v = texture_eval(b, slots.read(s, layout.SLOT_TEXTURE), uv)
                 lum = luminance(v)
-                return ir.select(slots.read(s, 3) != 0, Vec(lum, lum, lum), v)
+                return ir.select(slots.read(s, layout.SLOT_LUMINANCE) != 0, Vec(lum, lum, lum), v)
             v = ir.cond(live, lookup, lambda: Vec(0.0, 0.0, 0.0))
-            start, width = slots.read(s, 0), ir.select(live, slots.read(s, 1), 0)
+            start, width = slots.read(s, layout.SLOT_START), ir.select(live, slots.read(s, layout.SLOT_WIDTH), 0)
             for j in range(n):
                 d = j - start
                 val = ir.select(d == 0, v.x, ir.select(d == 1, v.y, v.z))

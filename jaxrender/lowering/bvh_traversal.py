@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from llvmlite import ir as ll
 
-from ..ir.bvh_query import ANY, CLOSEST, STACK_SIZE
+from ..ir.bvh_query import ANY, CLOSEST, LEAF_WORDS, NODE_WORDS, STACK_SIZE
 
 f32, i32, i64, i1, i8 = ll.FloatType(), ll.IntType(32), ll.IntType(64), ll.IntType(1), ll.IntType(8)
 ptr = ll.PointerType()
@@ -30,7 +30,6 @@ HIT_TYPE = ll.LiteralStructType([f32, i32, f32, f32])
 # slab arithmetic never culls a box the ray touches.
 FAR_PAD = 1.0000004
 NAMES = {CLOSEST: "jaxrender_bvh_closest", ANY: "jaxrender_bvh_any"}
-NODE_WORDS, LEAF_WORDS = 56, 40   # row widths of the nodes and leaves buffers
 
 
 def routine(module: ll.Module, mode: int, gpu: bool = False) -> ll.Function:

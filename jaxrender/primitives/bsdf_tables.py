@@ -9,13 +9,13 @@ from the current ``bsdf_data`` rows on every render, so parameter overrides
 no derivative flows through it. Scenes without such BSDFs get a one-float
 placeholder and launch nothing.
 
-Layout: ``TABLE_STRIDE`` floats per BSDF row, in ``bsdf_data`` order; rows
-of BSDFs without a table are zero.
+Layout: ``layout.BSDF_TABLE_STRIDE`` floats per BSDF row, in ``bsdf_data``
+order; rows of BSDFs without a table are zero.
 
 Example::
 
     table, internal = precompute("ggx", 0.3, 1.5)          # numpy, for tests
-    buf = bsdf_table(inputs["bsdf_type"], inputs["bsdf_data"])
+    buf = bsdf_table(scene.bsdf_types, inputs["bsdf_data"])
 """
 from __future__ import annotations
 
@@ -23,10 +23,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..kernels.bsdfs import registry, roughplastic
+from ..kernels import layout
+from ..kernels.bsdfs import roughplastic
 from .kernel_call import launch
-
-TABLE_STRIDE = roughplastic.TABLE_STRIDE
 
 
 def roughplastic_tables(distribution: str, alpha_eta) -> tuple[jax.Array, jax.Array]:
@@ -46,23 +45,21 @@ def precompute(distribution: str, alpha: float, eta: float) -> tuple[np.ndarray,
     return np.asarray(table[0], np.float32), float(internal[0])
 
 
-def bsdf_table(bsdf_type: np.ndarray, bsdf_data) -> jax.Array:
-    """The path kernel's ``bsdf_table`` input for BSDF rows of types
-    ``bsdf_type`` (static numpy) with parameters ``bsdf_data`` (N, ROW)."""
-    bsdf_type = np.asarray(bsdf_type)
+def bsdf_table(types, bsdf_data) -> jax.Array:
+    """The kernels' ``bsdf_table`` input for BSDF rows of types ``types``
+    (one ``BsdfType`` per row) with parameters ``bsdf_data`` (N, BSDF_ROW)."""
     groups: dict[str, list[int]] = {}
-    for i, t in enumerate(bsdf_type):
-        spec = registry.TYPES[int(t)].table
-        if spec is not None:
-            groups.setdefault(spec[0], []).append(i)
+    for i, t in enumerate(types):
+        if t.table is not None:
+            groups.setdefault(t.table, []).append(i)
     if not groups:
         return jnp.zeros((1,), jnp.float32)
     data = jax.lax.stop_gradient(jnp.asarray(bsdf_data, jnp.float32))
-    rows = jnp.zeros((len(bsdf_type), TABLE_STRIDE), jnp.float32)
-    for distribution, idx in groups.items():
+    rows = jnp.zeros((len(types), layout.BSDF_TABLE_STRIDE), jnp.float32)
+    for (distribution, alpha, eta), idx in groups.items():
+        t = types[idx[0]]
         idx = np.array(idx)
-        _, alpha_slot, eta_slot = registry.TYPES[int(bsdf_type[idx[0]])].table
-        prm = jnp.stack([data[..., idx, alpha_slot], data[..., idx, eta_slot]], -1)
+        prm = jnp.stack([data[..., idx, t.slot(alpha)], data[..., idx, t.slot(eta)]], -1)
         table, internal = roughplastic_tables(distribution, prm)
-        rows = rows.at[idx].set(jnp.concatenate([table, internal[:, None]], -1))
+        rows = rows.at[idx, :roughplastic.RES + 1].set(jnp.concatenate([table, internal[:, None]], -1))
     return rows.reshape(-1)

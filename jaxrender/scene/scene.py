@@ -25,18 +25,21 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..kernels import emitters as kemitters
+from ..kernels import layout
 from ..kernels import textures as ktex
+from ..kernels.bsdfs import base
 from ..kernels.bsdfs import registry as bsdf_registry
 from . import textures as tex_io
+from ..ir.bvh_query import LEAF_WORDS, NODE_WORDS
 from .errors import SceneError
 from .shapes import (DISK, SHAPE_ROW, AnalyticShape, cube_mesh, disk_shape, rectangle_mesh, sphere_shape,
                      vertex_normals)
 
 SUPPORTED_SHAPES = ("rectangle", "cube", "obj", "ply", "sphere", "disk")
-# Emitter type ids shared with kernels/path.py.
-EMITTER_AREA, EMITTER_POINT, EMITTER_DIRECTIONAL, EMITTER_CONSTANT, EMITTER_SPOT, EMITTER_ENVMAP = 0, 1, 2, 3, 4, 5
-EMITTER_SPHERE, EMITTER_DISK = 6, 7     # area lights on analytic shapes
-EMITTER_FRAME_WIDTH = 16   # floats per row of Scene.emitter_frame
+(EMITTER_AREA, EMITTER_POINT, EMITTER_DIRECTIONAL, EMITTER_CONSTANT, EMITTER_SPOT, EMITTER_ENVMAP, EMITTER_SPHERE,
+ EMITTER_DISK) = (kemitters.TYPE_ID[n] for n in kemitters.NAMES)
+EMITTER_FRAME_WIDTH = layout.EMITTER_FRAME_ROW
 
 
 def _matrix(t: Any, where: str) -> np.ndarray:
@@ -105,6 +108,7 @@ class Camera:
     tan_x: float
     tan_y: float
     near_clip: float
+    far_clip: float
     width: int
     height: int
     rfilter: str
@@ -127,7 +131,7 @@ class Scene:
     env_emitter: int                       # index of the constant or envmap emitter, -1 if none
     camera_key: str = "sensor.to_world"      # the first sensor's (see sensors)
     params: dict = field(default_factory=dict)   # traverse-style key -> numpy array
-    bsdfs: list = field(default_factory=list)    # (type index, [(param key | constant, width)], twosided)
+    bsdfs: list = field(default_factory=list)    # (BSDF type name, [(param key | constant, width)], twosided)
     emitter_keys: list = field(default_factory=list)
     # Parameters the renderer cannot differentiate (key -> why); asking for
     # their derivative raises instead of returning a wrong number.
@@ -160,9 +164,15 @@ class Scene:
     @property
     def structure(self):
         """The trace-time features the path kernels are specialised on."""
-        from ..kernels.path import Structure
+        from ..kernels.context import Structure
         return Structure(max((len(s) for s in self.bsdf_slots), default=0), self.env_texture >= 0,
-                         len(self.shape_data) > 0, len(self.tri_normals) > 0)
+                         len(self.shape_data) > 0, len(self.tri_normals) > 0,
+                         tuple(t for t, _, _ in self.bsdfs) or ("diffuse",))
+
+    @property
+    def bsdf_types(self) -> list:
+        """The kernel-side BsdfType of each BSDF row."""
+        return [bsdf_registry.TYPES[t] for t, _, _ in self.bsdfs]
 
     def texture_inputs(self, p: Mapping[str, Any]) -> dict:
         """The texture buffers of the path kernel from parameter values ``p``."""
@@ -172,7 +182,7 @@ class Scene:
             rows.append((len(slots), len(s)))
             slots.extend(s)
         offsets = np.cumsum([0] + [t.size for t in self.textures])
-        meta = np.zeros((len(self.textures), ktex.META), np.int32)
+        meta = np.zeros((len(self.textures), layout.TEX_META_ROW), np.int32)
         uv = np.zeros((len(self.textures), 6), np.float32)
         for i, t in enumerate(self.textures):
             meta[i, :7] = (offsets[i], t.width, t.height, t.channels, t.kind, t.wrap, t.filter)
@@ -220,17 +230,19 @@ class Scene:
                      jnp.asarray(p[k] if isinstance(k, str) else np.full(w, k), jnp.float32).reshape(w)
                      for k, w in fields]
             used = sum(w for _, w in fields)
-            parts.append(jnp.zeros(bsdf_registry.ROW - 1 - used, jnp.float32))
+            parts.append(jnp.zeros(layout.BSDF_ROW - 1 - used, jnp.float32))
             parts.append(jnp.full((1,), 1.0 if twosided else 0.0, jnp.float32))
             rows.append(jnp.concatenate(parts))
-        bsdf_data = jnp.stack(rows) if rows else jnp.zeros((0, bsdf_registry.ROW), jnp.float32)
-        bsdf_type = np.array([t for t, _, _ in self.bsdfs], np.int32)
+        bsdf_data = jnp.stack(rows) if rows else jnp.zeros((0, layout.BSDF_ROW), jnp.float32)
+        order = self.structure.bsdfs
+        bsdf_type = np.array([order.index(t) for t, _, _ in self.bsdfs], np.int32)
         # (an envmap's row is its scalar scale, broadcast)
         rad = jnp.stack([jnp.broadcast_to(jnp.asarray(p[k], jnp.float32).reshape(-1), (3,))
                          for k in self.emitter_keys]) if self.emitter_keys else jnp.zeros((0, 3), jnp.float32)
         cam_key, cam = self.sensor(sensor)
         to_world = jnp.asarray(p[cam_key], jnp.float32).reshape(16)
-        camera = jnp.concatenate([to_world, jnp.array([cam.tan_x, cam.tan_y, cam.near_clip], jnp.float32)])
+        camera = jnp.concatenate([to_world, jnp.array([cam.tan_x, cam.tan_y, cam.near_clip, cam.far_clip],
+                                                      jnp.float32)])
         w = self.wide_bvh
         bvh = (dict(_NO_SKIP_LINK_BVH, wide_nodes=w[0], wide_leaves=w[1]) if w is not None else
                dict(_NO_WIDE_BVH, bvh_bounds=self.bvh_bounds, bvh_links=self.bvh_links))
@@ -251,7 +263,7 @@ class Scene:
 WIDE_BVH_C_TRAV = 2.0
 # The BVH a scene's kernels do not read gets no rows (see Scene.wide_bvh).
 _NO_SKIP_LINK_BVH = dict(bvh_bounds=np.zeros((0, 6), np.float32), bvh_links=np.zeros((0, 3), np.int32))
-_NO_WIDE_BVH = dict(wide_nodes=np.zeros((0, 56), np.int32), wide_leaves=np.zeros((0, 40), np.int32))
+_NO_WIDE_BVH = dict(wide_nodes=np.zeros((0, NODE_WORDS), np.int32), wide_leaves=np.zeros((0, LEAF_WORDS), np.int32))
 
 
 @functools.lru_cache(maxsize=None)
@@ -373,8 +385,10 @@ def _camera(sensor: Mapping, where: str) -> Camera:
         raise SceneError(f"{where}: fov_axis {axis!r} is not one of x, y, diagonal, smaller, larger")
     sampler = sensor.get("sampler", {"type": "independent"})
     spp = int(sampler.get("sample_count", 4))
-    return Camera(_matrix(sensor.get("to_world"), where), tan_x, tan_y, float(sensor.get("near_clip", 0.01)),
-                  w, h, rfilter, spp)
+    near, far = float(sensor.get("near_clip", 0.01)), float(sensor.get("far_clip", 10000.0))
+    if not 0.0 < near < far:
+        raise SceneError(f"{where}: near_clip and far_clip must satisfy 0 < near_clip < far_clip, got {near}, {far}")
+    return Camera(_matrix(sensor.get("to_world"), where), tan_x, tan_y, near, far, w, h, rfilter, spp)
 
 
 def _mesh(shape: Mapping, key: str):
@@ -451,62 +465,67 @@ def load_dict(d: Mapping) -> Scene:
                 raise SceneError(f"{key}: twosided needs a nested bsdf")
             inner_key, inner = f"{key}.{nested[0][0]}", nested[0][1]
         twosided = spec.get("type") == "twosided"
-        btype = inner.get("type")
-        if btype in ("roughconductor", "roughdielectric", "roughplastic"):
-            dist = inner.get("distribution", "beckmann")
-            if dist not in ("beckmann", "ggx"):
-                raise SceneError(f"{inner_key}.distribution: unknown microfacet distribution {dist!r} "
-                                 "(beckmann, ggx)")
-            btype = f"{btype}-{dist}"
-        elif btype == "plastic" and inner.get("nonlinear", False):
-            btype = "plastic-nonlinear"
-        if inner.get("type") == "roughplastic":
+        plugin = inner.get("type")
+        if plugin == "roughplastic":
             _check_roughplastic(inner, inner_key)
-        if btype not in bsdf_registry.TYPE_INDEX:
-            raise SceneError(f"{inner_key}: bsdf type {inner.get('type')!r} is not supported yet "
-                             f"({', '.join(sorted({t.name.split('-')[0] for t in bsdf_registry.TYPES}))})")
-        t = bsdf_registry.TYPE_INDEX[btype]
+        if plugin not in bsdf_registry.plugins():
+            raise SceneError(f"{inner_key}: bsdf type {plugin!r} is not supported yet "
+                             f"({', '.join(sorted(bsdf_registry.plugins()))})")
+        options = {}
+        for p in bsdf_registry.option_params(plugin):
+            value = inner.get(p.name, p.default)
+            if value not in p.choices:
+                what = "microfacet distribution" if p.name == "distribution" else f"{plugin} {p.name}"
+                raise SceneError(f"{inner_key}.{p.name}: unknown {what} {value!r} "
+                                 f"({', '.join(map(str, p.choices))})")
+            options[p.name] = value
+        t = bsdf_registry.select(plugin, options)
+        groups = {p.group for p in t.params if p.group is not None}
+        isotropic = {g for g in groups if not any(q.group == g and q.name in inner for q in t.params)}
         fields, slots, start = [], [], 0
-        for name, width, default in bsdf_registry.TYPES[t].fields:
-            start += width
-            if name in ("alpha_u", "alpha_v") and "alpha_u" not in inner and "alpha_v" not in inner:
-                name = "alpha"  # isotropic roughness: one parameter (Mitsuba's key alpha.value)
-            ti = texture(inner.get(name, default), f"{inner_key}.{name}", width)
-            if ti is not None:
-                if isinstance(default, str):
-                    raise SceneError(f"{inner_key}.{name}: this parameter cannot be a texture")
-                fields.append((None, width))
-                lum = int(width == 1 and textures[ti].channels == 3)
-                prev = slots[-1] if slots else None
-                if prev is not None and prev[2] == ti and prev[3] == lum and prev[0] + prev[1] == start - width:
-                    prev[1] += width   # alpha_u and alpha_v from one texture: one lookup
-                else:
-                    slots.append([start - width, width, ti, lum])
+        for prm in t.params:
+            width = prm.width()
+            if width == 0:
                 continue
-            if name == "eta" and isinstance(default, str):  # a relative IOR given as int_ior / ext_ior
-                pkey = f"{inner_key}.eta"
-                if name in bsdf_registry.TYPES[t].nondiff:
-                    nondiff[pkey] = (f"{pkey}: the derivative with respect to an index of refraction that "
-                                     "bends transmitted rays needs attached sampling, which the adjoint "
-                                     "integrators do not do")
-                params[pkey] = np.array(_ior(inner.get("int_ior", default), f"{inner_key}.int_ior")
+            start += width
+            name = prm.group if prm.group in isotropic else prm.name
+            if prm.kind in (base.COLOR, base.FLOAT):
+                ti = texture(inner.get(name, prm.default), f"{inner_key}.{name}", width)
+                if ti is not None:
+                    fields.append((None, width))
+                    lum = int(width == 1 and textures[ti].channels == 3)
+                    prev = slots[-1] if slots else None
+                    if prev is not None and prev[2] == ti and prev[3] == lum and prev[0] + prev[1] == start - width:
+                        prev[1] += width   # alpha_u and alpha_v from one texture: one lookup
+                    else:
+                        slots.append([start - width, width, ti, lum])
+                    continue
+            if prm.kind == base.IOR:  # a relative IOR given as int_ior / ext_ior
+                pkey = f"{inner_key}.{name}"
+                if prm.nondiff is not None:
+                    nondiff[pkey] = f"{pkey}: {prm.nondiff}"
+                params[pkey] = np.array(_ior(inner.get("int_ior", prm.default), f"{inner_key}.int_ior")
                                         / _ior(inner.get("ext_ior", "air"), f"{inner_key}.ext_ior"))
                 fields.append((pkey, width))
                 continue
-            if isinstance(default, bool):  # a flag stored in the row, not a parameter
-                fields.append((float(bool(inner.get(name, default))), width))
+            if prm.kind == base.FLAG:  # a flag stored in the row, not a parameter
+                fields.append((float(bool(inner.get(name, prm.default))), width))
                 continue
-            plain = name in bsdf_registry.TYPES[t].plain_keys
+            if prm.kind == base.ARRAY:
+                raise SceneError(f"{inner_key}.{name}: array parameters are not supported yet")
+            plain = prm.kind == base.SCALAR
             pkey = f"{inner_key}.{name}" if plain else f"{inner_key}.{name}.value"
             if pkey not in params:
-                value = inner.get(name, default)
-                params[pkey] = _rgb(value, pkey) if width == 3 else _scalar(value, pkey)
+                value = inner.get(name, prm.default)
+                params[pkey] = _rgb(value, pkey) if prm.kind == base.COLOR else _scalar(value, pkey)
+                if prm.nondiff is not None:
+                    nondiff[pkey] = f"{pkey}: {prm.nondiff}"
             fields.append((pkey, width))
-        if len(slots) > ktex.MAX_SLOTS:
-            raise SceneError(f"{inner_key}: at most {ktex.MAX_SLOTS} parameters of one BSDF can be textured, "
+        if len(slots) > layout.MAX_TEX_SLOTS:
+            raise SceneError(f"{inner_key}: at most {layout.MAX_TEX_SLOTS} parameters of one BSDF can be textured, "
                              f"got {len(slots)}")
         bsdf_index[key] = len(bsdfs)
-        bsdfs.append((t, fields, twosided))
+        bsdfs.append((t.name, fields, twosided))
         bsdf_slots.append([tuple(x) for x in slots])
         return bsdf_index[key]
 
@@ -626,7 +645,7 @@ def load_dict(d: Mapping) -> Scene:
             emitter_keys.append(pkey)
             emitters.append(({"point": EMITTER_POINT, "directional": EMITTER_DIRECTIONAL,
                               "constant": EMITTER_CONSTANT, "spot": EMITTER_SPOT}[kind], geom, 0))
-        elif kind in ("perspective", "path", "direct", "aov", "twosided") or kind in bsdf_registry.PLUGINS \
+        elif kind in ("perspective", "path", "direct", "aov", "twosided") or kind in bsdf_registry.plugins() \
                 or kind in tex_io.TEXTURE_PLUGINS:
             continue  # sensor and integrator were read above; bsdfs and textures when a shape uses them
         else:

@@ -16,6 +16,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..kernels import layout
+from ..kernels import shapes as kshapes
 from .errors import SceneError
 
 
@@ -50,9 +52,8 @@ def cube_mesh() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 # Analytic shapes (Mitsuba's sphere and disk) and vertex normals
 # ---------------------------------------------------------------------------
 
-SPHERE, DISK = 0, 1          # shape kinds (kernels/geometry.py dispatches on them)
-# Floats per row of Scene.shape_data (see AnalyticShape.row).
-SHAPE_ROW = 32
+SPHERE, DISK = kshapes.KIND["sphere"], kshapes.KIND["disk"]
+SHAPE_ROW = layout.SHAPE_ROW
 
 
 @dataclass
@@ -112,15 +113,15 @@ class AnalyticShape:
         """The shape's ``shape_data`` row: to_world (3 x 4, row-major),
         to_object (3 x 4), the disk's normal, the sphere's radius, the normal
         sign (-1: flipped), the area, the kind."""
-        r = np.zeros(SHAPE_ROW)
-        r[0:12] = self.to_world[:3].reshape(-1)
-        r[12:24] = self.to_object[:3].reshape(-1)
+        r = np.zeros(layout.SHAPE_ROW)
+        r[layout.SHAPE_TO_WORLD:layout.SHAPE_TO_WORLD + 12] = self.to_world[:3].reshape(-1)
+        r[layout.SHAPE_TO_OBJECT:layout.SHAPE_TO_OBJECT + 12] = self.to_object[:3].reshape(-1)
         if self.kind == DISK:
-            r[24:27] = self.normal
-        r[27] = self.radius
-        r[28] = -1.0 if self.flip else 1.0
-        r[29] = self.area
-        r[30] = self.kind
+            r[layout.SHAPE_NORMAL:layout.SHAPE_NORMAL + 3] = self.normal
+        r[layout.SHAPE_RADIUS] = self.radius
+        r[layout.SHAPE_SIGN] = -1.0 if self.flip else 1.0
+        r[layout.SHAPE_AREA] = self.area
+        r[layout.SHAPE_KIND] = self.kind
         return r
 
 

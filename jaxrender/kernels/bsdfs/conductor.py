@@ -13,6 +13,7 @@ import dataclasses
 
 from ... import ir
 from ...ir import Vec
+from .base import COLOR, BsdfType, Param
 from .fresnel import fresnel_conductor_rgb, reflect
 
 ZERO = (0.0, 0.0, 0.0)
@@ -38,3 +39,9 @@ def sample(params: ConductorParams, wi: Vec, u1, u2: Vec):
     F = fresnel_conductor_rgb(cos_i, params.eta, params.k) * params.specular_reflectance
     weight = ir.select(cos_i > 0.0, F, Vec(*ZERO))
     return reflect(wi), ir.Float(1.0), weight, ir.Bool(True)
+
+
+# Mitsuba's default material "none": eta = 0, k = 1, a perfect mirror.
+PARAMS = (Param("eta", COLOR, 0.0), Param("k", COLOR, 1.0), Param("specular_reflectance", COLOR, 1.0))
+TYPE = BsdfType("conductor", "conductor", PARAMS, lambda p: ConductorParams(p.eta, p.k, p.specular_reflectance),
+                eval, pdf, sample)

@@ -21,6 +21,7 @@ from typing import Any
 
 from ... import ir
 from ...ir import Vec
+from .base import COLOR, IOR, BsdfType, Param
 
 from .fresnel import fresnel, reflect, refract
 
@@ -57,3 +58,13 @@ def sample(params: DielectricParams, wi: Vec, u1, u2: Vec):
     w_t = params.specular_transmittance * (eta_ti * eta_ti)
     weight = ir.select(sel_r, params.specular_reflectance, w_t)
     return wo, p, weight, ir.Bool(True)
+
+
+# The IOR of a refracting interface bends the sampled direction itself.
+REFRACTION_NONDIFF = ("the derivative with respect to an index of refraction that bends transmitted rays needs "
+                      "attached sampling, which the adjoint integrators do not do")
+GLASS_PARAMS = (Param("specular_reflectance", COLOR, 1.0), Param("specular_transmittance", COLOR, 1.0),
+                Param("eta", IOR, "bk7", nondiff=REFRACTION_NONDIFF))
+TYPE = BsdfType("dielectric", "dielectric", GLASS_PARAMS,
+                lambda p: DielectricParams(p.eta, p.specular_reflectance, p.specular_transmittance),
+                eval, pdf, sample, eta="eta")

@@ -10,6 +10,7 @@ import math
 
 from ... import ir
 from ...ir import Vec
+from .base import COLOR, BsdfType, Param
 from .. import sampling
 
 INV_PI = 1.0 / math.pi
@@ -36,3 +37,7 @@ def sample(params: DiffuseParams, wi: Vec, u1, u2: Vec):
     ok = (wi.z > 0.0) & (p > 0.0)
     weight = ir.select(ok, params.reflectance, Vec(0.0, 0.0, 0.0))
     return wo, p, weight, ir.Bool(False)
+
+
+TYPE = BsdfType("diffuse", "diffuse", (Param("reflectance", COLOR, 0.5),),
+                lambda p: DiffuseParams(p.reflectance), eval, pdf, sample, albedo="reflectance")

@@ -29,6 +29,7 @@ from ..sampling import square_to_uniform_disk_concentric
 
 INV_SQRT_PI = 1.0 / math.sqrt(math.pi)
 EPS = 2.0 ** -24
+DISTRIBUTIONS = ("beckmann", "ggx")   # Mitsuba's microfacet distribution names
 
 
 def erfinv(x):
@@ -52,7 +53,7 @@ class Microfacet:
     """``kind`` is ``"ggx"`` or ``"beckmann"`` (trace time)."""
 
     def __init__(self, kind: str, alpha_u, alpha_v=None, sample_visible: bool = True):
-        if kind not in ("ggx", "beckmann"):
+        if kind not in DISTRIBUTIONS:
             raise ValueError(f"unknown microfacet distribution {kind!r} (use 'ggx' or 'beckmann')")
         self.kind = kind
         self.alpha_u = alpha_u

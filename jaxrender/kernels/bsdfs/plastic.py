@@ -23,6 +23,7 @@ from typing import Any
 
 from ... import ir
 from ...ir import Vec
+from .base import COLOR, IOR, OPTION, BsdfType, Param
 from .. import sampling
 from .dielectric import fresnel, reflect
 
@@ -124,3 +125,15 @@ def sample(params: PlasticParams, wi: Vec, u1, u2: Vec):
     zero3 = Vec(z, z, z)
     wo = ir.select(active, wo, zero3)
     return wo, ir.select(active, p, 0.0), ir.select(active, weight, zero3), is_spec & active
+
+
+def _type(nonlinear: bool) -> BsdfType:
+    return BsdfType(
+        "plastic-nonlinear" if nonlinear else "plastic", "plastic",
+        (Param("diffuse_reflectance", COLOR, 0.5), Param("specular_reflectance", COLOR, 1.0),
+         Param("eta", IOR, "polypropylene"), Param("nonlinear", OPTION, False, choices=(False, True))),
+        lambda p: PlasticParams(p.eta, p.diffuse_reflectance, p.specular_reflectance, nonlinear=nonlinear),
+        eval, pdf, sample, options=(("nonlinear", nonlinear),), albedo="diffuse_reflectance")
+
+
+TYPES = (_type(False), _type(True))

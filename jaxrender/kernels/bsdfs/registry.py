@@ -1,115 +1,79 @@
-"""BSDF types the path kernel can dispatch over, and how their parameters
-sit in a row of the ``bsdf_data`` buffer.
+"""The BSDF plugins: Mitsuba type names and the kernel variants behind them.
 
-Adding a BSDF: write its module (eval / pdf / sample, see the package
-docstring), then add one ``BsdfType`` here with its row layout. The scene
-builder (``jaxrender.scene.scene``) fills rows from Mitsuba's parameter
-names listed in ``fields``; the kernel rebuilds the params from the row.
+Adding a BSDF to the package: write its module (params, ``eval`` / ``pdf`` /
+``sample`` and its :class:`~.base.BsdfType`, see ``base.py``) and list its
+type(s) in ``_BUILTIN`` below. A user adds one from their own script with
+:func:`register` (``jaxrender.plugins.register_bsdf``).
+
+A kernel dispatches over the types one scene uses (``context.Structure.bsdfs``,
+in registry order), so a BSDF costs nothing in scenes without it, and a
+type's id is its position in that tuple.
+
+Example::
+
+    t = select("roughconductor", {"distribution": "ggx", "sample_visible": True})
+    t.name                                   # "roughconductor-ggx"
 """
 from __future__ import annotations
 
-import dataclasses
-from typing import Callable
-
-from ...ir import Vec
 from . import (conductor, dielectric, diffuse, plastic, roughconductor, roughdielectric, roughplastic,
                thindielectric)
+from .base import OPTION, BsdfType
 
-ROW = 12          # floats per BSDF row; the last one is the twosided flag
-TWOSIDED_SLOT = ROW - 1
-
-
-@dataclasses.dataclass(frozen=True)
-class BsdfType:
-    name: str
-    module: object
-    fields: tuple            # (Mitsuba parameter name, width, default), in row order
-    make: Callable           # row values -> params object; (row, table) if ``table`` is set
-    kw: tuple = ()           # trace-time keywords of eval / pdf / sample
-    # Fields whose derivative the detached-sampling adjoint cannot give
-    # (they move the sampled direction itself, e.g. a refracting IOR).
-    nondiff: tuple = ()
-    # A precomputed per-BSDF table (primitives/bsdf_tables.py):
-    # (distribution, alpha slot, eta slot) in the row; ``make`` then also
-    # gets a reader of the BSDF's table (``read(i)``).
-    table: tuple | None = None
-    # Fields that are Mitsuba scalars, not textures: traverse key without
-    # ".value" (e.g. roughplastic's ``alpha``).
-    plain_keys: tuple = ()
-    # Row slot of the rgb diffuse reflectance Mitsuba's
-    # ``eval_diffuse_reflectance`` returns (the albedo AOV); None: the
-    # default, pi * eval(wi, normal).
-    albedo_slot: int | None = None
-    # Row slot of the relative IOR (interior / exterior) by which a sampled
-    # refraction scales the path's eta (Mitsuba's BSDFSample3f::eta, used by
-    # Russian roulette); None: sampled interactions have eta 1.
-    eta_slot: int | None = None
-
-    def call(self, what: str, *args):
-        return getattr(self.module, what)(*args, **dict(self.kw))
+_BUILTIN = (diffuse.TYPE, conductor.TYPE, *roughconductor.TYPES, *plastic.TYPES, dielectric.TYPE,
+            thindielectric.TYPE, *roughdielectric.TYPES, *roughplastic.TYPES)
+TYPES: dict[str, BsdfType] = {t.name: t for t in _BUILTIN}
+BUILTIN_NAMES = tuple(TYPES)
+# Registration hooks (e.g. clearing traced-kernel caches when a type is replaced).
+_on_change: list = []
 
 
-def _v(r, i):
-    return Vec(r[i], r[i + 1], r[i + 2])
+def plugins() -> set[str]:
+    """Mitsuba type names of every registered BSDF."""
+    return {t.plugin for t in TYPES.values()}
 
 
-def _rough(distribution: str) -> BsdfType:
-    return BsdfType(
-        f"roughconductor-{distribution}", roughconductor,
-        (("eta", 3, 0.0), ("k", 3, 1.0), ("specular_reflectance", 3, 1.0), ("alpha_u", 1, 0.1),
-         ("alpha_v", 1, 0.1)),
-        lambda r: roughconductor.RoughConductorParams(r[9], r[10], _v(r, 0), _v(r, 3), _v(r, 6)),
-        (("distribution", distribution),))
+def variants(plugin: str) -> list[BsdfType]:
+    return [t for t in TYPES.values() if t.plugin == plugin]
 
 
-def _plastic(nonlinear: bool) -> BsdfType:
-    # An "eta" field with a string default is int_ior / ext_ior (default
-    # int_ior named by the string); the scene builder resolves named IORs.
-    return BsdfType(
-        "plastic-nonlinear" if nonlinear else "plastic", plastic,
-        (("diffuse_reflectance", 3, 0.5), ("specular_reflectance", 3, 1.0), ("eta", 1, "polypropylene")),
-        lambda r: plastic.PlasticParams(r[6], _v(r, 0), _v(r, 3), nonlinear=nonlinear), albedo_slot=0)
+def select(plugin: str, options: dict) -> BsdfType:
+    """The variant of ``plugin`` for the given OPTION values."""
+    for t in variants(plugin):
+        if dict(t.options) == options:
+            return t
+    raise KeyError(f"no {plugin!r} BSDF for options {options}")
 
 
-def _rough_plastic(distribution: str) -> BsdfType:
-    # "nonlinear" with a bool default is a flag in the row, not a parameter.
-    return BsdfType(
-        f"roughplastic-{distribution}", roughplastic,
-        (("diffuse_reflectance", 3, 0.5), ("specular_reflectance", 3, 1.0), ("eta", 1, "polypropylene"),
-         ("alpha", 1, 0.1), ("nonlinear", 1, False)),
-        lambda r, table: roughplastic.RoughPlasticParams(r[6], r[7], _v(r, 0), _v(r, 3), r[8] > 0.5,
-                                                         table.read(roughplastic.RES), table),
-        (("distribution", distribution),), table=(distribution, 7, 6), plain_keys=("alpha",), albedo_slot=0)
+def option_params(plugin: str) -> list:
+    """The OPTION parameters of ``plugin`` (those of its first variant)."""
+    vs = variants(plugin)
+    return [p for p in vs[0].params if p.kind == OPTION] if vs else []
 
 
-_GLASS = (("specular_reflectance", 3, 1.0), ("specular_transmittance", 3, 1.0), ("eta", 1, "bk7"))
+def ordered(names) -> tuple[str, ...]:
+    """``names`` in registry order, without repeats: a scene's dispatch order."""
+    wanted = set(names)
+    unknown = wanted - set(TYPES)
+    if unknown:
+        raise KeyError(f"unknown BSDF type(s) {sorted(unknown)}")
+    return tuple(n for n in TYPES if n in wanted)
 
 
-def _rough_glass(distribution: str) -> BsdfType:
-    return BsdfType(
-        f"roughdielectric-{distribution}", roughdielectric,
-        _GLASS + (("alpha_u", 1, 0.1), ("alpha_v", 1, 0.1)),
-        lambda r: roughdielectric.RoughDielectricParams(r[6], r[7], r[8], _v(r, 0), _v(r, 3)),
-        (("distribution", distribution),), ("eta",), eta_slot=6)
-
-
-TYPES = [
-    BsdfType("diffuse", diffuse, (("reflectance", 3, 0.5),), lambda r: diffuse.DiffuseParams(_v(r, 0)),
-             albedo_slot=0),
-    BsdfType("conductor", conductor, (("eta", 3, 0.0), ("k", 3, 1.0), ("specular_reflectance", 3, 1.0)),
-             lambda r: conductor.ConductorParams(_v(r, 0), _v(r, 3), _v(r, 6))),
-    _rough("beckmann"),
-    _rough("ggx"),
-    _plastic(False),
-    _plastic(True),
-    BsdfType("dielectric", dielectric, _GLASS,
-             lambda r: dielectric.DielectricParams(r[6], _v(r, 0), _v(r, 3)), nondiff=("eta",), eta_slot=6),
-    BsdfType("thindielectric", thindielectric, _GLASS,
-             lambda r: thindielectric.ThinDielectricParams(r[6], _v(r, 0), _v(r, 3)), nondiff=("eta",)),
-    _rough_glass("beckmann"),
-    _rough_glass("ggx"),
-    _rough_plastic("beckmann"),
-    _rough_plastic("ggx"),
-]
-TYPE_INDEX = {t.name: i for i, t in enumerate(TYPES)}
-PLUGINS = {t.name.split("-")[0] for t in TYPES}   # Mitsuba plugin names
+def register(t: BsdfType, replace: bool = False) -> BsdfType:
+    """Add a BSDF type (a user's plugin). Its ``plugin`` name must not be a
+    built-in one; registering a name again needs ``replace=True``."""
+    if not isinstance(t, BsdfType):
+        raise TypeError(f"register expects a BsdfType, got {type(t).__name__}")
+    builtin_plugins = {TYPES[n].plugin for n in BUILTIN_NAMES}
+    if t.plugin in builtin_plugins or t.name in BUILTIN_NAMES:
+        raise ValueError(f"{t.plugin!r} is a built-in BSDF and cannot be replaced")
+    others = [v for v in variants(t.plugin) if v.name != t.name]
+    if others and {p.name for p in others[0].params if p.kind == OPTION} != dict(t.options).keys():
+        raise ValueError(f"BSDF {t.name!r}: variants of {t.plugin!r} must declare the same OPTION parameters")
+    if t.name in TYPES and not replace:
+        raise ValueError(f"a BSDF type {t.name!r} is already registered (pass replace=True to replace it)")
+    TYPES[t.name] = t
+    for hook in _on_change:
+        hook()
+    return t

@@ -29,9 +29,10 @@ import numpy as np
 
 from ... import ir
 from ...ir import Vec
-from .. import sampling
+from .base import COLOR, FLAG, IOR, OPTION, SCALAR, BsdfType, Param
+from .. import layout, sampling
 from .fresnel import fresnel, reflect_about, refract_about
-from .microfacet import Microfacet
+from .microfacet import DISTRIBUTIONS, Microfacet
 from .plastic import internal_scattering
 
 RES = 64  # Mitsuba's MI_ROUGH_TRANSMITTANCE_RES
@@ -138,7 +139,8 @@ def sample(params: RoughPlasticParams, wi: Vec, u1, u2: Vec, distribution: str =
 # same quadrature with this package's microfacet sampling, so the tables
 # agree with Mitsuba's to float rounding.
 
-TABLE_STRIDE = RES + 1      # floats per BSDF in a table buffer: RES transmittances, internal reflectance
+# A BSDF's table: RES transmittances, then the internal reflectance.
+assert RES + 1 <= layout.BSDF_TABLE_STRIDE
 GL_SMALL, GL_LARGE = 32, 128
 
 
@@ -204,3 +206,22 @@ def tables_from_values(values: np.ndarray):
     reflectance (N,)). Works on numpy and jax arrays."""
     v = values.reshape(-1, 2, RES)
     return v[:, 0, :], v[:, 1, :].mean(axis=-1)
+
+
+def _type(distribution: str) -> BsdfType:
+    # Mitsuba's roughplastic has one isotropic alpha (a plain float) and
+    # always samples visible normals.
+    return BsdfType(
+        f"roughplastic-{distribution}", "roughplastic",
+        (Param("distribution", OPTION, "beckmann", choices=DISTRIBUTIONS),
+         Param("sample_visible", OPTION, True, choices=(True,)),
+         Param("diffuse_reflectance", COLOR, 0.5), Param("specular_reflectance", COLOR, 1.0),
+         Param("eta", IOR, "polypropylene"), Param("alpha", SCALAR, 0.1), Param("nonlinear", FLAG, False)),
+        lambda p: RoughPlasticParams(p.eta, p.alpha, p.diffuse_reflectance, p.specular_reflectance,
+                                     p.nonlinear > 0.5, p.table.read(RES), p.table),
+        eval, pdf, sample, options=(("distribution", distribution), ("sample_visible", True)),
+        kw=(("distribution", distribution),), table=(distribution, "alpha", "eta"),
+        albedo="diffuse_reflectance")
+
+
+TYPES = tuple(_type(d) for d in DISTRIBUTIONS)

@@ -18,6 +18,8 @@ from typing import Any
 
 from ... import ir
 from ...ir import Vec
+from .base import BsdfType
+from .dielectric import GLASS_PARAMS
 from .dielectric import fresnel, reflect
 
 
@@ -55,3 +57,8 @@ def sample(params: ThinDielectricParams, wi: Vec, u1, u2: Vec):
     p = ir.select(sel_r, r, 1.0 - r)
     weight = ir.select(sel_r, params.specular_reflectance, params.specular_transmittance)
     return wo, p, weight, ir.Bool(True)
+
+
+TYPE = BsdfType("thindielectric", "thindielectric", GLASS_PARAMS,
+                lambda p: ThinDielectricParams(p.eta, p.specular_reflectance, p.specular_transmittance),
+                eval, pdf, sample)

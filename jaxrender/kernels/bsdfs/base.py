@@ -1,0 +1,160 @@
+"""What a BSDF plugin declares: its Mitsuba parameters and its kernel code.
+
+A BSDF module defines ``eval``, ``pdf`` and ``sample`` (see the package
+docstring) and one :class:`BsdfType` per trace-time variant (e.g. one per
+microfacet distribution), then is listed in ``registry.py``. The scene
+builder reads each :class:`Param` from the plugin's Mitsuba properties into
+one row of the ``bsdf_data`` buffer (``layout.BSDF_ROW`` floats, in
+declaration order); in the kernel, ``make`` turns a :class:`ParamView` of
+that row into the module's params object.
+
+Example (a Lambertian BSDF)::
+
+    TYPE = BsdfType("diffuse", "diffuse", (Param("reflectance", COLOR, 0.5),),
+                    lambda p: DiffuseParams(p.reflectance), eval, pdf, sample, albedo="reflectance")
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from ... import ir
+from ...ir import Vec
+from .. import layout
+
+# Kinds of parameters, by how the scene reads them and the row stores them.
+COLOR = "color"      # a colour (rgb, float) or a texture; a Spectrum in the row; key "<name>.value"
+FLOAT = "float"      # a float or a texture (its luminance); key "<name>.value"
+SCALAR = "scalar"    # a plain float (never a texture); key "<name>"
+IOR = "ior"          # the relative index of refraction int_ior / ext_ior (named or numeric); key "eta"
+FLAG = "flag"        # a boolean stored in the row (not a parameter)
+OPTION = "option"    # a trace-time string choice selecting the variant (not stored)
+ARRAY = "array"      # a float array of fixed size, stored in the texels buffer; key "<name>"
+KINDS = (COLOR, FLOAT, SCALAR, IOR, FLAG, OPTION, ARRAY)
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    """One Mitsuba property of a BSDF plugin.
+
+    ``default``: the value when the property is absent (an IOR's default is
+    the name of the interior medium, e.g. ``"bk7"``; an ARRAY's is its
+    initial values, whose length is the array's size). ``group``: parameters
+    sharing a group (``alpha_u``, ``alpha_v``) are read from the group's name
+    (``alpha``, one parameter) when none of them is given, as Mitsuba's
+    isotropic roughness. ``choices``: the values an OPTION may take.
+    ``nondiff``: why its derivative cannot be computed (None: it can)."""
+    name: str
+    kind: str
+    default: Any = None
+    group: str | None = None
+    choices: tuple = ()
+    nondiff: str | None = None
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"parameter {self.name!r}: kind must be one of {KINDS}, got {self.kind!r}")
+        if self.kind == OPTION and self.default not in self.choices:
+            raise ValueError(f"option {self.name!r}: default {self.default!r} is not among {self.choices}")
+
+    def width(self, channels: int = 3) -> int:
+        """Floats it takes in a BSDF row."""
+        return 0 if self.kind == OPTION else channels if self.kind == COLOR else 1
+
+
+@dataclasses.dataclass(frozen=True)
+class BsdfType:
+    """One kernel-side BSDF implementation.
+
+    ``name``: unique in the registry (``"roughconductor-ggx"``); ``plugin``:
+    the Mitsuba type name that selects it, with ``options`` the values of its
+    OPTION parameters this variant stands for. ``make(view)`` builds the
+    params object from a :class:`ParamView`; ``eval``, ``pdf`` and ``sample``
+    take it (see the package docstring), with ``kw`` as trace-time keyword
+    arguments.
+    ``table``: (microfacet distribution, alpha parameter, eta parameter) of
+    the rough-coating table ``primitives/bsdf_tables.py`` precomputes per
+    BSDF (roughplastic), else None.
+    ``albedo``: the colour parameter Mitsuba's ``eval_diffuse_reflectance``
+    returns (the albedo AOV), None for pi * eval(wi, normal). ``eta``: the
+    relative-IOR parameter by which a sampled refraction scales the path's
+    eta (Russian roulette), None if sampled interactions have eta 1."""
+    name: str
+    plugin: str
+    params: tuple
+    make: Callable
+    eval: Callable
+    pdf: Callable
+    sample: Callable
+    options: tuple = ()
+    kw: tuple = ()
+    table: tuple | None = None
+    albedo: str | None = None
+    eta: str | None = None
+
+    def __post_init__(self):
+        used = sum(p.width() for p in self.params)
+        if used > layout.TWOSIDED_SLOT:
+            raise ValueError(f"BSDF {self.name!r}: its parameters take {used} floats of a row, more than the "
+                             f"{layout.TWOSIDED_SLOT} a row has (store large parameters as ARRAY)")
+        names = [p.name for p in self.params]
+        if len(set(names)) != len(names):
+            raise ValueError(f"BSDF {self.name!r}: duplicate parameter names {names}")
+        declared = {p.name for p in self.params if p.kind == OPTION}
+        if {k for k, _ in self.options} != declared:
+            raise ValueError(f"BSDF {self.name!r}: options {self.options} must give a value for each OPTION "
+                             f"parameter {sorted(declared)}")
+
+    def call(self, what: str, *args):
+        return getattr(self, what)(*args, **dict(self.kw))
+
+    def slot(self, name: str) -> int:
+        """Row offset of parameter ``name``."""
+        start = 0
+        for p in self.params:
+            if p.name == name:
+                return start
+            start += p.width()
+        raise KeyError(f"BSDF {self.name!r} has no parameter {name!r}")
+
+    def param(self, name: str) -> Param:
+        return next(p for p in self.params if p.name == name)
+
+
+class ArrayView:
+    """Kernel-side reader of an ARRAY parameter: ``view[i]`` is its i-th
+    float (a differentiable read of the texels buffer)."""
+
+    def __init__(self, texels, offset, size: int):
+        self.texels, self.offset, self.size = texels, offset, size
+
+    def __getitem__(self, i):
+        return self.texels.read(self.offset + i)
+
+    def __len__(self) -> int:
+        return self.size
+
+
+class ParamView:
+    """A BSDF row seen through its type's parameters: ``view.reflectance``
+    (a Spectrum for COLOR, a Float otherwise, an :class:`ArrayView` for
+    ARRAY, None for OPTION), ``view.table`` (its precomputed table, if any)."""
+
+    def __init__(self, t: BsdfType, row: list, table=None, buffers: dict | None = None, spectrum=None):
+        self._t, self._row, self.table, self._b = t, row, table, buffers
+        self._channels = 3 if spectrum is None else spectrum.channels
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        p = self._t.param(name)
+        k = self._t.slot(name)
+        if p.kind == COLOR:
+            return Vec(*self._row[k:k + self._channels])
+        if p.kind == OPTION:
+            return dict(self._t.options)[name]
+        if p.kind == ARRAY:
+            tex = ir.cast(self._row[k], "i32")
+            offset = self._b["tex_meta"].read(tex, layout.TEX_OFFSET)
+            return ArrayView(self._b["texels"], offset, len(p.default))
+        return self._row[k]

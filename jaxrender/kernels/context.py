@@ -1,0 +1,50 @@
+"""What a rendering kernel is specialised on, and what it sees per work item.
+
+:class:`Structure` is the trace-time description of a scene: which plugins
+and features its kernels must contain. Everything else (geometry, parameter
+values, the camera, seeds) is runtime data in the buffers of
+``layout.scene_inputs``, so scenes of one structure share their kernels.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from . import layout
+from .bsdfs import registry as bsdf_registry
+
+
+@dataclasses.dataclass(frozen=True)
+class Structure:
+    """Trace-time features of a scene, so that a scene without textures or
+    an environment map gets the plain kernel (no texture code, no envmap
+    dispatch branch): ``tex_slots`` is the most textured parameters any of
+    its BSDFs has (0 to ``layout.MAX_TEX_SLOTS``), ``envmap`` whether it
+    has an envmap emitter, ``analytic`` whether it has spheres or disks (else
+    the BVH leaves hold only triangles and no shape code is traced),
+    ``shading_normals`` whether some mesh has vertex normals (else the
+    shading frame is the geometric one), ``bsdfs`` the BSDF types its
+    kernels dispatch over (registry names, in registry order; default: every
+    built-in type)."""
+    tex_slots: int = 0
+    envmap: bool = False
+    analytic: bool = False
+    shading_normals: bool = False
+    bsdfs: tuple = bsdf_registry.BUILTIN_NAMES
+
+    def __post_init__(self):
+        if not 0 <= self.tex_slots <= layout.MAX_TEX_SLOTS:
+            raise ValueError(f"tex_slots must be in 0..{layout.MAX_TEX_SLOTS}, got {self.tex_slots}")
+        if not self.bsdfs:
+            raise ValueError("a structure needs at least one BSDF type")
+        object.__setattr__(self, "bsdfs", bsdf_registry.ordered(self.bsdfs))
+
+    @property
+    def bsdf_types(self) -> list:
+        """The BsdfType of each entry of ``bsdfs`` (a kernel's dispatch table)."""
+        return [bsdf_registry.TYPES[n] for n in self.bsdfs]
+
+    def suffix(self) -> str:
+        """A short tag for kernel names."""
+        return ((f"_tex{self.tex_slots}" if self.tex_slots else "") + ("_envmap" if self.envmap else "")
+                + ("_analytic" if self.analytic else "") + ("_smooth" if self.shading_normals else "")
+                + ("" if self.bsdfs == bsdf_registry.BUILTIN_NAMES else f"_{len(self.bsdfs)}bsdf"))

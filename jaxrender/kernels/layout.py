@@ -1,0 +1,119 @@
+"""Where every value sits in the buffers the rendering kernels read.
+
+One place for row widths, column offsets and table strides: the scene
+builder (``jaxrender.scene``) fills its arrays by these names and the kernel
+plugins read them by the same names, so no other file spells a width or an
+offset. Type ids are not here: each plugin registry owns its own
+(``bsdfs.registry``, ``emitters``, ``shapes``, ``textures``).
+
+:func:`scene_inputs` declares the buffers every rendering kernel takes; an
+integrator adds its own scalars (``integrators.base``).
+
+Example::
+
+    row = np.zeros(layout.SHAPE_ROW)
+    row[layout.SHAPE_RADIUS] = 2.0                      # scene side
+    r = geo.shape_value(s, layout.SHAPE_RADIUS)         # kernel side
+"""
+from __future__ import annotations
+
+from .. import ir
+from ..ir.bvh_query import LEAF_WORDS, NODE_WORDS
+
+# --- triangles, in BVH leaf order --------------------------------------------
+TRI_ROW = 9                    # tris: p0, p1, p2
+ATTR_ROW = 2                   # tri_attr: BSDF index, emitter index (-1: none)
+ATTR_BSDF, ATTR_EMITTER = 0, 1
+TRI_UV_ROW = 6                 # tri_uv: (u, v) of the three vertices
+TRI_NORMALS_ROW = 9            # tri_normals: world vertex normals (a zero row: face normal)
+
+# --- the binary BVH with skip links (scenes with analytic shapes) --------------
+BVH_BOUNDS_ROW = 6             # box min, box max
+BVH_LINKS_ROW = 3              # skip, first primitive, primitive count (0: interior)
+LINK_SKIP, LINK_FIRST, LINK_COUNT = 0, 1, 2
+
+# --- analytic shapes: one shape_data row each ---------------------------------
+SHAPE_ROW = 32
+SHAPE_TO_WORLD = 0             # 3 x 4, row-major (12 floats)
+SHAPE_TO_OBJECT = 12           # 3 x 4, row-major
+SHAPE_NORMAL = 24              # a disk's world normal (3 floats)
+SHAPE_RADIUS = 27              # a sphere's radius
+SHAPE_SIGN = 28                # -1: normals flipped
+SHAPE_AREA = 29
+SHAPE_KIND = 30                # shapes.ANALYTIC id
+
+# --- BSDFs ---------------------------------------------------------------------
+BSDF_ROW = 12                  # floats of parameters per BSDF; the last one is the twosided flag
+TWOSIDED_SLOT = BSDF_ROW - 1
+# Floats per BSDF in the bsdf_table buffer (primitives/bsdf_tables.py): the
+# largest precomputed table a BSDF has (roughplastic: 64 transmittances and
+# the internal reflectance).
+BSDF_TABLE_STRIDE = 65
+
+# --- textures --------------------------------------------------------------------
+TEX_META_ROW = 8               # tex_meta (i32)
+TEX_OFFSET, TEX_WIDTH, TEX_HEIGHT, TEX_CHANNELS, TEX_KIND, TEX_WRAP, TEX_FILTER = range(7)
+TEX_UV_ROW = 6                 # tex_uv: to_uv, 2 x 3 row-major
+BSDF_TEX_ROW = 2               # bsdf_tex: first slot, slot count
+BSDF_TEX_FIRST, BSDF_TEX_COUNT = 0, 1
+TEX_SLOT_ROW = 4               # tex_slots: row start, width, texture, luminance flag
+SLOT_START, SLOT_WIDTH, SLOT_TEXTURE, SLOT_LUMINANCE = 0, 1, 2, 3
+MAX_TEX_SLOTS = 4              # textured parameters per BSDF
+
+# --- emitters ------------------------------------------------------------------------
+EMITTER_META_ROW = 4           # emitter_meta (i32)
+META_TYPE = 0                  # emitters.TYPE_ID
+META_FIRST = 1                 # area: first light triangle; on an analytic shape: its shape_data row
+META_COUNT = 2                 # area: light triangles
+META_TEXTURE = 3               # envmap: its texture
+EMITTER_GEOM_ROW = 4           # emitter_geom: position (point, spot) / direction (directional), area
+GEOM_AREA = 3
+EMITTER_FRAME_ROW = 16         # emitter_frame: world-to-local 3x3 (row-major), then per-type constants
+FRAME_SPOT_COS_CUTOFF, FRAME_SPOT_COS_BEAM, FRAME_SPOT_CUTOFF, FRAME_SPOT_INV_WIDTH = 9, 10, 11, 12
+ENV_FRAME_ROW = 9              # env_frame: the envmap's to_world rotation (row-major)
+
+# --- the sensor ----------------------------------------------------------------------------
+CAMERA_ROW = 20                # camera: to_world (16, row-major), tan_x, tan_y, near_clip, far_clip
+CAMERA_TO_WORLD, CAMERA_TAN_X, CAMERA_TAN_Y, CAMERA_NEAR_CLIP, CAMERA_FAR_CLIP = 0, 16, 17, 18, 19
+
+
+def scene_inputs(channels: int = 3) -> dict:
+    """The buffers every rendering kernel reads (name -> ``ir.In``), for a
+    colour type of ``channels`` values (``Spectrum.channels``)."""
+    return {
+        "tris": ir.In("f32", (TRI_ROW,)),
+        "tri_attr": ir.In("i32", (ATTR_ROW,)),
+        "bvh_bounds": ir.In("f32", (BVH_BOUNDS_ROW,)),
+        "bvh_links": ir.In("i32", (BVH_LINKS_ROW,)),
+        "bsdf_type": ir.In("i32"),                        # bsdfs.registry type id per BSDF
+        "bsdf_data": ir.In("f32", (BSDF_ROW,)),
+        "emitter_radiance": ir.In("f32", (channels,)),
+        "light_tris": ir.In("i32"),                       # emissive triangles (leaf order), grouped by emitter
+        "light_cdf": ir.In("f32"),                        # cumulative area within each emitter's group
+        "emitter_meta": ir.In("i32", (EMITTER_META_ROW,)),
+        "emitter_geom": ir.In("f32", (EMITTER_GEOM_ROW,)),
+        "env_emitter": ir.Scalar("i32"),                  # the constant or envmap emitter, -1 if none
+        "tri_uv": ir.In("f32", (TRI_UV_ROW,)),            # 0 rows: no textures
+        "bsdf_tex": ir.In("i32", (BSDF_TEX_ROW,)),
+        "tex_slots": ir.In("i32", (TEX_SLOT_ROW,)),
+        "tex_meta": ir.In("i32", (TEX_META_ROW,)),
+        "tex_uv": ir.In("f32", (TEX_UV_ROW,)),
+        "texels": ir.In("f32"),                           # every texture's values, flat
+        "env_dist": ir.In("f32"),                         # envmap sampling tables (emitters/envmap.py)
+        "env_frame": ir.In("f32", (ENV_FRAME_ROW,)),
+        "camera": ir.In("f32", (CAMERA_ROW,)),
+        "filter_icdf": ir.In("f32"),                      # inverse CDF of the 1-D pixel filter, in pixels
+        "filter_cdf": ir.In("f32"),                       # its CDF on a uniform grid over [-radius, radius]
+        "filter_radius": ir.Scalar("f32"),
+        "width": ir.Scalar("u32"),
+        "height": ir.Scalar("u32"),
+        "spp": ir.Scalar("u32"),
+        "seed": ir.Scalar("u32"),
+        "bsdf_table": ir.In("f32"),                       # BSDF_TABLE_STRIDE floats a BSDF
+        "emitter_frame": ir.In("f32", (EMITTER_FRAME_ROW,)),
+        "tri_normals": ir.In("f32", (TRI_NORMALS_ROW,)),  # 0 rows: no vertex normals
+        "prim_shape": ir.In("i32"),                       # per leaf entry: -1 (triangle) or shape_data row
+        "shape_data": ir.In("f32", (SHAPE_ROW,)),
+        "wide_nodes": ir.In("i32", (NODE_WORDS,)),        # triangle-only scenes: the 8-wide BVH
+        "wide_leaves": ir.In("i32", (LEAF_WORDS,)),
+    }
