@@ -7,9 +7,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .kernels import aov, path
+from .kernels import integrators
+from .kernels.integrators import ADJOINT_METHODS
+from .kernels.integrators.aov import channel_names, parse_aovs
 from .primitives.bsdf_tables import bsdf_table
-from .primitives.kernel_call import launch
 from .primitives.render_rules import RenderConfig, nondifferentiable, render_image
 from .scene.errors import SceneError
 
@@ -79,54 +80,30 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     cam_key, cam = scene.sensor(sensor)
     spp = _positive_int(cam.spp if spp is None else spp, "spp")
     spp_grad = _positive_int(spp if spp_grad is None else spp_grad, "spp_grad")
-    if method not in path.ADJOINT_METHODS:
-        raise SceneError(f"method must be one of {path.ADJOINT_METHODS}, got {method!r}")
-    integ = scene.integrator
-    if integ["type"] == "aov":
-        return _render_aov(scene, params, spp, _seed(seed, "seed"), sensor)
-    if integ["type"] == "direct":
-        max_depth, rr_depth = 2, 1 << 30
-    else:
-        max_depth = int(integ.get("max_depth", -1))
-        rr_depth = int(integ.get("rr_depth", 5))
-        if max_depth < -1:
-            raise SceneError(f"integrator.max_depth must be >= -1, got {max_depth}")
+    if method not in ADJOINT_METHODS:
+        raise SceneError(f"method must be one of {ADJOINT_METHODS}, got {method!r}")
+    try:
+        integrator = integrators.create(scene.integrator)
+        settings = integrator.settings(scene.integrator)
+    except ValueError as exc:
+        raise SceneError(str(exc)) from None
     seed = _seed(seed, "seed")
     seed_grad = _decorrelated(seed) if seed_grad is None else _seed(seed_grad, "seed_grad")
     if params:
         nondiff = scene.nondifferentiable
         params = {k: nondifferentiable(v, nondiff[k]) if k in nondiff else v for k, v in params.items()}
     inputs = kernel_inputs(scene, params, sensor)
-    inputs.update(width=np.uint32(cam.width), height=np.uint32(cam.height), spp=np.uint32(spp),
-                  max_depth=np.int32(max_depth), rr_depth=np.int32(rr_depth),
-                  hide_emitters=np.int32(bool(integ.get("hide_emitters", False))), seed=seed,
+    inputs.update(settings, width=np.uint32(cam.width), height=np.uint32(cam.height), spp=np.uint32(spp), seed=seed,
                   seed_grad=seed_grad, spp_grad=np.uint32(spp_grad))
     # The camera's reason is the scene's, for its to_world parameter.
     why = (("camera", scene.nondifferentiable[cam_key]), ("tris", _GEOMETRY_WHY),
            ("shape_data", _GEOMETRY_WHY), ("tri_normals", _GEOMETRY_WHY))
-    config = RenderConfig((cam.height * cam.width,), method, why, scene.structure)
-    return render_image(config, inputs).reshape(cam.height, cam.width, 3)
-
-
-_AOV_WHY = "the aov integrator is not differentiable"
+    config = RenderConfig((cam.height * cam.width,), method, why, scene.structure, integrator)
+    return render_image(config, inputs).reshape(cam.height, cam.width, integrator.channels)
 
 
 def aov_names(scene) -> list[str]:
     """Channel names of an aov integrator's image (Mitsuba's, e.g. ``dd.T``)."""
     if scene.integrator["type"] != "aov":
         raise SceneError(f"the scene's integrator is {scene.integrator['type']!r}, not 'aov'")
-    return aov.channel_names(aov.parse_aovs(scene.integrator["aovs"]))
-
-
-def _render_aov(scene, params, spp: int, seed, sensor: int = 0) -> jax.Array:
-    _, cam = scene.sensor(sensor)
-    spec = aov.parse_aovs(scene.integrator["aovs"])
-    if params:
-        params = {k: nondifferentiable(v, _AOV_WHY) for k, v in params.items()}
-    inputs = kernel_inputs(scene, params, sensor)
-    inputs.update(width=np.uint32(cam.width), height=np.uint32(cam.height), spp=np.uint32(spp),
-                  max_depth=np.int32(1), rr_depth=np.int32(1 << 30), hide_emitters=np.int32(0), seed=seed)
-    for k in ("camera", "bsdf_data"):
-        inputs[k] = nondifferentiable(inputs[k], _AOV_WHY)
-    img = launch(aov.trace_aov(tuple(t for _, t in spec), scene.structure), (cam.height * cam.width,), **inputs)["image"]
-    return img.reshape(cam.height, cam.width, -1)
+    return channel_names(parse_aovs(scene.integrator["aovs"]))

@@ -27,7 +27,7 @@ import math
 from typing import Any, Callable, Mapping, Sequence
 
 from .graph import F32, Block, IRError, Node, walk
-from .pytree import tree_flatten, tree_unflatten
+from .pytree import flatten_up_to, tree_flatten, tree_unflatten
 from .values import Float, Var, as_var, current_block, scope, wrap
 
 # Ops whose result has a zero derivative (piecewise constant or non-float).
@@ -810,8 +810,10 @@ def vjp(fn: Callable[..., Any], *primals: Any, buffer_grads: Mapping[Any, Any] |
         if not home.encloses(current_block()):
             raise IRError("the pullback must be called where the forward values are visible "
                           "(in the scope of the vjp call or nested inside it)")
-        leaves: list = []
-        _flatten_with_none(cotangents, leaves)
+        try:
+            leaves = flatten_up_to(out_tree, cotangents)
+        except (ValueError, TypeError, AttributeError, KeyError) as exc:
+            raise IRError(f"pullback: the cotangents do not match the outputs ({exc})") from None
         if len(leaves) != len(outs):
             raise IRError(f"pullback: expected {len(outs)} cotangents, got {len(leaves)}")
         cts: dict[int, Var] = {}

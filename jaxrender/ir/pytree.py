@@ -80,6 +80,38 @@ def tree_unflatten(tree: TreeDef, leaves) -> Any:
     return out
 
 
+def flatten_up_to(tree: TreeDef, x: Any) -> list:
+    """The leaves of ``x`` laid out as ``tree``'s leaves, where ``x`` may put
+    None in place of any subtree (every leaf below it becomes None): how
+    cotangents name the outputs that get none."""
+    out: list = []
+    _flatten_up_to(tree, x, out)
+    return out
+
+
+def _flatten_up_to(t: TreeDef, x, out) -> None:
+    if x is None:
+        out.extend([None] * t.num_leaves)
+        return
+    if t.kind == "leaf":
+        out.append(x)
+        return
+    if t.kind == "none":
+        return
+    if t.kind == "dict":
+        kids = [x[k] for k in t.aux]
+    elif isinstance(x, (tuple, list)):   # a sequence may stand for any container of as many children
+        kids = list(x)
+    elif hasattr(x, "tree_flatten"):
+        kids = x.tree_flatten()[0]
+    else:
+        kids = [getattr(x, n) for n in t.aux]
+    if len(kids) != len(t.children):
+        raise ValueError(f"cotangent structure does not match the outputs {t!r}")
+    for c, k in zip(t.children, kids):
+        _flatten_up_to(c, k, out)
+
+
 def _unflatten(t: TreeDef, it):
     if t.kind == "leaf":
         return next(it)

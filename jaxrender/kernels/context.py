@@ -4,13 +4,25 @@
 and features its kernels must contain. Everything else (geometry, parameter
 values, the camera, seeds) is runtime data in the buffers of
 ``layout.scene_inputs``, so scenes of one structure share their kernels.
+:class:`Context` is what plugin code receives while a kernel is traced:
+the buffers, the scene geometry, the work item, its random numbers, the
+colour type and whether the code is traced for derivatives.
+
+Example::
+
+    ctx = Context.create(buffers, Structure(bsdfs=("diffuse",)))
+    u = ctx.rand(sample, dim)                    # 4 uniforms, reproducible
 """
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
+from .. import ir
 from . import layout
 from .bsdfs import registry as bsdf_registry
+from .geometry import SceneGeometry
+from .spectrum import RGB, SpectrumType
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,12 +36,13 @@ class Structure:
     ``shading_normals`` whether some mesh has vertex normals (else the
     shading frame is the geometric one), ``bsdfs`` the BSDF types its
     kernels dispatch over (registry names, in registry order; default: every
-    built-in type)."""
+    built-in type), ``sensor`` the sensor type (``sensors.TYPES``)."""
     tex_slots: int = 0
     envmap: bool = False
     analytic: bool = False
     shading_normals: bool = False
     bsdfs: tuple = bsdf_registry.BUILTIN_NAMES
+    sensor: str = "perspective"
 
     def __post_init__(self):
         if not 0 <= self.tex_slots <= layout.MAX_TEX_SLOTS:
@@ -47,4 +60,48 @@ class Structure:
         """A short tag for kernel names."""
         return ((f"_tex{self.tex_slots}" if self.tex_slots else "") + ("_envmap" if self.envmap else "")
                 + ("_analytic" if self.analytic else "") + ("_smooth" if self.shading_normals else "")
-                + ("" if self.bsdfs == bsdf_registry.BUILTIN_NAMES else f"_{len(self.bsdfs)}bsdf"))
+                + ("" if self.bsdfs == bsdf_registry.BUILTIN_NAMES else f"_{len(self.bsdfs)}bsdf")
+                + ("" if self.sensor == "perspective" else f"_{self.sensor}"))
+
+
+@dataclasses.dataclass
+class Context:
+    """The kernel's view of one work item (a pixel).
+
+    ``diff``: traced for derivatives (forward mode, adjoint replay): then
+    sampling is detached (:meth:`detach`) so that only BSDF values and
+    emitted radiance carry derivatives (Zeltner et al. 2021)."""
+    b: dict                  # input name -> ir Buffer
+    geo: SceneGeometry
+    pixel: Any
+    seed: Any
+    diff: bool
+    structure: Structure
+    spectrum: SpectrumType = RGB
+
+    @classmethod
+    def create(cls, b: dict, structure: Structure = Structure(), diff: bool = False,
+               spectrum: SpectrumType = RGB) -> "Context":
+        if structure.analytic:
+            geo = SceneGeometry(b["tris"], b["bvh_bounds"], b["bvh_links"], b["prim_shape"], b["shape_data"])
+        else:
+            geo = SceneGeometry(b["tris"], b["bvh_bounds"], b["bvh_links"],
+                                wide=(b["wide_nodes"], b["wide_leaves"]))
+        return cls(b, geo, ir.item_index(), b["seed"].value, diff, structure, spectrum)
+
+    def primal(self) -> "Context":
+        """This context traced without derivatives."""
+        return dataclasses.replace(self, diff=False)
+
+    def rand(self, stream, dim):
+        """Four uniforms of sample ``stream``, dimension ``dim`` (Philox:
+        the same numbers whenever they are asked for again)."""
+        return ir.rng.uniform4(self.seed, self.pixel, dim, stream)
+
+    def detach(self, x):
+        """``x`` without derivatives where derivatives are traced."""
+        return ir.detach(x) if self.diff else x
+
+    @property
+    def n_emitters(self):
+        return ir.cast(self.b["emitter_meta"].len, "i32")

@@ -17,15 +17,12 @@ from __future__ import annotations
 from .. import ir
 from ..ir import Vec
 from . import layout, shapes
+from .shapes import triangle
 
 RAY_EPSILON = 1e-4
 INF = float("inf")
 
 
-SPHERE, DISK = shapes.KIND["sphere"], shapes.KIND["disk"]
-TO_WORLD, TO_OBJECT, NORMAL, RADIUS, SIGN, AREA, KIND = (layout.SHAPE_TO_WORLD, layout.SHAPE_TO_OBJECT,
-                                                         layout.SHAPE_NORMAL, layout.SHAPE_RADIUS, layout.SHAPE_SIGN,
-                                                         layout.SHAPE_AREA, layout.SHAPE_KIND)
 
 
 class SceneGeometry:
@@ -45,96 +42,40 @@ class SceneGeometry:
         self.wide = wide
 
     def triangle(self, i) -> tuple[Vec, Vec, Vec]:
-        c = [self.tris.read(i, k) for k in range(9)]
-        return Vec(c[0], c[1], c[2]), Vec(c[3], c[4], c[5]), Vec(c[6], c[7], c[8])
+        return triangle.vertices(self.tris, i)
 
     def shape_value(self, s, k):
         return self.shape_data.read(s, k)
 
     def shape_kind(self, s):
-        return ir.cast(self.shape_value(s, KIND), "i32")
+        return ir.cast(self.shape_value(s, layout.SHAPE_KIND), "i32")
 
     def center(self, s) -> Vec:
-        return Vec(*(self.shape_value(s, TO_WORLD + 4 * k + 3) for k in range(3)))
+        return Vec(*(self.shape_value(s, layout.SHAPE_TO_WORLD + 4 * k + 3) for k in range(3)))
 
     def to_object(self, s, p: Vec) -> Vec:
         """Object-space coordinates of the world point ``p``."""
-        m = [self.shape_value(s, TO_OBJECT + k) for k in range(12)]
+        m = [self.shape_value(s, layout.SHAPE_TO_OBJECT + k) for k in range(12)]
         return Vec(*(m[4 * k] * p.x + m[4 * k + 1] * p.y + m[4 * k + 2] * p.z + m[4 * k + 3] for k in range(3)))
 
     def to_object_dir(self, s, d: Vec) -> Vec:
-        m = [self.shape_value(s, TO_OBJECT + k) for k in range(12)]
+        m = [self.shape_value(s, layout.SHAPE_TO_OBJECT + k) for k in range(12)]
         return Vec(*(m[4 * k] * d.x + m[4 * k + 1] * d.y + m[4 * k + 2] * d.z for k in range(3)))
 
     def to_world(self, s, x, y) -> Vec:
         """World point of the object-space point (x, y, 0)."""
-        m = [self.shape_value(s, TO_WORLD + k) for k in range(12)]
+        m = [self.shape_value(s, layout.SHAPE_TO_WORLD + k) for k in range(12)]
         return Vec(*(m[4 * k] * x + m[4 * k + 1] * y + m[4 * k + 3] for k in range(3)))
-
-
-def intersect_triangle(o: Vec, d: Vec, p0: Vec, p1: Vec, p2: Vec):
-    """Moller-Trumbore: (t, b1, b2); t = inf when the ray misses."""
-    e1 = p1 - p0
-    e2 = p2 - p0
-    pv = ir.cross(d, e2)
-    det = ir.dot(e1, pv)
-    inv_det = 1.0 / det
-    tv = o - p0
-    u = ir.dot(tv, pv) * inv_det
-    qv = ir.cross(tv, e1)
-    v = ir.dot(d, qv) * inv_det
-    t = ir.dot(e2, qv) * inv_det
-    ok = (det != 0.0) & (u >= 0.0) & (v >= 0.0) & (u + v <= 1.0)
-    return ir.select(ok, t, INF), u, v
-
-
-def intersect_sphere(o: Vec, d: Vec, c: Vec, r, t_min):
-    """Nearest t > t_min where the ray meets the sphere (inf: none).
-
-    The quadratic is solved in the form that keeps float32 accurate far from
-    the sphere and for grazing rays: the discriminant from the distance of
-    the line to the centre (|f - (f.d / d.d) d|^2, no cancellation), and the
-    two roots as q / a and c / q (Ray Tracing Gems, ch. 7)."""
-    f = o - c
-    a = ir.dot(d, d)
-    b = -ir.dot(f, d)
-    lv = f + d * (b / a)
-    disc = a * (r * r - ir.dot(lv, lv))
-    q = b + ir.copysign(ir.safe_sqrt(disc), b)
-    ok = (disc >= 0.0) & (q != 0.0)
-    q = ir.select(ok, q, 1.0)
-    t0 = (ir.dot(f, f) - r * r) / q
-    t1 = q / a
-    near, far = _fmin(t0, t1), _fmax(t0, t1)
-    return ir.select(ok, ir.select(near > t_min, near, far), INF)
-
-
-def intersect_disk(o: Vec, d: Vec, geo: SceneGeometry, s):
-    """t where the ray meets the unit disk of shape ``s`` (inf: none)."""
-    lo = geo.to_object(s, o)
-    ld = geo.to_object_dir(s, d)
-    t = -lo.z / ld.z
-    x = lo.x + ld.x * t
-    y = lo.y + ld.y * t
-    return ir.select(x * x + y * y <= 1.0, t, INF)
-
-
-def intersect_shape(geo: SceneGeometry, s, o: Vec, d: Vec, t_min):
-    """Nearest t > t_min (or a value <= t_min / inf: no hit) on analytic shape ``s``."""
-    def sphere():
-        return intersect_sphere(o, d, geo.center(s), geo.shape_value(s, RADIUS), t_min)
-
-    return ir.cond(geo.shape_kind(s) == SPHERE, sphere, lambda: intersect_disk(o, d, geo, s))
 
 
 def intersect_primitive(geo: SceneGeometry, idx, o: Vec, d: Vec, t_min):
     """(t, b1, b2) of leaf entry ``idx``: a triangle, or an analytic shape
     (then b1 = b2 = 0) where the scene has them."""
     if not geo.analytic:
-        return intersect_triangle(o, d, *geo.triangle(idx))
+        return triangle.intersect(o, d, *geo.triangle(idx))
     s = geo.prim_shape[idx]
-    return ir.cond(s < 0, lambda: intersect_triangle(o, d, *geo.triangle(idx)),
-                   lambda: (intersect_shape(geo, s, o, d, t_min), ir.Float(0.0), ir.Float(0.0)))
+    return ir.cond(s < 0, lambda: triangle.intersect(o, d, *geo.triangle(idx)),
+                   lambda: (shapes.intersect(geo, s, o, d, t_min), ir.Float(0.0), ir.Float(0.0)))
 
 
 def _fmin(a, b):
@@ -177,9 +118,9 @@ def closest_hit(geo: SceneGeometry, o: Vec, d: Vec, t_min, t_max):
     def step(s):
         node, best_t, best_i, bu, bv = s
         hit_box = _box_entry(o, inv_d, geo, node, best_t)
-        skip = geo.links.read(node, 0)
-        first = geo.links.read(node, 1)
-        count = geo.links.read(node, 2)
+        skip = geo.links.read(node, layout.LINK_SKIP)
+        first = geo.links.read(node, layout.LINK_FIRST)
+        count = geo.links.read(node, layout.LINK_COUNT)
         is_leaf = count > 0
 
         def leaf():
@@ -213,9 +154,9 @@ def occluded(geo: SceneGeometry, o: Vec, d: Vec, t_min, t_max):
     def step(s):
         node, _ = s
         hit_box = _box_entry(o, inv_d, geo, node, t_max)
-        skip = geo.links.read(node, 0)
-        first = geo.links.read(node, 1)
-        count = geo.links.read(node, 2)
+        skip = geo.links.read(node, layout.LINK_SKIP)
+        first = geo.links.read(node, layout.LINK_FIRST)
+        count = geo.links.read(node, layout.LINK_COUNT)
         is_leaf = count > 0
 
         def leaf():

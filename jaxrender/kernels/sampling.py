@@ -100,3 +100,9 @@ def sample_cdf(cdf, start, count, u):
 
     lo, _ = ir.while_loop(lambda s: s[0] < s[1], step, (start, start + count - 1))
     return lo
+
+
+def mis_weight(pdf_a, pdf_b):
+    """Power heuristic weight of a strategy with density ``pdf_a`` against one with ``pdf_b``."""
+    a2 = pdf_a * pdf_a
+    return ir.select(pdf_a > 0.0, a2 / (a2 + pdf_b * pdf_b), 0.0)

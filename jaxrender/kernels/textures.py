@@ -86,7 +86,7 @@ def reduce_coord(u, mode):
     return ir.clamp(r, -1.0, 3.0)
 
 
-def _bilinear(t: Texel, px, py, wrap_x, wrap_y) -> Vec:
+def bilinear(t: Texel, px, py, wrap_x, wrap_y) -> Vec:
     """Bilinear interpolation at continuous texel coordinates (px, py)
     (texel centres at integers), integer coordinates wrapped per axis."""
     fx, fy = ir.floor(px), ir.floor(py)
@@ -119,7 +119,7 @@ def texture_eval(b: dict, tex, uv: Vec) -> Vec:
     nearest = t.filter == FILTER_NEAREST
     px = ir.select(nearest, ir.floor(u * fw), u * fw - 0.5)
     py = ir.select(nearest, ir.floor(v * fh), v * fh - 0.5)
-    return _bilinear(t, px, py, t.wrap, t.wrap)
+    return bilinear(t, px, py, t.wrap, t.wrap)
 
 
 def hit_uv(b: dict, tri, b1, b2) -> Vec:

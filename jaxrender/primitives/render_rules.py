@@ -1,12 +1,14 @@
 """The JAX contract of rendering: primal, forward-mode and adjoint kernels.
 
 ``render_image(config, inputs)`` is a ``jax.custom_jvp`` function over the
-path kernel's input buffers. Its jvp rule binds :data:`render_jvp_p`, a
-primitive *linear in the tangents* of the differentiable buffers that runs
-the forward-mode megakernel; the transpose of that primitive runs the
-adjoint megakernel (path replay backpropagation by default). So
-``jax.jvp``, ``jax.linearize``, ``jax.vjp`` and ``jax.grad`` all work, under
-``jax.jit`` and ``jax.vmap``, and the only residuals are the primal inputs.
+input buffers of the integrator in ``config`` (any
+``kernels.integrators.Integrator``). Its jvp rule binds
+:data:`render_jvp_p`, a primitive *linear in the tangents* of the
+integrator's differentiable buffers that runs its forward-mode megakernel;
+the transpose of that primitive runs its adjoint megakernel (path replay
+backpropagation by default). So ``jax.jvp``, ``jax.linearize``,
+``jax.vjp`` and ``jax.grad`` all work, under ``jax.jit`` and ``jax.vmap``,
+and the only residuals are the primal inputs.
 
 Random numbers: the tangent / adjoint kernels run with ``seed_grad`` and
 ``spp_grad`` (decorrelated from the primal's ``seed``), and the forward and
@@ -26,10 +28,9 @@ from jax.custom_derivatives import SymbolicZero
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from ..kernels import path
+from ..kernels.context import Structure
+from ..kernels.integrators import Integrator, PathIntegrator
 from .kernel_call import launch
-
-INPUT_NAMES = tuple(path.INPUTS)
 
 
 class NotDifferentiableError(ValueError):
@@ -41,44 +42,54 @@ class NotDifferentiableError(ValueError):
 class RenderConfig:
     """Static (trace-time) settings of one render call."""
     launch_shape: tuple        # (pixels,)
-    method: str = "prb"        # adjoint: prb | rb | rb_biased
+    method: str = "prb"        # adjoint: one of integrator.adjoint_methods
     # Float inputs that must not receive tangents, with the reason shown.
     why_not: tuple = ()
-    # Trace-time scene features (textures, envmap) the kernels are specialised on.
-    structure: path.Structure = path.Structure()
+    # Trace-time scene features the kernels are specialised on.
+    structure: Structure = Structure()
+    integrator: Integrator = PathIntegrator()
+
+    @property
+    def input_names(self) -> tuple:
+        return tuple(self.integrator.inputs())
 
 
 def _is_zero(t) -> bool:
     return t is None or isinstance(t, SymbolicZero) or type(t) is ad.Zero
 
 
-def _kernel_inputs(inputs: Mapping[str, Any]) -> dict:
-    return {k: inputs[k] for k in INPUT_NAMES}
+def _kernel_inputs(config: RenderConfig, inputs: Mapping[str, Any]) -> dict:
+    return {k: inputs[k] for k in config.input_names}
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
 def render_image(config: RenderConfig, inputs: dict) -> jax.Array:
-    """The primal image, (pixels, 3). ``inputs`` holds the path kernel's
-    buffers plus ``seed_grad`` and ``spp_grad`` for its derivatives."""
-    return launch(path.trace_path(config.structure), config.launch_shape, **_kernel_inputs(inputs))["image"]
+    """The primal image, (pixels, channels). ``inputs`` holds the
+    integrator's buffers plus ``seed_grad`` and ``spp_grad`` for its
+    derivatives."""
+    kernel = config.integrator.primal_kernel(config.structure)
+    return launch(kernel, config.launch_shape, **_kernel_inputs(config, inputs))["image"]
 
 
 def _render_jvp(config: RenderConfig, primals, tangents):
     (inputs,), (tin,) = primals, tangents
     out = render_image(config, inputs)
+    integrator = config.integrator
     reasons = dict(config.why_not)
     for name, t in tin.items():
-        if name in path.DIFFERENTIABLE_INPUTS or _is_zero(t):
+        if name in integrator.differentiable or _is_zero(t):
             continue
         if jnp.issubdtype(jnp.result_type(inputs[name]), jnp.floating):
+            if not integrator.differentiable:
+                raise NotDifferentiableError(f"the {integrator.name} integrator is not differentiable")
             raise NotDifferentiableError(
                 reasons.get(name, f"the renderer cannot differentiate its input {name!r}"))
-    active = tuple(n for n in path.DIFFERENTIABLE_INPUTS if not _is_zero(tin[n]))
+    active = tuple(n for n in integrator.differentiable if not _is_zero(tin[n]))
     if not active:
         return out, jnp.zeros_like(out)
-    prim = _kernel_inputs(inputs)
+    prim = _kernel_inputs(config, inputs)
     prim["seed"], prim["spp"] = inputs["seed_grad"], inputs["spp_grad"]
-    args = [jnp.asarray(prim[k]) for k in INPUT_NAMES] + [tin[n] for n in active]
+    args = [jnp.asarray(prim[k]) for k in config.input_names] + [tin[n] for n in active]
     t_out = render_jvp_p.bind(*args, config=config, active=active, batch_shape=(),
                               in_batch=tuple(() for _ in args))
     return out, t_out
@@ -102,10 +113,11 @@ def _vmap_levels(fn, in_batch, n_levels: int, out_axes=0):
 
 
 def _forward_unbatched(config, active, *args):
-    n = len(INPUT_NAMES)
-    kw = dict(zip(INPUT_NAMES, args[:n]))
-    kw.update({"d_" + a: t for a, t in zip(active, args[n:])})
-    return launch(path.trace_forward(active, config.structure), config.launch_shape, **kw)["image"]
+    names = config.input_names
+    kw = dict(zip(names, args[:len(names)]))
+    kw.update({"d_" + a: t for a, t in zip(active, args[len(names):])})
+    kernel = config.integrator.forward_kernel(active, config.structure)
+    return launch(kernel, config.launch_shape, **kw)["image"]
 
 
 def _jvp_impl_fn(*args, config, active, batch_shape, in_batch):
@@ -114,7 +126,7 @@ def _jvp_impl_fn(*args, config, active, batch_shape, in_batch):
 
 
 def _jvp_abstract(*args, config, active, batch_shape, in_batch):
-    return jax.core.ShapedArray(batch_shape + tuple(config.launch_shape) + (3,), np.float32)
+    return jax.core.ShapedArray(batch_shape + tuple(config.launch_shape) + (config.integrator.channels,), np.float32)
 
 
 def _jvp_impl(*args, **params):
@@ -142,7 +154,7 @@ batching.primitive_batchers[render_jvp_p] = _jvp_batch
 
 
 def _jvp_of_jvp(primals, tangents, *, config, active, batch_shape, in_batch):
-    n = len(INPUT_NAMES)
+    n = len(config.input_names)
     if any(type(t) is not ad.Zero for t in tangents[:n]):
         raise NotDifferentiableError("second derivatives of renders (a derivative of the tangent image "
                                      "with respect to scene parameters) are not supported")
@@ -156,16 +168,18 @@ ad.primitive_jvps[render_jvp_p] = _jvp_of_jvp
 
 
 def _adjoint_unbatched(config, active, *args):
-    n = len(INPUT_NAMES)
-    kw = dict(zip(INPUT_NAMES, args[:n]))
+    names = config.input_names
+    n = len(names)
+    kw = dict(zip(names, args[:n]))
     kw["grad_image"] = args[n]
     rows = {"grad_" + a: int(np.shape(kw[a])[0]) for a in active}
-    grads = launch(path.trace_adjoint(active, config.method, config.structure), config.launch_shape, rows, **kw)
+    kernel = config.integrator.adjoint_kernel(active, config.method, config.structure)
+    grads = launch(kernel, config.launch_shape, rows, **kw)
     return tuple(grads["grad_" + a] for a in active)
 
 
 def _jvp_transpose(ct, *args, config, active, batch_shape, in_batch):
-    n = len(INPUT_NAMES)
+    n = len(config.input_names)
     primals, tangents = args[:n], args[n:]
     if any(ad.is_undefined_primal(p) for p in primals):
         raise NotDifferentiableError("the tangent image is linear only in the parameter tangents")

@@ -312,7 +312,7 @@ def _spot_frame(spec: Mapping, m: np.ndarray, key: str) -> np.ndarray:
 
 
 def _check_aov(integrator: Mapping) -> None:
-    from ..kernels.aov import AovSpecError, parse_aovs
+    from ..kernels.integrators.aov import AovSpecError, parse_aovs
     nested = [k for k, v in integrator.items() if isinstance(v, Mapping) and "type" in v]
     if nested:
         raise SceneError(f"integrator.{nested[0]}: integrators nested in an aov integrator are not supported "

@@ -1,10 +1,115 @@
-"""Emitter plugins. Each type's id is its position in :data:`NAMES`
-(``layout.META_TYPE`` of an ``emitter_meta`` row).
+"""Emitter plugins: sampling a direction towards a light, the density of a
+direction that hits one, and the radiance it sends.
 
-``area`` is an area light on a triangle mesh; ``area_sphere`` and
-``area_disk`` are area lights on Mitsuba's analytic sphere and disk
-(sampled as Mitsuba samples those shapes)."""
+One module per type (``area.py``: area lights on meshes, spheres and disks;
+``point.py``, ``spot.py``, ``directional.py``, ``constant.py``,
+``envmap.py``), each declaring an :class:`~.base.EmitterType`. A type's id
+(``layout.META_TYPE`` of its ``emitter_meta`` row) is its position in
+:data:`TYPES`. Adding an emitter: its module plus an entry in ``TYPES``
+(and its rows on the scene side).
+
+Radiance values (``emitter_radiance`` rows, envmap texels) are read only by
+:func:`eval_sample` and :func:`eval_hit`, the functions an integrator calls
+in its differentiable shading; sampling and densities read no parameter.
+Emitters are chosen uniformly, as in Mitsuba.
+
+Example::
+
+    es = sample(ctx, si, d, u4)                    # u4: 4 uniforms
+    radiance = eval_sample(ctx, es)                # times es.factor, per emitter
+"""
 from __future__ import annotations
 
-NAMES = ("area", "point", "directional", "constant", "spot", "envmap", "area_sphere", "area_disk")
+import dataclasses
+from typing import Any
+
+from ... import ir
+from ...ir import Vec
+from .. import layout
+from . import area, constant, directional, envmap, point, spot
+from .base import DirectionSample, EmitterType
+
+TYPES = (area.MESH, point.TYPE, directional.TYPE, constant.TYPE, spot.TYPE, envmap.TYPE, area.SPHERE, area.DISK)
+NAMES = tuple(t.name for t in TYPES)
 TYPE_ID = {n: i for i, n in enumerate(NAMES)}
+
+__all__ = ["TYPES", "NAMES", "TYPE_ID", "EmitterType", "DirectionSample", "EmitterSample", "sample", "pdf",
+           "eval_sample", "eval_hit"]
+
+
+@dataclasses.dataclass
+class EmitterSample(DirectionSample):
+    sel: Any = None       # the chosen emitter
+    kind: Any = None      # its type id
+
+
+def _used(structure) -> list:
+    """The types a kernel of ``structure`` dispatches over: up to the last
+    used one, with unused ones in between replaced by the first type (a
+    duplicate, which the dispatch emits once)."""
+    used = [t.used(structure) for t in TYPES]
+    last = max(i for i, u in enumerate(used) if u)
+    return [t if u else TYPES[0] for t, u in zip(TYPES[:last + 1], used)]
+
+
+def selection_pdf(ctx):
+    return 1.0 / ir.cast(ir.maximum(ctx.n_emitters, 1), "f32")
+
+
+def sample(ctx, si, d: Vec, u) -> EmitterSample:
+    """Choose an emitter with ``u[0]`` and sample a direction towards it with
+    ``u[1:4]`` from interaction ``si`` (reached along ``d``); the reference
+    point is offset to the side the ray came from."""
+    n_em = ctx.n_emitters
+    sel = ir.minimum(ir.cast(u[0] * ir.cast(n_em, "f32"), "i32"), n_em - 1)
+    ref = si.p + si.ng * ir.copysign(si.scale, -ir.dot(si.ng, d))
+    kind = ctx.b["emitter_meta"].read(sel, layout.META_TYPE)
+    rest = (u[1], u[2], u[3])
+    ds = ir.dispatch(kind, [lambda t=t: t.sample(ctx, sel, ref, rest) for t in _used(ctx.structure)])
+    return EmitterSample(ds.w, ds.dist, ds.factor, ds.pdf, ds.delta, sel, kind)
+
+
+def _hooked(ctx, hook: str) -> list:
+    return [(TYPE_ID[t.name], t) for t in TYPES if getattr(t, hook) is not None and t.used(ctx.structure)]
+
+
+def eval_sample(ctx, es: EmitterSample) -> Vec:
+    """Radiance arriving along the emitter sample (times its ``factor``;
+    before the unshadowed / MIS weighting). Differentiable."""
+    S = ctx.spectrum
+    em = S.read(ctx.b["emitter_radiance"], es.sel) * es.factor
+    for tid, t in _hooked(ctx, "eval"):
+        em = em * ir.cond(es.kind == tid, lambda t=t: t.eval(ctx, es.sel, es.w), S.one)
+    return em
+
+
+def eval_hit(ctx, si) -> tuple[Vec, Any]:
+    """(radiance emitted towards the ray's origin at interaction ``si`` — by
+    the surface it hit, or by the environment if it left the scene —,
+    the environment's density for that direction). Differentiable."""
+    S, b = ctx.spectrum, ctx.b
+    rad = b["emitter_radiance"]
+    env = b["env_emitter"].value
+    le = S.read(rad, si.attr_em) * ir.select(si.is_emitter & (si.cos_l > 0.0), 1.0, 0.0)
+    env_le, env_pdf = S.one(), constant.pdf_direction(ctx, env, si.d)
+    for tid, t in _hooked(ctx, "eval"):
+        sees = ~si.hit & (env >= 0) & (b["emitter_meta"].read(env, layout.META_TYPE) == tid)
+        env_le, env_pdf = ir.cond(sees, lambda t=t: (t.eval(ctx, env, si.d), t.pdf_direction(ctx, env, si.d)),
+                                  lambda: (env_le, env_pdf))
+    le = ir.select(si.hit, le, S.read(rad, env) * env_le * ir.select(env >= 0, 1.0, 0.0))
+    return le, env_pdf
+
+
+def pdf(ctx, si, env_pdf):
+    """Solid-angle density with which :func:`sample` (emitter choice
+    included) produces the direction of the ray that found ``si``: the
+    emitter it hit, or the environment if it left the scene (``env_pdf``, from
+    :func:`eval_hit`). Meaningful where that ray sees emitted radiance."""
+    select = selection_pdf(ctx)
+    area_e = ctx.b["emitter_geom"].read(si.attr_em, layout.GEOM_AREA)
+    density = select * si.t * si.t / (ir.maximum(si.cos_l, 1e-20) * area_e)
+    for tid, t in _hooked(ctx, "pdf"):
+        hits = si.is_emitter & (ctx.b["emitter_meta"].read(si.attr_em, layout.META_TYPE) == tid)
+        own = ir.cond(hits, lambda t=t: t.pdf(ctx, si.attr_em, si), lambda: ir.Float(0.0))
+        density = ir.select(own > 0.0, select * own, density)
+    return ir.select(si.hit, density, select * env_pdf)

@@ -1,8 +1,7 @@
 """The ``aov`` integrator (Mitsuba 3's arbitrary output variables): per pixel,
 geometric quantities of the first surface the camera ray meets, averaged
-over the pixel filter like any image (the filter offsets are importance
-sampled exactly as in the path kernel, so the result equals Mitsuba's
-filtered film in expectation).
+over the pixel filter like any image (the film samples exactly as for the
+path tracer, so the result equals Mitsuba's filtered film in expectation).
 
 Channel order is the order of the ``aovs`` string, as ``mi.render`` returns
 it for an aov integrator without nested integrators. Supported types and
@@ -30,17 +29,19 @@ Example::
 
     spec = parse_aovs("dd:depth,nn:sh_normal")   # (("dd", "depth"), ("nn", "sh_normal"))
     names = channel_names(spec)                  # ["dd.T", "nn.X", "nn.Y", "nn.Z"]
-    k = trace_aov(tuple(t for _, t in spec))     # inputs: path.INPUTS; output "image" (C,)
+    k = AovIntegrator(tuple(t for _, t in spec)).primal_kernel()   # output "image" (C,)
 """
 from __future__ import annotations
 
-import functools
-import math
+import dataclasses
 
-from .. import ir
-from ..ir import Vec
-from . import path, textures
-from . import layout
+from ... import ir
+from ...ir import Vec
+from .. import sensors, textures
+from ..bsdfs.surface import SurfaceBsdf
+from ..context import Structure
+from ..interaction import intersect
+from .base import Integrator
 
 # type -> channel suffixes (Mitsuba's)
 AOV_TYPES = {
@@ -78,72 +79,49 @@ def channel_names(spec: tuple) -> list[str]:
     return [f"{name}.{c}" for name, kind in spec for c in AOV_TYPES[kind]]
 
 
-def _albedo(c, h: path._Hit) -> Vec:
-    b = c.b
-    row = [b["bsdf_data"].read(h.attr_bsdf, k) for k in range(layout.BSDF_ROW)]
-    if c.structure.tex_slots:
-        row = textures.apply_textures(b, h.attr_bsdf, row, h.tri, h.b1, h.b2, h.hit, c.structure.tex_slots)
-    table = path._TableRow(b["bsdf_table"], h.attr_bsdf)
-    flip = (row[layout.TWOSIDED_SLOT] > 0.5) & (h.wi.z < 0.0)
-    wi = Vec(h.wi.x, h.wi.y, ir.select(flip, -h.wi.z, h.wi.z))
-
-    def branch(t):
-        def run():
-            if t.albedo is not None:
-                k = t.slot(t.albedo)
-                return Vec(row[k], row[k + 1], row[k + 2])
-            params = path.make_params(t, row, table, b)
-            return t.call("eval", params, wi, Vec(0.0, 0.0, 1.0)) * math.pi
-        return run
-
-    return ir.dispatch(b["bsdf_type"][h.attr_bsdf], [branch(t) for t in c.structure.bsdf_types])
-
-
-def _channels(kinds: tuple, c, h: path._Hit, t_min) -> list:
+def _channels(kinds: tuple, ctx, si, t_min) -> list:
     z = ir.Float(0.0)
     vals = []
     for kind in kinds:
         if kind == "depth":
-            vals.append(h.t - t_min)
+            vals.append(si.t - t_min)
         elif kind == "position":
-            vals.extend(h.p)
+            vals.extend(si.p)
         elif kind == "geo_normal":
-            vals.extend(h.ng)
+            vals.extend(si.ng)
         elif kind == "sh_normal":
-            vals.extend(h.frame.n)
+            vals.extend(si.frame.n)
         elif kind == "uv":
-            if c.structure.tex_slots:
-                uv = textures.hit_uv(c.b, h.tri, h.b1, h.b2)
+            if ctx.structure.tex_slots:
+                uv = textures.hit_uv(ctx.b, si.prim, si.b1, si.b2)
                 vals.extend((uv.x, uv.y))
             else:
                 vals.extend((z, z))  # texture coordinates reach the kernel only for textured scenes
         elif kind == "albedo":
-            vals.extend(_albedo(c, h))
-    return [ir.select(h.hit, v, 0.0) for v in vals]
+            vals.extend(SurfaceBsdf(ctx, si).albedo())
+    return [ir.select(si.hit, v, 0.0) for v in vals]
 
 
-def aov_kernel(kinds: tuple, structure: path.Structure, **b):
-    c = path._context(b, b["seed"].value, False, structure)
-    n = sum(len(AOV_TYPES[k]) for k in kinds)
+@dataclasses.dataclass(frozen=True)
+class AovIntegrator(Integrator):
+    """The AOVs ``kinds`` (AOV types in channel order) of the first surface
+    each camera ray meets. Not differentiable."""
+    name = "aov"
+    kinds: tuple = ("depth",)
 
-    def one_sample(s, acc):
-        o, d, t_min = path._camera_ray(c, s)
-        h = path._intersect(c, o, d, t_min)
-        return tuple(a + v for a, v in zip(acc, _channels(kinds, c, h, t_min)))
+    def __post_init__(self):
+        bad = [k for k in self.kinds if k not in AOV_TYPES]
+        if bad or not self.kinds:
+            raise ValueError(f"AOV types must be a non-empty tuple of {tuple(AOV_TYPES)}, got {self.kinds}")
 
-    spp = b["spp"].value
-    total = ir.fori_loop(ir.UInt(0), spp, one_sample, tuple(ir.Float(0.0) for _ in range(n)))
-    inv = 1.0 / ir.cast(spp, "f32")
-    return {"image": tuple(v * inv for v in total)}
+    @property
+    def channels(self) -> int:
+        return sum(len(AOV_TYPES[k]) for k in self.kinds)
 
+    def kernel_name(self, structure: Structure) -> str:
+        return "aov_" + "_".join(self.kinds) + structure.suffix()
 
-@functools.lru_cache(maxsize=None)
-def trace_aov(kinds: tuple, structure: path.Structure = path.Structure()) -> ir.Kernel:
-    """The AOV kernel for AOV types ``kinds`` (in channel order); inputs
-    are the path kernel's, output ``image`` has one float per channel."""
-    bad = [k for k in kinds if k not in AOV_TYPES]
-    if bad or not kinds:
-        raise ValueError(f"AOV types must be a non-empty tuple of {tuple(AOV_TYPES)}, got {kinds}")
-    n = sum(len(AOV_TYPES[k]) for k in kinds)
-    return ir.trace(functools.partial(aov_kernel, tuple(kinds), structure), path.INPUTS, {"image": ir.Out("f32", (n,))},
-                    name="aov_" + "_".join(kinds) + path._suffix(structure))
+    def sample(self, ctx, s) -> Vec:
+        o, d, t_min, t_max = sensors.sample_ray(ctx, s)
+        si = intersect(ctx, o, d, t_min, t_max)
+        return Vec(*_channels(self.kinds, ctx, si, t_min))

@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import math
 
-from .. import ir
-from ..ir import Vec
-from .sampling import sample_cdf
-from .textures import WRAP_CLAMP, WRAP_REPEAT, Texel, _bilinear, wrap_index
+from ... import ir
+from ...ir import Vec
+from .. import layout
+from ..sampling import sample_cdf
+from ..textures import WRAP_CLAMP, WRAP_REPEAT, Texel, bilinear, wrap_index
+from .base import INF, DirectionSample, EmitterType
 
 INV_PI = 1.0 / math.pi
 INV_TWO_PI = 0.5 / math.pi
@@ -42,7 +44,7 @@ class EnvMap:
 
     def __init__(self, b: dict, emitter):
         self.b = b
-        self.t = Texel(b, b["emitter_meta"].read(emitter, 3))
+        self.t = Texel(b, b["emitter_meta"].read(emitter, layout.META_TEXTURE))
         self.W, self.H = self.t.width, self.t.height
         self.fW, self.fH = ir.cast(self.W, "f32"), ir.cast(self.H, "f32")
         f = b["env_frame"]
@@ -71,9 +73,9 @@ class EnvMap:
     def eval(self, d_world: Vec) -> Vec:
         """Radiance (before ``scale``) arriving from direction ``d_world``
         (pointing away from the scene). Reads the texels: call it only
-        where derivatives are wanted (the path kernel's ``_shade``)."""
+        where derivatives are wanted (an integrator's shading)."""
         u, v = self.uv(d_world)
-        return _bilinear(self.t, u * self.fW - 0.5, v * (self.fH - 1.0), WRAP_REPEAT, WRAP_CLAMP)
+        return bilinear(self.t, u * self.fW - 0.5, v * (self.fH - 1.0), WRAP_REPEAT, WRAP_CLAMP)
 
     # Offsets into env_dist.
     def _off_marginal(self):
@@ -112,3 +114,13 @@ class EnvMap:
         d = Vec(ir.sin(phi) * sin_t, cos_t, -ir.cos(phi) * sin_t)
         pdf = dist.read(self._off_pdf() + y * W + x)
         return ir.normalize(self.to_world(d)), pdf
+
+
+def sample(ctx, sel, ref: Vec, u) -> DirectionSample:
+    w, pdf = EnvMap(ctx.b, sel).sample(u[0], u[1], u[2])
+    return DirectionSample(w, ir.Float(INF), ir.Float(1.0), pdf, ir.Bool(False))
+
+
+TYPE = EmitterType("envmap", sample, environment=True,
+                   pdf_direction=lambda ctx, sel, w: EnvMap(ctx.b, sel).pdf(w),
+                   eval=lambda ctx, sel, w: EnvMap(ctx.b, sel).eval(w), used=lambda structure: structure.envmap)

@@ -1,0 +1,250 @@
+"""The integrator framework: from one sample's estimate to every kernel.
+
+An :class:`Integrator` declares its own inputs (scalars such as
+``max_depth``), which input buffers are differentiable, how many channels
+its image has, and :meth:`Integrator.sample`: the estimate of one sample
+of the work item's pixel. The base class turns that into the primal kernel
+(the mean over ``spp`` samples) and the forward-mode kernel (the IR's
+``jvp`` of the primal traced in differentiable form).
+
+A :class:`ReplayIntegrator` estimates a pixel by a loop over path vertices
+and splits each vertex into *transport* (intersections, sampling, Russian
+roulette: :meth:`~ReplayIntegrator.step`) and *shading* (every read of a
+differentiable parameter: :meth:`~ReplayIntegrator.shade`). The base class
+then also builds the adjoint kernels by replaying each path with the same
+random numbers and running the shading under ``ir.vjp`` (path replay
+backpropagation, Vicini et al. 2021; radiative backpropagation, Nimier-David
+et al. 2020). Memory stays constant in path length and sample count.
+
+The loop state is a dataclass with fields ``active`` (Bool), ``throughput``
+and ``radiance`` (Spectrum); the vertex record returned by ``step`` has
+``continues`` (Bool: the path goes on from this vertex).
+
+Example (the outline of ``path.py``)::
+
+    @dataclasses.dataclass(frozen=True)
+    class PathIntegrator(ReplayIntegrator):
+        name = "path"
+        differentiable = ("bsdf_data", "emitter_radiance", "texels")
+
+        def start(self, ctx, s): ...                     # the camera ray's state
+        def step(self, ctx, s, state, shade): ...        # one vertex
+        def shade(self, ctx, *args): ...                 # its differentiable part
+        def local_radiance(self, vertex, shading, rest): ...
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable, ClassVar, Mapping
+
+from ... import ir
+from ...ir import Vec, tree_flatten, tree_unflatten
+from .. import layout
+from ..bsdfs import registry as bsdf_registry
+from ..context import Context, Structure
+from ..spectrum import RGB, SpectrumType
+
+ADJOINT_METHODS = ("prb", "rb", "rb_biased")
+
+# Traced kernels, per (integrator, kernel kind, arguments). Cleared when a
+# plugin registry changes (a replaced user BSDF must be traced again).
+_KERNELS: dict = {}
+bsdf_registry._on_change.append(_KERNELS.clear)
+
+
+def _cached(kind: str):
+    def wrap(build):
+        @functools.wraps(build)
+        def get(self, *args):
+            key = (self, kind, args)
+            if key not in _KERNELS:
+                _KERNELS[key] = build(self, *args)
+            return _KERNELS[key]
+        return get
+    return wrap
+
+
+def _nonzero(cotangent):
+    """``cotangent`` with its constant-zero leaves as None, so that the
+    shading's reverse pass emits nothing for outputs the estimate ignores."""
+    leaves, tree = tree_flatten(cotangent)
+    keep = [None if isinstance(x, ir.Var) and x.node.op == "const" and x.node.attrs[0] == 0.0 else x
+            for x in leaves]
+    return tree_unflatten(tree, keep)
+
+
+@dataclasses.dataclass(frozen=True)
+class Integrator:
+    """Base of every integrator (see the module docstring). Instances are
+    trace-time values: frozen and hashable, one per kernel variant."""
+    name: ClassVar[str] = "integrator"
+    # Float input buffers whose values may carry derivatives (empty: not differentiable).
+    differentiable: ClassVar[tuple] = ()
+    adjoint_methods: ClassVar[tuple] = ()
+    spectrum: SpectrumType = dataclasses.field(default=RGB, kw_only=True)
+
+    def own_inputs(self) -> dict:
+        """Inputs beyond ``layout.scene_inputs`` (name -> ir.In / ir.Scalar)."""
+        return {}
+
+    def settings(self, props: Mapping[str, Any]) -> dict:
+        """Runtime values of :meth:`own_inputs` from the scene's integrator
+        settings (``Scene.integrator``)."""
+        return {}
+
+    @property
+    def channels(self) -> int:
+        """Floats per pixel of the image."""
+        return self.spectrum.channels
+
+    def inputs(self) -> dict:
+        return {**layout.scene_inputs(self.spectrum.channels), **self.own_inputs()}
+
+    def sample(self, ctx: Context, s) -> Vec:
+        """The estimate of sample ``s`` of the work item's pixel (``channels`` values)."""
+        raise NotImplementedError
+
+    def kernel_name(self, structure: Structure) -> str:
+        return self.name + structure.suffix()
+
+    # -- kernels ---------------------------------------------------------------
+    def _primal_body(self, structure: Structure, diff: bool, **b):
+        ctx = Context.create(b, structure, diff, self.spectrum)
+        spp = b["spp"].value
+        zero = Vec(*(ir.Float(0.0) for _ in range(self.channels)))
+        total = ir.fori_loop(ir.UInt(0), spp, lambda s, acc: acc + self.sample(ctx, s), zero)
+        return {"image": total / ir.cast(spp, "f32")}
+
+    @_cached("primal")
+    def primal_kernel(self, structure: Structure = Structure()) -> ir.Kernel:
+        """The image kernel: output ``image`` (pixels, channels)."""
+        return ir.trace(functools.partial(self._primal_body, structure, False), self.inputs(),
+                        {"image": ir.Out("f32", (self.channels,))}, name=self.kernel_name(structure))
+
+    def check_active(self, active: tuple) -> tuple:
+        bad = [n for n in active if n not in self.differentiable]
+        if bad or not active:
+            raise ValueError(f"differentiable inputs of the {self.name} integrator must be a non-empty subset "
+                             f"of {self.differentiable}, got {active}")
+        return tuple(sorted(set(active)))
+
+    @_cached("forward")
+    def forward_kernel(self, active: tuple, structure: Structure = Structure()) -> ir.Kernel:
+        """Forward mode: the primal inputs plus ``d_<name>`` (the tangent of
+        each active input, same shape); output ``image`` is the image
+        tangent, linear in the tangents. Sampling is detached."""
+        active = self.check_active(active)
+        base = self.inputs()
+        inputs = dict(base, **{"d_" + n: base[n] for n in active})
+
+        def fwd(**b):
+            prim = {k: b[k] for k in base}
+            _, tangent = ir.jvp(lambda: self._primal_body(structure, True, **prim), (), (),
+                                buffer_tangents={b[n]: b["d_" + n] for n in active})
+            return {"image": tangent["image"]}
+
+        return ir.trace(fwd, inputs, {"image": ir.Out("f32", (self.channels,))},
+                        name=f"{self.name}_forward_" + "_".join(active) + structure.suffix())
+
+    def adjoint_kernel(self, active: tuple, method: str, structure: Structure = Structure()) -> ir.Kernel:
+        raise ValueError(f"the {self.name} integrator has no adjoint")
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayIntegrator(Integrator):
+    """An integrator whose estimate is a loop over path vertices, with the
+    adjoint kernels built by replay (see the module docstring)."""
+    adjoint_methods: ClassVar[tuple] = ADJOINT_METHODS
+
+    def start(self, ctx: Context, s):
+        """The loop state of sample ``s`` before its first vertex."""
+        raise NotImplementedError
+
+    def step(self, ctx: Context, s, state, shade: Callable):
+        """One vertex: (next state, vertex record). Calls ``shade(...)``
+        (this integrator's :meth:`shade`, or the adjoint's wrapper of it)
+        exactly once with whatever arguments :meth:`shade` takes."""
+        raise NotImplementedError
+
+    def shade(self, ctx: Context, *args):
+        """A vertex's reads of differentiable parameters and everything
+        computed from them: a pytree whose float leaves carry derivatives."""
+        raise NotImplementedError
+
+    def local_radiance(self, vertex, shading, rest: Vec) -> Vec:
+        """How this vertex's shading enters the pixel estimate, linear in
+        ``shading``: ``rest`` is the radiance the path gathers after the
+        vertex (a constant), ``vertex`` what ``step`` recorded."""
+        raise NotImplementedError
+
+    def sample(self, ctx: Context, s) -> Vec:
+        return self.trace(ctx, s, self.start(ctx, s))
+
+    def trace(self, ctx: Context, s, state) -> Vec:
+        """Radiance of the rest of the path from ``state``."""
+        final = ir.while_loop(lambda st: st.active,
+                              lambda st: self.step(ctx, s, st, functools.partial(self.shade, ctx))[0], state)
+        return final.radiance
+
+    def _adjoint_body(self, active: tuple, method: str, structure: Structure, **b):
+        """Accumulates into ``grad_<name>`` the image cotangent ``grad_image``
+        pulled back through the differentiable estimate with the same seed."""
+        ctx = Context.create(b, structure, True, self.spectrum)
+        # Passes that need radiance only (PRB's first pass, RB's
+        # re-estimates) run the plain form: the same values without
+        # evaluating every BSDF once more per vertex.
+        plain = ctx.primal()
+        S = self.spectrum
+        grads = {b[n]: b["grad_" + n] for n in active}
+        spp = b["spp"].value
+        d_l = S.read(b["grad_image"], ctx.pixel) * (1.0 / ir.cast(spp, "f32"))
+
+        def one_sample(s, carry):
+            state0 = self.start(ctx, s)
+            total = self.trace(plain, s, state0) if method == "prb" else S.zero()
+
+            def replay(state):
+                shaded = []
+
+                def shade_with_vjp(*args):
+                    outs, pullback = ir.vjp(lambda: self.shade(ctx, *args), buffer_grads=grads)
+                    shaded.append((outs, pullback))
+                    return outs
+
+                new, vertex = self.step(ctx, s, state, shade_with_vjp)
+                if method == "prb":
+                    rest = total - new.radiance        # exactly 0 where the path ends
+                elif method == "rb":
+                    rest = ir.cond(vertex.continues,
+                                   lambda: self.trace(plain, s, dataclasses.replace(new, radiance=S.zero())), S.zero)
+                else:  # rb_biased: incident radiance taken as 1
+                    rest = ir.select(vertex.continues, new.throughput, S.zero())
+                shading, pullback = shaded[0]
+                _, local_pullback = ir.vjp(lambda sh: self.local_radiance(vertex, sh, rest), shading)
+                pullback(_nonzero(local_pullback(d_l)[0]))
+                return new
+
+            ir.while_loop(lambda st: st.active, replay, state0)
+            return carry
+
+        ir.fori_loop(ir.UInt(0), spp, one_sample, ir.Int(0))
+        return {}
+
+    @_cached("adjoint")
+    def adjoint_kernel(self, active: tuple, method: str = "prb", structure: Structure = Structure()) -> ir.Kernel:
+        """The adjoint: the primal inputs plus ``grad_image`` (the image
+        cotangent, (pixels, channels)); accumulators ``grad_<name>`` shaped
+        like each active input. ``method``: "prb" (path replay
+        backpropagation), "rb" (radiative backpropagation, the incident
+        radiance re-estimated at every vertex by replaying the rest of the
+        path: quadratic in path length, the same result) or "rb_biased"
+        (incident radiance taken as 1). For one seed it is exactly the
+        transpose of :meth:`forward_kernel`'s linear map."""
+        active = self.check_active(active)
+        if method not in self.adjoint_methods:
+            raise ValueError(f"adjoint method must be one of {self.adjoint_methods}, got {method!r}")
+        inputs = dict(self.inputs(), grad_image=ir.In("f32", (self.channels,)))
+        outputs = {"grad_" + n: ir.Accum(inputs[n].dtype, inputs[n].item_shape) for n in active}
+        return ir.trace(functools.partial(self._adjoint_body, active, method, structure), inputs, outputs,
+                        name=f"{self.name}_adjoint_{method}_" + "_".join(active) + structure.suffix())

@@ -1,0 +1,72 @@
+"""Where a ray meets the scene: :class:`SurfaceInteraction` and :func:`intersect`.
+
+The interaction holds what integrators, BSDFs and emitters ask of a hit:
+the point, the geometric normal (ray offsets, which side of an area light
+emits) and the shading frame (vertex normals, else the geometric one: what
+BSDFs see), the primitive and its barycentrics / UV parameters, the BSDF
+and emitter attached to the shape.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .. import ir
+from ..ir import Vec
+from . import layout, shapes
+from .geometry import INF, closest_hit
+from .sampling import Frame
+from .shapes import triangle
+
+
+@dataclasses.dataclass
+class SurfaceInteraction:
+    t: Any
+    prim: Any         # primitive index (leaf order), -1 on a miss
+    b1: Any           # barycentrics of a triangle hit (of its 2nd and 3rd vertex); an analytic shape's (u, v)
+    b2: Any
+    d: Vec            # ray direction
+    hit: Any
+    p: Vec
+    ng: Vec           # geometric normal
+    frame: Frame      # shading frame
+    wi: Vec           # direction towards the ray's origin, in the shading frame
+    attr_bsdf: Any    # BSDF index
+    attr_em: Any      # emitter index, -1: none
+    is_emitter: Any
+    cos_l: Any        # cosine between the geometric normal and -d (> 0: the front side)
+    scale: Any        # ray offset distance from the surface
+    o: Vec = None     # ray origin
+
+    def spawn(self, w: Vec) -> Vec:
+        """A ray origin just off the surface, on the side ``w`` leaves towards."""
+        return self.p + self.ng * ir.copysign(self.scale, ir.dot(self.ng, w))
+
+
+def intersect(ctx, o: Vec, d: Vec, t_min, t_max=INF) -> SurfaceInteraction:
+    """The first surface along the ray (o, d) with t_min < t < t_max."""
+    st = ctx.structure
+    t, prim, b1, b2 = closest_hit(ctx.geo, o, d, t_min, t_max)
+    normals = ctx.b["tri_normals"] if st.shading_normals else None
+
+    def on_triangle():
+        return triangle.surface(ctx.geo.tris, normals, prim, o, d, t, b1, b2)
+
+    if st.analytic:
+        s = ctx.geo.prim_shape[prim]
+
+        def on_shape():
+            p, ng, u, v = shapes.surface(ctx.geo, s, o, d, t, st.tex_slots > 0)
+            return p, ng, ng, u, v
+        p, ng, ns, b1, b2 = ir.cond((prim >= 0) & (s >= 0), on_shape, on_triangle)
+    else:
+        p, ng, ns, b1, b2 = on_triangle()
+    attr = ctx.b["tri_attr"]
+    attr_em = attr.read(prim, layout.ATTR_EMITTER)
+    hit = prim >= 0
+    frame = Frame(ns)
+    # Offsets grow with the magnitude of the coordinates (float32 spacing).
+    scale = 1e-4 * (1.0 + ir.maximum(ir.maximum(ir.abs(p.x), ir.abs(p.y)), ir.abs(p.z)))
+    return SurfaceInteraction(t, prim, b1, b2, d, hit, p, ng, frame, frame.to_local(-d),
+                              attr.read(prim, layout.ATTR_BSDF), attr_em, hit & (attr_em >= 0), -ir.dot(ng, d),
+                              scale, o)

@@ -1,0 +1,25 @@
+"""Sensor plugins: the ray a sample of a pixel traces.
+
+``film.py`` places a sample on the image (pixel and reconstruction filter);
+one module per sensor type turns a film position into a ray
+(``sample_ray(ctx, x, y) -> (origin, direction, t_min, t_max)``). Adding a
+sensor: its module plus an entry in :data:`TYPES` (and its ``camera`` row
+on the scene side); ``Structure.sensor`` names the scene's.
+
+Example::
+
+    o, d, t_min, t_max = sample_ray(ctx, sample_index)
+"""
+from __future__ import annotations
+
+from . import film, perspective
+
+TYPES = {m.NAME: m for m in (perspective,)}
+
+
+def sample_ray(ctx, s):
+    """The camera ray of sample ``s`` of the work item's pixel (random
+    dimension 0: the film position)."""
+    u = ctx.rand(s, 0)
+    x, y = film.sample_position(ctx, u)
+    return TYPES[ctx.structure.sensor].sample_ray(ctx, x, y)
