@@ -1,5 +1,5 @@
 """Emitter sampling in the path kernel, tested through the kernel's own
-routines (``path._sample_emitter`` and ``path.emitter_pdf``, which MIS
+routines (``emitters.sample`` and ``emitters.pdf``, which MIS
 uses for directions that hit an emitter):
 
 * chi-square fits of sampled directions against the solid-angle pdf the
@@ -24,8 +24,11 @@ import pytest
 import jaxrender
 from jaxrender import ir
 from jaxrender.ir import Vec
-from jaxrender.kernels import path
-from jaxrender.kernels.sampling import Frame
+from jaxrender.kernels import emitters
+from jaxrender.kernels.context import Context, Structure
+from jaxrender.kernels.integrators import PathIntegrator
+from jaxrender.kernels.interaction import SurfaceInteraction, intersect
+from jaxrender.kernels.sampling import INV_FOUR_PI, Frame
 from jaxrender.primitives import launch
 from jaxrender.render import kernel_inputs
 from jaxrender.scene.transform import Transform as T
@@ -34,27 +37,30 @@ from test_sampling import chi2_reject
 N = 200_000
 
 
+INPUTS = PathIntegrator().inputs()
+
+
 def _scalars():
     return dict(width=np.uint32(1), height=np.uint32(1), spp=np.uint32(1), max_depth=np.int32(-1),
                 rr_depth=np.int32(5), hide_emitters=np.int32(0), seed=np.uint32(0))
 
 
 @functools.cache
-def sample_kernel(structure: path.Structure = path.Structure()) -> ir.Kernel:
-    """``path._sample_emitter`` at surface points ``pts`` with normals
+def sample_kernel(structure: Structure = Structure()) -> ir.Kernel:
+    """``emitters.sample`` at surface points ``pts`` with normals
     ``nrm`` (the ray arrived against the normal) for random numbers ``u``,
     for scenes of the given structure."""
-    inputs = dict(path.INPUTS, pts=ir.In("f32", (3,)), nrm=ir.In("f32", (3,)), u=ir.In("f32", (4,)))
+    inputs = dict(INPUTS, pts=ir.In("f32", (3,)), nrm=ir.In("f32", (3,)), u=ir.In("f32", (4,)))
 
     def body(**b):
         i = ir.item_index()
-        c = path._context(b, b["seed"].value, False, structure)
+        c = Context.create(b, structure)
         p, n = Vec(*b["pts"][i]), Vec(*b["nrm"][i])
-        scale = 1e-4 * (1.0 + path._max3(Vec(ir.abs(p.x), ir.abs(p.y), ir.abs(p.z))))
-        h = path._Hit(ir.Float(1.0), ir.Int(-1), ir.Float(0.0), ir.Float(0.0), -n, ir.Bool(True), p, n, Frame(n), Vec(0.0, 0.0, 1.0), ir.Int(0),
+        scale = 1e-4 * (1.0 + ir.maximum(ir.maximum(ir.abs(p.x), ir.abs(p.y)), ir.abs(p.z)))
+        h = SurfaceInteraction(ir.Float(1.0), ir.Int(-1), ir.Float(0.0), ir.Float(0.0), -n, ir.Bool(True), p, n, Frame(n), Vec(0.0, 0.0, 1.0), ir.Int(0),
                       ir.Int(-1), ir.Bool(False), ir.Float(1.0), scale)
-        es = path._sample_emitter(c, h, -n, b["u"][i])
-        return {"w": tuple(es.w), "dist": es.dist, "factor": es.factor, "pdf": es.pdf_dir,
+        es = emitters.sample(c, h, -n, b["u"][i])
+        return {"w": tuple(es.w), "dist": es.dist, "factor": es.factor, "pdf": es.pdf,
                 "delta": ir.select(es.delta, 1.0, 0.0), "sel": ir.cast(es.sel, "f32")}
 
     return ir.trace(body, inputs, {"w": ir.Out("f32", (3,)), "dist": ir.Out("f32"), "factor": ir.Out("f32"),
@@ -63,17 +69,17 @@ def sample_kernel(structure: path.Structure = path.Structure()) -> ir.Kernel:
 
 
 @functools.cache
-def pdf_kernel(structure: path.Structure = path.Structure()) -> ir.Kernel:
-    """``path.emitter_pdf`` of rays from ``pts`` along ``dirs`` where they
+def pdf_kernel(structure: Structure = Structure()) -> ir.Kernel:
+    """``emitters.pdf`` of rays from ``pts`` along ``dirs`` where they
     see emitted radiance (0 elsewhere)."""
-    inputs = dict(path.INPUTS, pts=ir.In("f32", (3,)), dirs=ir.In("f32", (3,)))
+    inputs = dict(INPUTS, pts=ir.In("f32", (3,)), dirs=ir.In("f32", (3,)))
 
     def body(**b):
         i = ir.item_index()
-        c = path._context(b, b["seed"].value, False, structure)
-        h = path._intersect(c, Vec(*b["pts"][i]), Vec(*b["dirs"][i]), ir.Float(0.0))
+        c = Context.create(b, structure)
+        h = intersect(c, Vec(*b["pts"][i]), Vec(*b["dirs"][i]), ir.Float(0.0))
         sees = ir.select(h.hit, h.is_emitter & (h.cos_l > 0.0), b["env_emitter"].value >= 0)
-        return ir.select(sees, path.emitter_pdf(c, h), 0.0)
+        return ir.select(sees, emitters.pdf(c, h, ir.Float(INV_FOUR_PI)), 0.0)
 
     return ir.trace(body, inputs, {"pdf": ir.Out("f32")}, name="test_emitter_pdf")
 
@@ -211,7 +217,7 @@ def test_emitters_are_chosen_uniformly():
     assert chi2_reject(counts.astype(float), np.full(4, len(s["sel"]) / 4.0))[2] < 4.5
     # delta emitters report delta samples; the others positive densities
     kinds = scene.emitter_meta[s["sel"].astype(int), 0]
-    delta = np.isin(kinds, [path.POINT, path.SPOT])
+    delta = np.isin(kinds, [emitters.TYPE_ID["point"], emitters.TYPE_ID["spot"]])
     assert np.all(s["delta"][delta] == 1) and np.all(s["delta"][~delta] == 0)
 
 

@@ -18,8 +18,8 @@ import pytest
 import jaxrender
 from jaxrender import ir
 from jaxrender.ir import Vec
-from jaxrender.kernels import path
-from jaxrender.kernels.envmap import EnvMap
+from jaxrender.kernels import emitters, layout
+from jaxrender.kernels.emitters.envmap import EnvMap
 from jaxrender.primitives import launch
 from jaxrender.scene.transform import Transform
 from test_gradients import _check_jvp_vjp_dot
@@ -28,6 +28,7 @@ from test_sampling import chi2_reject
 DATA = Path(__file__).parent / "data" / "textures"
 SKY = str(DATA / "sky32x16.exr")
 ENV_INPUTS = ("texels", "tex_meta", "emitter_meta", "env_frame", "env_dist")
+SCENE_INPUTS = layout.scene_inputs()
 LUM = np.array([0.212671, 0.715160, 0.072169])
 AXIS = np.array([0.3, 1.0, 0.2]) / np.linalg.norm([0.3, 1.0, 0.2])
 
@@ -52,7 +53,7 @@ def env_buffers(scene) -> dict:
 
 
 def env_index(scene) -> int:
-    return int(np.nonzero(scene.emitter_meta[:, 0] == path.ENVMAP)[0][0])
+    return int(np.nonzero(scene.emitter_meta[:, 0] == emitters.TYPE_ID["envmap"])[0][0])
 
 
 @functools.cache
@@ -62,7 +63,7 @@ def eval_kernel() -> ir.Kernel:
         e = EnvMap(b, em.value)
         w = Vec(d.read(i, 0), d.read(i, 1), d.read(i, 2))
         return {"v": tuple(e.eval(w)), "pdf": e.pdf(w)}
-    inputs = {k: path.INPUTS[k] for k in ENV_INPUTS}
+    inputs = {k: SCENE_INPUTS[k] for k in ENV_INPUTS}
     inputs.update(d=ir.In("f32", (3,)), em=ir.Scalar("i32"))
     return ir.trace(body, inputs, {"v": ir.Out("f32", (3,)), "pdf": ir.Out("f32")}, name="envmap_eval")
 
@@ -75,7 +76,7 @@ def sample_kernel() -> ir.Kernel:
         e = EnvMap(b, em.value)
         w, pdf = e.sample(u[0], u[1], u[2])
         return {"d": tuple(w), "pdf": pdf, "pdf_again": e.pdf(w)}
-    inputs = {k: path.INPUTS[k] for k in ENV_INPUTS}
+    inputs = {k: SCENE_INPUTS[k] for k in ENV_INPUTS}
     inputs.update(seed=ir.Scalar("u32"), em=ir.Scalar("i32"))
     return ir.trace(body, inputs, {"d": ir.Out("f32", (3,)), "pdf": ir.Out("f32"), "pdf_again": ir.Out("f32")},
                     name="envmap_sample")

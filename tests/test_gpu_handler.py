@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 from jaxrender import ir
-from jaxrender.kernels import path
+from jaxrender.kernels.integrators import PathIntegrator
 from jaxrender.lowering import cuda, cuda_ffi, emulate, ffi, ptx
 from jaxrender.primitives import kernel_call as kc
 from jaxrender.primitives import launch
@@ -188,8 +188,8 @@ HANDLER_KERNELS = {
     "kitchen_sink": test_codegen_lanes.kitchen_sink, "float_ops": test_ir_ops.float_kernel,
     "loop_with_checks": test_control_flow.loop_with_cond_kernel,
     "vector_accum": test_scatter_dispatch.vector_accum_kernel,
-    "path": path.trace_path,
-    "adjoint_prb": lambda: path.trace_adjoint(("bsdf_data", "emitter_radiance"), "prb"),
+    "path": lambda: PathIntegrator().primal_kernel(),
+    "adjoint_prb": lambda: PathIntegrator().adjoint_kernel(("bsdf_data", "emitter_radiance"), "prb"),
 }
 
 

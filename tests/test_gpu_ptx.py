@@ -18,7 +18,7 @@ import pytest
 import llvmlite.binding as llvm
 
 from jaxrender import ir
-from jaxrender.kernels import path
+from jaxrender.kernels.integrators import PathIntegrator
 from jaxrender.lowering import bvh_traversal, ptx, toolkit
 
 import test_codegen_lanes
@@ -37,12 +37,13 @@ needs_ptxas = pytest.mark.skipif(
 
 SMS = (80, 90)
 DIFF = ("bsdf_data", "emitter_radiance")
+PATH = PathIntegrator()
 MEGAKERNELS = {
-    "path": lambda: path.trace_path(),
-    "forward": lambda: path.trace_forward(DIFF),
-    "adjoint_prb": lambda: path.trace_adjoint(DIFF, "prb"),
-    "adjoint_rb": lambda: path.trace_adjoint(DIFF, "rb"),
-    "adjoint_rb_biased": lambda: path.trace_adjoint(DIFF, "rb_biased"),
+    "path": lambda: PATH.primal_kernel(),
+    "forward": lambda: PATH.forward_kernel(DIFF),
+    "adjoint_prb": lambda: PATH.adjoint_kernel(DIFF, "prb"),
+    "adjoint_rb": lambda: PATH.adjoint_kernel(DIFF, "rb"),
+    "adjoint_rb_biased": lambda: PATH.adjoint_kernel(DIFF, "rb_biased"),
 }
 ENGINE_KERNELS = {
     "float_ops": test_ir_ops.float_kernel, "int_ops": test_ir_ops.int_kernel,
@@ -158,10 +159,12 @@ def test_megakernel_ptx_is_ieee(name):
     # only the documented seeds of the libdevice functions are allowed.
     assert ieee_violations(text, ALL_APPROX) == []
     # libdevice calls are inlined; the BVH traversal stays a function of its
-    # own (lowering.bvh_traversal.routine: the megakernel's registers).
-    traversal = set(bvh_traversal.NAMES.values())
-    assert set(re.findall(r"\.func\s+(?:\([^)]*\)\s*)?(\w+)", text)) <= traversal
-    assert set(re.findall(r"call\.uni\s+(?:\([^)]*\),\s*)?(\w+)", text)) <= traversal
+    # own (lowering.bvh_traversal.routine: the megakernel's registers), and so
+    # may libdevice's own out-of-line slow paths (tan's reduction of huge
+    # arguments, reached by microfacet sampling without visible normals).
+    allowed = set(bvh_traversal.NAMES.values()) | {"__internal_trig_reduction_slowpathd"}
+    assert set(re.findall(r"\.func\s+(?:\([^)]*\)\s*)?(\w+)", text)) <= allowed
+    assert set(re.findall(r"call\.uni\s+(?:\([^)]*\),\s*)?(\w+)", text)) <= allowed
     assert "__nvvm_reflect" not in text
 
 

@@ -28,7 +28,11 @@ import pytest
 import jaxrender
 from jaxrender import ir
 from jaxrender.ir import Vec
-from jaxrender.kernels import path, textures
+from jaxrender.kernels import emitters, textures
+from jaxrender.kernels.context import Context, Structure
+from jaxrender.kernels import geometry
+from jaxrender.kernels.integrators import PathIntegrator
+from jaxrender.kernels.interaction import intersect
 from jaxrender.primitives import launch
 from jaxrender.render import kernel_inputs
 from jaxrender.scene.transform import Transform as T
@@ -43,15 +47,15 @@ def _scalars():
 
 
 @functools.cache
-def hit_kernel(structure: path.Structure) -> ir.Kernel:
-    """``path._intersect`` of rays (pts, dirs): t, p, ng, shading normal, uv."""
-    inputs = dict(path.INPUTS, pts=ir.In("f32", (3,)), dirs=ir.In("f32", (3,)))
+def hit_kernel(structure: Structure) -> ir.Kernel:
+    """``interaction.intersect`` of rays (pts, dirs): t, p, ng, shading normal, uv."""
+    inputs = dict(PathIntegrator().inputs(), pts=ir.In("f32", (3,)), dirs=ir.In("f32", (3,)))
 
     def body(**b):
         i = ir.item_index()
-        c = path._context(b, b["seed"].value, False, structure)
-        h = path._intersect(c, Vec(*b["pts"][i]), Vec(*b["dirs"][i]), ir.Float(0.0))
-        uv = textures.hit_uv(b, h.tri, h.b1, h.b2)
+        c = Context.create(b, structure)
+        h = intersect(c, Vec(*b["pts"][i]), Vec(*b["dirs"][i]), ir.Float(0.0))
+        uv = textures.hit_uv(b, h.prim, h.b1, h.b2)
         return {"t": ir.select(h.hit, h.t, -1.0), "p": tuple(h.p), "ng": tuple(h.ng), "ns": tuple(h.frame.n),
                 "uv": (uv.x, uv.y)}
 
@@ -189,13 +193,13 @@ def test_mixed_bvh_matches_brute_force():
 
 
 @functools.cache
-def occluded_kernel(structure: path.Structure) -> ir.Kernel:
-    inputs = dict(path.INPUTS, pts=ir.In("f32", (3,)), dirs=ir.In("f32", (3,)), tmax=ir.In("f32"))
+def occluded_kernel(structure: Structure) -> ir.Kernel:
+    inputs = dict(PathIntegrator().inputs(), pts=ir.In("f32", (3,)), dirs=ir.In("f32", (3,)), tmax=ir.In("f32"))
 
     def body(**b):
         i = ir.item_index()
-        c = path._context(b, b["seed"].value, False, structure)
-        hit = path.occluded(c.geo, Vec(*b["pts"][i]), Vec(*b["dirs"][i]), ir.Float(0.0), b["tmax"][i])
+        c = Context.create(b, structure)
+        hit = geometry.occluded(c.geo, Vec(*b["pts"][i]), Vec(*b["dirs"][i]), ir.Float(0.0), b["tmax"][i])
         return ir.select(hit, 1, 0)
 
     return ir.trace(body, inputs, {"hit": ir.Out("i32")}, name="test_occluded")
@@ -279,7 +283,7 @@ def test_analytic_lights_register_with_their_area():
     scene = jaxrender.load_dict(_holder(ball=_light("sphere", radius=0.5, center=[0, 0, 3]),
                                         disk=_light("disk", to_world=T().translate([0, 0, 4]).scale([2, 1, 1]))))
     kinds = scene.emitter_meta[:, 0].tolist()
-    assert kinds == [path.AREA_SPHERE, path.AREA_DISK]
+    assert kinds == [emitters.TYPE_ID["area_sphere"], emitters.TYPE_ID["area_disk"]]
     np.testing.assert_allclose(scene.emitter_geom[:, 3], [math.pi, 2 * math.pi], rtol=1e-6)
     assert list(scene.params) == ["sensor.to_world", "speck.bsdf.reflectance.value",
                                   "ball.bsdf.reflectance.value", "ball.emitter.radiance.value",
@@ -309,22 +313,22 @@ def used_inputs(kernel: ir.Kernel) -> set:
 def test_structure_flags_follow_the_scene():
     diffuse = ("diffuse",)
     cbox = jaxrender.load_dict(jaxrender.cornell_box())
-    assert cbox.structure == path.Structure(bsdfs=diffuse)
+    assert cbox.structure == Structure(bsdfs=diffuse)
     d = jaxrender.cornell_box()
     d["ball"] = {"type": "sphere", "radius": 0.2}
-    assert jaxrender.load_dict(d).structure == path.Structure(analytic=True, bsdfs=diffuse)
+    assert jaxrender.load_dict(d).structure == Structure(analytic=True, bsdfs=diffuse)
     d = jaxrender.cornell_box()
     d["torus"] = {"type": "ply", "filename": str(MESHES / "lowpoly_torus.ply")}
-    assert jaxrender.load_dict(d).structure == path.Structure(shading_normals=True, bsdfs=diffuse)
+    assert jaxrender.load_dict(d).structure == Structure(shading_normals=True, bsdfs=diffuse)
     d["torus"]["face_normals"] = True
-    assert jaxrender.load_dict(d).structure == path.Structure(bsdfs=diffuse)
+    assert jaxrender.load_dict(d).structure == Structure(bsdfs=diffuse)
 
 
 def test_triangle_only_kernels_do_not_touch_shape_buffers():
-    for structure, unused in ((path.Structure(), {"prim_shape", "shape_data", "tri_normals"}),
-                              (path.Structure(analytic=True), {"tri_normals"}),
-                              (path.Structure(shading_normals=True), {"prim_shape", "shape_data"})):
-        k = path.trace_path(structure)
+    for structure, unused in ((Structure(), {"prim_shape", "shape_data", "tri_normals"}),
+                              (Structure(analytic=True), {"tri_normals"}),
+                              (Structure(shading_normals=True), {"prim_shape", "shape_data"})):
+        k = PathIntegrator().primal_kernel(structure)
         used = used_inputs(k)
         assert not (used & unused), (structure, used & unused)
         # Triangle-only scenes query the 8-wide BVH; analytic shapes need the skip-link one.

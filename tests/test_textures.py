@@ -17,7 +17,6 @@ import pytest
 import jaxrender
 from jaxrender import ir
 from jaxrender.ir import Vec
-from jaxrender.kernels import path
 from jaxrender.kernels import layout
 from jaxrender.kernels import textures as ktex
 from jaxrender.kernels.context import Structure
@@ -304,7 +303,7 @@ def row_kernel(max_slots: int) -> ir.Kernel:
         bsdf, tri = ir.cast(query.read(i, 0), "i32"), ir.cast(query.read(i, 1), "i32")
         row = [b["bsdf_data"].read(bsdf, k) for k in range(12)]
         return tuple(ktex.apply_textures(b, bsdf, row, tri, query.read(i, 2), query.read(i, 3), True, max_slots))
-    inputs = {k: path.INPUTS[k] for k in ROW_INPUTS}
+    inputs = {k: layout.scene_inputs()[k] for k in ROW_INPUTS}
     inputs["query"] = ir.In("f32", (4,))
     return ir.trace(body, inputs, {"row": ir.Out("f32", (12,))}, name=f"texture_row_{max_slots}")
 
