@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from .graph import BOOL, F32, I32, U32, IRError
+from .pytree import tree_flatten, tree_unflatten
 from .values import Bool, Float, Var, _coerce, as_var, cast, current_block, wrap
 
 # Worst-case error of each transcendental op in units in the last place,
@@ -113,7 +114,6 @@ def isfinite(x) -> Bool:
 def select(cond, a, b):
     """Elementwise ``a if cond else b`` without branching. Works on pytrees
     (vectors, structs) of matching structure."""
-    from .pytree import tree_flatten, tree_unflatten
     c = as_var(cond, BOOL) if isinstance(cond, Var) else Bool(bool(cond))
     la, ta = tree_flatten(a)
     lb, tb = tree_flatten(b)

@@ -250,16 +250,14 @@ def _binary(op: str, a: Any, b: Any, want_float: bool = False) -> Var:
 def _floordiv(a: Any, b: Any) -> Var:
     x, y = _coerce(a, b)
     if x.dtype == F32:
-        from .ops import floor
-        return floor(x / y)
+        return wrap(current_block().emit("floor", F32, ((x / y).node,)))
     if x.dtype == U32:
         return _binary("div", x, y)
     # Python semantics: round toward -inf (and x // 0 == 0, like the div op).
     q = _binary("div", x, y)
     r = x - q * y
-    from .ops import select
     fix = (r != 0) & ((r < 0) != (y < 0)) & (y != 0)
-    return select(fix, q - 1, q)
+    return wrap(current_block().emit("select", x.dtype, (fix.node, (q - 1).node, q.node)))
 
 
 def _unary(op: str, x: Var) -> Var:

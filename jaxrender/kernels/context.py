@@ -19,7 +19,7 @@ import dataclasses
 from typing import Any
 
 from .. import ir
-from . import layout
+from . import layout, textures
 from .bsdfs import registry as bsdf_registry
 from .geometry import SceneGeometry
 from .spectrum import RGB, SpectrumType
@@ -36,13 +36,15 @@ class Structure:
     ``shading_normals`` whether some mesh has vertex normals (else the
     shading frame is the geometric one), ``bsdfs`` the BSDF types its
     kernels dispatch over (registry names, in registry order; default: every
-    built-in type), ``sensor`` the sensor type (``sensors.TYPES``)."""
+    built-in type), ``sensor`` the sensor type (``sensors.TYPES``),
+    ``textures`` the texture plugins it uses (``textures.PLUGINS`` names)."""
     tex_slots: int = 0
     envmap: bool = False
     analytic: bool = False
     shading_normals: bool = False
     bsdfs: tuple = bsdf_registry.BUILTIN_NAMES
     sensor: str = "perspective"
+    textures: tuple = ()
 
     def __post_init__(self):
         if not 0 <= self.tex_slots <= layout.MAX_TEX_SLOTS:
@@ -50,6 +52,9 @@ class Structure:
         if not self.bsdfs:
             raise ValueError("a structure needs at least one BSDF type")
         object.__setattr__(self, "bsdfs", bsdf_registry.ordered(self.bsdfs))
+        unknown = [t for t in self.textures if t not in textures.PLUGINS]
+        if unknown:
+            raise ValueError(f"unknown texture plugin(s) {unknown}")
 
     @property
     def bsdf_types(self) -> list:
@@ -61,7 +66,8 @@ class Structure:
         return ((f"_tex{self.tex_slots}" if self.tex_slots else "") + ("_envmap" if self.envmap else "")
                 + ("_analytic" if self.analytic else "") + ("_smooth" if self.shading_normals else "")
                 + ("" if self.bsdfs == bsdf_registry.BUILTIN_NAMES else f"_{len(self.bsdfs)}bsdf")
-                + ("" if self.sensor == "perspective" else f"_{self.sensor}"))
+                + ("" if self.sensor == "perspective" else f"_{self.sensor}")
+                + "".join(f"_{t}" for t in self.textures))
 
 
 @dataclasses.dataclass

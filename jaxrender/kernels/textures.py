@@ -26,15 +26,27 @@ three-channel texture read for a scalar parameter gives its luminance
 Lookups follow Mitsuba 3 (``bitmap.cpp`` / Dr.Jit's texture): bilinear
 interpolation between texel centres (``p = uv * res - 0.5``), nearest as
 ``floor(uv * res)``, and integer wrap modes repeat / mirror / clamp.
+
+Texture plugins written in the kernel language (a user's, through
+``jaxrender.plugins.register_texture``) are :class:`TextureType` s: their
+parameters are stored one after another in their block of ``texels`` and
+their ``eval(view, uv)`` runs where a lookup would; a scene's kernels
+dispatch over the ones it uses (``Structure.textures``), whose kind ids are
+``CUSTOM + position``.
 """
 from __future__ import annotations
+
+import dataclasses
+from typing import Callable
 
 from .. import ir
 from ..ir import Vec
 from . import layout
+from .params import ARRAY, COLOR, FLOAT, ArrayView
 
 # DATA: a BSDF's ARRAY parameter (bsdfs/base.py), read by index, never looked up at a UV.
 BITMAP, CHECKERBOARD, ENVMAP, DATA = 0, 1, 2, 3
+CUSTOM = 16          # kind id of a scene's first texture plugin
 WRAP_REPEAT, WRAP_MIRROR, WRAP_CLAMP = 0, 1, 2
 FILTER_BILINEAR, FILTER_NEAREST = 0, 1
 # Mitsuba's luminance (linear sRGB / Rec. 709 primaries).
@@ -106,14 +118,104 @@ def _transform_uv(b: dict, tex, uv: Vec) -> Vec:
     return Vec(m[0] * uv.x + m[1] * uv.y + m[2], m[3] * uv.x + m[4] * uv.y + m[5])
 
 
-def texture_eval(b: dict, tex, uv: Vec) -> Vec:
-    """Value of texture ``tex`` at surface ``uv`` (before ``to_uv``).
+@dataclasses.dataclass(frozen=True)
+class TextureType:
+    """A texture plugin: ``params`` (COLOR, FLOAT or ARRAY ``params.Param``)
+    are its Mitsuba parameters, ``eval(view, uv) -> Vec`` its value (of
+    ``channels`` components, 1 or 3) at texture coordinates ``uv`` (after
+    ``to_uv``); ``view.<name>`` reads a parameter (a Vec, a Float or an
+    ``ArrayView``)."""
+    name: str
+    params: tuple
+    eval: Callable
+    channels: int = 3
 
-    One code path for every kind, so that each lookup site stays small: a
-    nearest lookup is a bilinear one at the texel's centre (weights 0), and
-    a checkerboard is a 2 x 2 nearest, repeating image of its colours."""
+    def __post_init__(self):
+        bad = [p.name for p in self.params if p.kind not in (COLOR, FLOAT, ARRAY)]
+        if bad:
+            raise ValueError(f"texture {self.name!r}: parameters {bad} must be COLOR, FLOAT or ARRAY")
+        if self.channels not in (1, 3):
+            raise ValueError(f"texture {self.name!r}: channels must be 1 or 3, got {self.channels}")
+
+    def offset(self, name: str) -> int:
+        """Where parameter ``name`` starts in the texture's block of texels."""
+        start = 0
+        for p in self.params:
+            if p.name == name:
+                return start
+            start += p.size or p.width()
+        raise KeyError(f"texture {self.name!r} has no parameter {name!r}")
+
+    @property
+    def size(self) -> int:
+        return sum(p.size or p.width() for p in self.params)
+
+
+class TextureView:
+    """A texture plugin's parameters in its block of ``texels``."""
+
+    def __init__(self, t: TextureType, texel: Texel):
+        self._t, self._texel = t, texel
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        p = next((q for q in self._t.params if q.name == name), None)
+        if p is None:
+            raise AttributeError(f"texture {self._t.name!r} has no parameter {name!r}")
+        texels, start = self._texel.b["texels"], self._texel.offset + self._t.offset(name)
+        if p.kind == ARRAY:
+            return ArrayView(texels, start, p.size)
+        if p.kind == COLOR:
+            return Vec(*(texels.read(start + k) for k in range(3)))
+        return texels.read(start)
+
+
+PLUGINS: dict[str, TextureType] = {}
+# Registration hooks (e.g. clearing traced-kernel caches when a type is replaced).
+_on_change: list = []
+BUILTIN = ("bitmap", "checkerboard")
+
+
+def register(t: TextureType, replace: bool = False) -> TextureType:
+    """Add a texture plugin (a user's); a name again needs ``replace=True``."""
+    if not isinstance(t, TextureType):
+        raise TypeError(f"register expects a TextureType, got {type(t).__name__}")
+    if t.name in BUILTIN:
+        raise ValueError(f"{t.name!r} is a built-in texture and cannot be replaced")
+    if t.name in PLUGINS and not replace:
+        raise ValueError(f"a texture type {t.name!r} is already registered (pass replace=True to replace it)")
+    PLUGINS[t.name] = t
+    for hook in _on_change:
+        hook()
+    return t
+
+
+def _plugin_eval(t: TextureType, texel: Texel, uv: Vec) -> Vec:
+    v = t.eval(TextureView(t, texel), uv)
+    v = Vec(*v) if isinstance(v, (tuple, list, Vec)) else Vec(v)
+    if len(v) != t.channels:
+        raise ValueError(f"texture {t.name!r}: eval returned {len(v)} values, its channels are {t.channels}")
+    return v if t.channels == 3 else Vec(v[0], v[0], v[0])
+
+
+def texture_eval(b: dict, tex, uv: Vec, plugins: tuple = ()) -> Vec:
+    """Value of texture ``tex`` at surface ``uv`` (before ``to_uv``);
+    ``plugins``: the texture plugins the scene uses (``Structure.textures``).
+
+    One code path for every image kind, so that each lookup site stays
+    small: a nearest lookup is a bilinear one at the texel's centre (weights
+    0), and a checkerboard is a 2 x 2 nearest, repeating image of its
+    colours."""
     t = Texel(b, tex)
     st = _transform_uv(b, tex, uv)
+    if not plugins:
+        return _image_lookup(t, st)
+    branches = [lambda: _image_lookup(t, st)] + [lambda p=p: _plugin_eval(PLUGINS[p], t, st) for p in plugins]
+    return ir.dispatch(ir.maximum(t.kind - (CUSTOM - 1), 0), branches)
+
+
+def _image_lookup(t: Texel, st: Vec) -> Vec:
     fw, fh = ir.cast(t.width, "f32"), ir.cast(t.height, "f32")
     u, v = reduce_coord(st.x, t.wrap), reduce_coord(st.y, t.wrap)
     nearest = t.filter == FILTER_NEAREST
@@ -129,11 +231,13 @@ def hit_uv(b: dict, tri, b1, b2) -> Vec:
     return Vec(q[0] * b0 + q[2] * b1 + q[4] * b2, q[1] * b0 + q[3] * b1 + q[5] * b2)
 
 
-def apply_textures(b: dict, bsdf, row: list, tri, b1, b2, active=True, max_slots: int = layout.MAX_TEX_SLOTS) -> list:
+def apply_textures(b: dict, bsdf, row: list, tri, b1, b2, active=True, max_slots: int = layout.MAX_TEX_SLOTS,
+                   plugins: tuple = ()) -> list:
     """``row`` (the BSDF's parameter values) with its textured slots (at most
     ``max_slots``, a trace-time bound) replaced by texture lookups at the
-    hit. Costs one read and a branch for a BSDF without textures. No loops,
-    so reverse mode can go through it."""
+    hit (``plugins``: the texture plugins the scene uses). Costs one read and
+    a branch for a BSDF without textures. No loops, so reverse mode can go
+    through it."""
     first = b["bsdf_tex"].read(bsdf, layout.BSDF_TEX_FIRST)
     count = b["bsdf_tex"].read(bsdf, layout.BSDF_TEX_COUNT)
     n = len(row) - 1                   # the last value (twosided flag) is never textured
@@ -147,7 +251,7 @@ def apply_textures(b: dict, bsdf, row: list, tri, b1, b2, active=True, max_slots
             live = count > k
 
             def lookup(s=s):
-                v = texture_eval(b, slots.read(s, layout.SLOT_TEXTURE), uv)
+                v = texture_eval(b, slots.read(s, layout.SLOT_TEXTURE), uv, plugins)
                 lum = luminance(v)
                 return ir.select(slots.read(s, layout.SLOT_LUMINANCE) != 0, Vec(lum, lum, lum), v)
             v = ir.cond(live, lookup, lambda: Vec(0.0, 0.0, 0.0))

@@ -1,4 +1,4 @@
-"""What a BSDF plugin declares: its Mitsuba parameters and its kernel code.
+"""What a BSDF plugin declares: its Mitsuba parameters (``params.Param``) and its kernel code.
 
 A BSDF module defines ``eval``, ``pdf`` and ``sample`` (see the package
 docstring) and one :class:`BsdfType` per trace-time variant (e.g. one per
@@ -16,50 +16,15 @@ Example (a Lambertian BSDF)::
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Callable
 
 from ... import ir
 from ...ir import Vec
 from .. import layout
+from ..params import ARRAY, COLOR, FLAG, FLOAT, IOR, KINDS, OPTION, SCALAR, ArrayView, Param
 
-# Kinds of parameters, by how the scene reads them and the row stores them.
-COLOR = "color"      # a colour (rgb, float) or a texture; a Spectrum in the row; key "<name>.value"
-FLOAT = "float"      # a float or a texture (its luminance); key "<name>.value"
-SCALAR = "scalar"    # a plain float (never a texture); key "<name>"
-IOR = "ior"          # the relative index of refraction int_ior / ext_ior (named or numeric); key "eta"
-FLAG = "flag"        # a boolean stored in the row (not a parameter)
-OPTION = "option"    # a trace-time string choice selecting the variant (not stored)
-ARRAY = "array"      # a float array of fixed size, stored in the texels buffer; key "<name>"
-KINDS = (COLOR, FLOAT, SCALAR, IOR, FLAG, OPTION, ARRAY)
-
-
-@dataclasses.dataclass(frozen=True)
-class Param:
-    """One Mitsuba property of a BSDF plugin.
-
-    ``default``: the value when the property is absent (an IOR's default is
-    the name of the interior medium, e.g. ``"bk7"``; an ARRAY's is its
-    initial values, whose length is the array's size). ``group``: parameters
-    sharing a group (``alpha_u``, ``alpha_v``) are read from the group's name
-    (``alpha``, one parameter) when none of them is given, as Mitsuba's
-    isotropic roughness. ``choices``: the values an OPTION may take.
-    ``nondiff``: why its derivative cannot be computed (None: it can)."""
-    name: str
-    kind: str
-    default: Any = None
-    group: str | None = None
-    choices: tuple = ()
-    nondiff: str | None = None
-
-    def __post_init__(self):
-        if self.kind not in KINDS:
-            raise ValueError(f"parameter {self.name!r}: kind must be one of {KINDS}, got {self.kind!r}")
-        if self.kind == OPTION and self.default not in self.choices:
-            raise ValueError(f"option {self.name!r}: default {self.default!r} is not among {self.choices}")
-
-    def width(self, channels: int = 3) -> int:
-        """Floats it takes in a BSDF row."""
-        return 0 if self.kind == OPTION else channels if self.kind == COLOR else 1
+__all__ = ["ARRAY", "COLOR", "FLAG", "FLOAT", "IOR", "KINDS", "OPTION", "SCALAR", "ArrayView", "Param", "BsdfType",
+           "ParamView"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +65,8 @@ class BsdfType:
         names = [p.name for p in self.params]
         if len(set(names)) != len(names):
             raise ValueError(f"BSDF {self.name!r}: duplicate parameter names {names}")
+        if "table" in names:
+            raise ValueError(f"BSDF {self.name!r}: 'table' is reserved (ParamView.table)")
         declared = {p.name for p in self.params if p.kind == OPTION}
         if {k for k, _ in self.options} != declared:
             raise ValueError(f"BSDF {self.name!r}: options {self.options} must give a value for each OPTION "
@@ -119,20 +86,6 @@ class BsdfType:
 
     def param(self, name: str) -> Param:
         return next(p for p in self.params if p.name == name)
-
-
-class ArrayView:
-    """Kernel-side reader of an ARRAY parameter: ``view[i]`` is its i-th
-    float (a differentiable read of the texels buffer)."""
-
-    def __init__(self, texels, offset, size: int):
-        self.texels, self.offset, self.size = texels, offset, size
-
-    def __getitem__(self, i):
-        return self.texels.read(self.offset + i)
-
-    def __len__(self) -> int:
-        return self.size
 
 
 class ParamView:
@@ -156,5 +109,5 @@ class ParamView:
         if p.kind == ARRAY:
             tex = ir.cast(self._row[k], "i32")
             offset = self._b["tex_meta"].read(tex, layout.TEX_OFFSET)
-            return ArrayView(self._b["texels"], offset, len(p.default))
+            return ArrayView(self._b["texels"], offset, p.size)
         return self._row[k]

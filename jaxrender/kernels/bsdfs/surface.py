@@ -59,7 +59,7 @@ class SurfaceBsdf:
         row = [b["bsdf_data"].read(si.attr_bsdf, k) for k in range(layout.BSDF_ROW)]
         if ctx.structure.tex_slots:
             row = textures.apply_textures(b, si.attr_bsdf, row, si.prim, si.b1, si.b2, si.hit,
-                                          ctx.structure.tex_slots)
+                                          ctx.structure.tex_slots, ctx.structure.textures)
         self.row = row
         self.kind = b["bsdf_type"][si.attr_bsdf]
         self.table = TableRow(b["bsdf_table"], si.attr_bsdf)

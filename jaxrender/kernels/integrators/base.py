@@ -40,7 +40,7 @@ from typing import Any, Callable, ClassVar, Mapping
 
 from ... import ir
 from ...ir import Vec, tree_flatten, tree_unflatten
-from .. import layout
+from .. import layout, textures
 from ..bsdfs import registry as bsdf_registry
 from ..context import Context, Structure
 from ..spectrum import RGB, SpectrumType
@@ -51,6 +51,7 @@ ADJOINT_METHODS = ("prb", "rb", "rb_biased")
 # plugin registry changes (a replaced user BSDF must be traced again).
 _KERNELS: dict = {}
 bsdf_registry._on_change.append(_KERNELS.clear)
+textures._on_change.append(_KERNELS.clear)
 
 
 def _cached(kind: str):
