@@ -215,6 +215,14 @@ def compile_kernel(kernel: Kernel, nb: int = 0, lanes: int | None = None) -> Com
         return ck
 
 
+def ffi_call(compiled: CompiledKernel, out_types: list, info_words, *buffers):
+    """Bind the registered target: ``buffers`` are the ABI's arguments
+    (launch info as int32 pairs, then the inputs); ``info_words`` (the same
+    info as int64) is what the GPU backend needs besides, unused here."""
+    import jax
+    return jax.ffi.ffi_call(compiled.target_name, out_types, has_side_effect=False)(*buffers)
+
+
 def register_ffi_target(name: str, address: int, platform: str = "cpu") -> None:
     """Register the handler at ``address`` (``void* handler(XLA_FFI_CallFrame*)``)
     as XLA FFI target ``name`` for ``platform`` ("cpu" or "CUDA")."""

@@ -221,9 +221,11 @@ _compiled: dict[str, CompiledCudaKernel] = {}
 _lock = threading.Lock()
 
 
-def compile_kernel(kernel: Kernel, nb: int = 0, runtime_: object | None = None) -> CompiledCudaKernel:
+def compile_kernel(kernel: Kernel, nb: int = 0, lanes: int | None = None,
+                   runtime_: object | None = None) -> CompiledCudaKernel:
     """Compile (or fetch) ``kernel`` for the GPUs JAX uses and register it
-    as an XLA FFI target for platform "CUDA"."""
+    as an XLA FFI target for platform "CUDA". ``lanes`` (the CPU's SIMD
+    packet width) does not apply: one work item per CUDA thread."""
     rt = runtime_ if runtime_ is not None else runtime()
     with _lock:
         devices = rt.devices()

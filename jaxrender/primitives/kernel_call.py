@@ -27,6 +27,7 @@ import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
 
+from .. import lowering
 from ..ir.graph import NUMPY_DTYPE
 from ..ir.kernel import Kernel
 from ..lowering.abi import InfoLayout
@@ -209,12 +210,8 @@ def _ffi_call(*args, kernel, launch_shape, accum_rows, batch_shape, in_batch, nu
         if _prod(x.shape) >= 2 ** 31:
             raise ValueError(f"kernel {k.name!r}: batched input {name!r} has {_prod(x.shape)} elements; "
                              "at most 2**31 - 1 are supported")
-    if platform == "cuda":
-        from ..lowering import cuda  # only when lowering for a GPU: no CUDA import on CPU-only installs
-        compiled = cuda.compile_kernel(k, len(batch_shape))
-    else:
-        from ..lowering.cpu import compile_kernel
-        compiled = compile_kernel(k, len(batch_shape), simd_lanes)
+    target = lowering.backend(platform)
+    compiled = target.compile_kernel(k, len(batch_shape), simd_lanes)
     padded = []
     for spec, x, flags in zip(k.inputs.values(), args, in_batch):
         nbi = sum(flags)
@@ -231,18 +228,15 @@ def _ffi_call(*args, kernel, launch_shape, accum_rows, batch_shape, in_batch, nu
     # JAX without x64 has no int64 arrays: ship the int64 words as int32 pairs
     # (little-endian), which the handler reads back as int64.
     info32 = jnp.asarray(info.view(np.int32))
-    if platform == "cuda":
-        # Same buffers; the host side of the GPU handler reads the launch
-        # info from an attribute (it cannot read device memory).
-        return cuda.ffi_call(compiled, out_types, info, info32, *padded)
-    call = jax.ffi.ffi_call(compiled.target_name, out_types, has_side_effect=False)
-    return call(info32, *padded)
+    # The GPU handler's host side reads the launch info from an attribute
+    # (it cannot read device memory): backends get it as int64 words too.
+    return target.ffi_call(compiled, out_types, info, info32, *padded)
 
 
-mlir.register_lowering(kernel_call_p, mlir.lower_fun(_ffi_call, multiple_results=True), platform="cpu")
 # On a GPU backend the same primitive launches the PTX kernel on XLA's stream.
-mlir.register_lowering(kernel_call_p, mlir.lower_fun(functools.partial(_ffi_call, platform="cuda"),
-                                                     multiple_results=True), platform="cuda")
+for _platform in lowering.BACKENDS:
+    mlir.register_lowering(kernel_call_p, mlir.lower_fun(functools.partial(_ffi_call, platform=_platform),
+                                                         multiple_results=True), platform=_platform)
 
 
 def _batch(args, dims, *, kernel, launch_shape, accum_rows, batch_shape, in_batch, num_threads, simd_lanes):
