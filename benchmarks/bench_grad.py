@@ -33,8 +33,9 @@ call that compiles), median of --reps, as wall time and as process CPU time
    --child-timeout) is reported as such. Its image mean is checked against
    jaxrender's first.
 
-XLA:CPU's YNN fusions miscompile brute-force ray/triangle code at some
-array sizes (see ../shared/DESIGN.md), so this script turns them off
+XLA:CPU's YNN fusions in jaxlib 0.10.2 miscompile brute-force ray/triangle
+code at some array sizes (wrong hits for 910 <= N < 65536 rows; see also
+jax-ml/jax#39257 and #37465), so this script turns them off
 (``XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=``) in every process.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The XLA typed-FFI handler, generated in LLVM IR (no C compiler involved).
 
-Offsets follow ``xla/ffi/api/c_api.h`` (x86-64) as recorded in DESIGN.md:
+Offsets follow ``xla/ffi/api/c_api.h`` (x86-64; under ``jax.ffi.include_dir()``):
 call frame: extension_start @8, api @16, stage @32, args @40, rets @80;
 args/rets: size @+16, buffer pointer array @+32; buffer: data @24, rank @32,
 dims @40; ``api->XLA_FFI_Error_Create`` @48.
