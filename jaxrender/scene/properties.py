@@ -22,6 +22,7 @@ Example::
 from __future__ import annotations
 
 import difflib
+import os
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -144,6 +145,13 @@ def parse_string(value: Any, where: str, choices: Iterable[str] | None = None, l
     return s
 
 
+def parse_filename(value: Any, where: str) -> str:
+    """A file name: a string or an ``os.PathLike``."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise SceneError(f"{where}: expected a file name, got {value!r}")
+    return os.fspath(value)
+
+
 def parse_rgb(value: Any, where: str) -> np.ndarray:
     """A colour given as rgb or a float, as 3 float64 values."""
     if isinstance(value, Mapping):
@@ -238,10 +246,6 @@ class Properties:
         self._hints: dict[str, str] = {}
 
     # -- locations and messages -----------------------------------------------
-    @property
-    def location(self) -> Location | None:
-        return location_of(self.values)
-
     def where(self, name: str | None = None, label: str | None = None) -> str:
         """The dotted name of property ``name`` (or ``label``, e.g. a
         parameter key) for messages, without the file location."""
@@ -292,67 +296,50 @@ class Properties:
         self._hints[name] = text
 
     # -- typed getters --------------------------------------------------------------
-    def _typed(self, parse, name: str, default: Any, label: str | None = None, *args):
-        self._asked.add(name)
-        self._read.add(name)
-        if name not in self.values:
-            return default
-        return self._checked(parse, name, label, *args)
+    def _value(self, parse, name: str, default: Any, label: str | None = None, *args) -> Any:
+        """``parse(value, where, *args)`` of the property, or of ``default``
+        when it is not given (``_MISSING``: required)."""
+        self.mark_read(name)
+        if name in self.values:
+            return self._checked(parse, name, label, *args)
+        if default is _MISSING:
+            raise self.error(f"the {self.plugin} plugin needs the property {name!r}")
+        return parse(default, self.where(name, label), *args)
 
     def float(self, name: str, default: Any = _MISSING, label: str | None = None) -> float:
-        value = self._typed(parse_float, name, default, label)
-        return self._required(name, value)
-
-    def int(self, name: str, default: Any = _MISSING) -> int:
-        return self._required(name, self._typed(parse_int, name, default))
-
-    def bool(self, name: str, default: Any = _MISSING) -> bool:
-        return self._required(name, self._typed(parse_bool, name, default))
-
-    def string(self, name: str, default: Any = _MISSING, choices: Iterable[str] | None = None,
-               lower: bool = False) -> str:
-        return self._required(name, self._typed(parse_string, name, default, None, choices, lower))
-
-    def rgb(self, name: str, default: Any, label: str | None = None) -> np.ndarray:
-        if name not in self.values:
-            self.mark_read(name)
-            return parse_rgb(default, self.where(name, label))
-        return self._typed(parse_rgb, name, None, label)
+        return self._value(parse_float, name, default, label)
 
     def scalar(self, name: str, default: Any, label: str | None = None) -> np.ndarray:
         """A float as a parameter value (a float64 array of shape ())."""
-        if name not in self.values:
-            self.mark_read(name)
-            return parse_scalar(default, self.where(name, label))
-        return self._typed(parse_scalar, name, None, label)
+        return self._value(parse_scalar, name, default, label)
+
+    def int(self, name: str, default: Any = _MISSING) -> int:
+        return self._value(parse_int, name, default)
+
+    def bool(self, name: str, default: Any = _MISSING) -> bool:
+        return self._value(parse_bool, name, default)
+
+    def string(self, name: str, default: Any = _MISSING, choices: Iterable[str] | None = None,
+               lower: bool = False) -> str:
+        return self._value(parse_string, name, default, None, choices, lower)
+
+    def filename(self, name: str = "filename") -> str:
+        """A file name (a string or an ``os.PathLike``); required."""
+        return self._value(parse_filename, name, _MISSING)
+
+    def rgb(self, name: str, default: Any, label: str | None = None) -> np.ndarray:
+        return self._value(parse_rgb, name, default, label)
 
     def ior(self, name: str, default: Any) -> float:
-        if name not in self.values:
-            self.mark_read(name)
-            return parse_ior(default, self.where(name))
-        return self._typed(parse_ior, name, None)
+        return self._value(parse_ior, name, default)
+
+    def vector(self, name: str, default: Any) -> np.ndarray:
+        return self._value(parse_vector, name, default)
 
     def transform(self, name: str = "to_world") -> np.ndarray:
         """A 4x4 matrix (identity if absent); messages name the plugin, as
         ``<key>: to_world must be ...``."""
-        self.mark_read(name)
-        if name not in self.values:
-            return np.eye(4)
-        try:
-            return parse_matrix(self.values[name], self.key, name)
-        except SceneError as exc:
-            raise self.locate(exc, name) from None
-
-    def vector(self, name: str, default: Any) -> np.ndarray:
-        if name not in self.values:
-            self.mark_read(name)
-            return parse_vector(default, self.where(name))
-        return self._typed(parse_vector, name, None)
-
-    def _required(self, name: str, value: Any) -> Any:
-        if value is _MISSING:
-            raise self.error(f"the {self.plugin} plugin needs the property {name!r}")
-        return value
+        return self._value(lambda v, where: parse_matrix(v, self.key, name), name, None)
 
     # -- values jaxrender does not honour yet ------------------------------------------
     def only(self, name: str, accepted: Any, read, why: str | None = None) -> None:

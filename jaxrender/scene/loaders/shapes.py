@@ -81,9 +81,7 @@ def load_mesh_file(builder: SceneBuilder, props: Properties) -> None:
     """A mesh file; vertex normals: the file's, else computed as Mitsuba
     does, unless ``face_normals``."""
     m = props.transform()
-    if "filename" not in props:
-        raise props.error(f"{props.plugin} needs a filename")
-    filename = props.string("filename")
+    filename = props.filename()
     # Mitsuba's default: flip for obj (as Mitsuba 1), not for ply.
     flip_uv = props.bool("flip_tex_coords", props.plugin == "obj")
     try:

@@ -112,9 +112,8 @@ def read_image(props: Properties, raw: bool, what: str = "a bitmap texture") -> 
     if has_file == has_array:
         raise props.error(f"{what} needs exactly one of 'filename' and 'bitmap'")
     if has_file:
-        path = props.get("filename")
         try:
-            return load_image(path, props.where("filename"), raw)
+            return load_image(props.filename(), props.where("filename"), raw)
         except SceneError as exc:
             raise props.locate(exc, "filename") from None
     return image_from_array(props.get("bitmap"), props.where("bitmap"), raw)
