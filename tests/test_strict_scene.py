@@ -11,7 +11,6 @@
 """
 from __future__ import annotations
 
-import dataclasses
 import re
 from pathlib import Path
 
@@ -19,11 +18,9 @@ import numpy as np
 import pytest
 
 import jaxrender
-from jaxrender import ir
 from jaxrender.ir import Vec
-from jaxrender.kernels import sampling
 from jaxrender.kernels import textures as ktex
-from jaxrender.kernels.bsdfs import base
+from jaxrender.kernels.bsdfs import base, diffuse
 from jaxrender.kernels.bsdfs import registry as bsdf_registry
 from jaxrender.scene import camera as cam
 from jaxrender.scene.conductors import complex_ior
@@ -476,38 +473,17 @@ def test_material_none_is_the_default_mirror():
 # ---------------------------------------------------------------------------
 # A BSDF registered at runtime loads with no scene code
 # ---------------------------------------------------------------------------
-@dataclasses.dataclass
-class TintedParams:
-    albedo: Vec
-
-
-def _tinted_eval(p: TintedParams, wi: Vec, wo: Vec) -> Vec:
-    ok = (wi.z > 0.0) & (wo.z > 0.0)
-    return ir.select(ok, p.albedo * (sampling.square_to_cosine_hemisphere_pdf(wo)), Vec(0.0, 0.0, 0.0))
-
-
-def _tinted_pdf(p: TintedParams, wi: Vec, wo: Vec):
-    ok = (wi.z > 0.0) & (wo.z > 0.0)
-    return ir.select(ok, sampling.square_to_cosine_hemisphere_pdf(wo), 0.0)
-
-
-def _tinted_sample(p: TintedParams, wi: Vec, u1, u2: Vec):
-    wo = sampling.square_to_cosine_hemisphere(u2)
-    pdf = sampling.square_to_cosine_hemisphere_pdf(wo)
-    ok = (wi.z > 0.0) & (pdf > 0.0)
-    return wo, pdf, ir.select(ok, p.albedo, Vec(0.0, 0.0, 0.0)), ir.Bool(False)
-
-
 @pytest.fixture
 def tinted():
-    """A diffuse BSDF whose albedo is ``reflectance`` times three ``gains``
-    (an ARRAY), with a string OPTION, registered as plugin "tinted"."""
+    """A diffuse BSDF (the kernel code of ``diffuse``) whose albedo is
+    ``reflectance`` times three ``gains`` (an ARRAY), with a string OPTION,
+    registered as plugin "tinted"."""
     t = base.BsdfType("tinted", "tinted",
                       (base.Param("mode", base.OPTION, "plain", choices=("plain",)),
                        base.Param("reflectance", base.COLOR, 0.5),
                        base.Param("gains", base.ARRAY, (1.0, 1.0, 1.0))),
-                      lambda v: TintedParams(v.reflectance * Vec(v.gains[0], v.gains[1], v.gains[2])),
-                      _tinted_eval, _tinted_pdf, _tinted_sample, options=(("mode", "plain"),))
+                      lambda v: diffuse.DiffuseParams(v.reflectance * Vec(v.gains[0], v.gains[1], v.gains[2])),
+                      diffuse.eval, diffuse.pdf, diffuse.sample, options=(("mode", "plain"),))
     bsdf_registry.register(t)
     yield t
     del bsdf_registry.TYPES[t.name]

@@ -72,6 +72,7 @@ class SceneBuilder:
         props.mark_read(*ACCELERATION_PROPERTIES)
         self.named = {k: v for k, v in d.items() if is_plugin(v)}
         props.mark_read(*self.named)
+        props.check_unread()
         kinds = {k: category_of(v["type"], REGISTRIES) for k, v in self.named.items()}
         self._load_sensors([k for k, c in kinds.items() if c == "sensor"])
         self._load_integrator([k for k, c in kinds.items() if c == "integrator"])
@@ -87,7 +88,6 @@ class SceneBuilder:
                 raise props.error(f"plugin type {spec['type']!r} is not supported yet{_supported(kinds[key])}",
                                   key, label=repr(key))
         self._check_unused(deferred)
-        props.check_unread()
         return self
 
     def _load_sensors(self, keys: list[str]) -> None:

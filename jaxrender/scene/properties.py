@@ -100,7 +100,8 @@ def is_plugin(value: Any) -> bool:
 # Value parsers (``where`` names the value in messages)
 # ---------------------------------------------------------------------------
 def parse_float(value: Any, where: str) -> float:
-    """A finite float (a Python or numpy number, or any size-1 array)."""
+    """A finite float (a Python or numpy number, or any size-1 array).
+    Example: ``parse_float(np.float32(2), "lamp.scale")`` -> 2.0."""
     if isinstance(value, Mapping):
         raise SceneError(f"{where}: expected a float here, got a {value.get('type')!r} value")
     try:
@@ -153,7 +154,10 @@ def parse_filename(value: Any, where: str) -> str:
 
 
 def parse_rgb(value: Any, where: str) -> np.ndarray:
-    """A colour given as rgb or a float, as 3 float64 values."""
+    """A colour given as rgb or a float, as 3 float64 values.
+
+    Example: ``parse_rgb({"type": "rgb", "value": [1, 0, 0]}, "red")`` -> ``array([1., 0., 0.])``.
+    """
     if isinstance(value, Mapping):
         kind = value.get("type")
         if kind == "rgb":
@@ -176,7 +180,7 @@ def parse_rgb(value: Any, where: str) -> np.ndarray:
 
 def parse_ior(value: Any, where: str) -> float:
     """An index of refraction: a positive float or one of Mitsuba's names
-    (any case, as Mitsuba)."""
+    (any case, as Mitsuba). Example: ``parse_ior("BK7", "glass.int_ior")`` -> 1.5046."""
     if isinstance(value, str):
         if value.lower() not in IOR:
             raise SceneError(f"{where}: unknown index of refraction {value!r} (known: {', '.join(sorted(IOR))})")
@@ -188,7 +192,8 @@ def parse_ior(value: Any, where: str) -> float:
 
 
 def parse_matrix(value: Any, where: str, name: str = "to_world") -> np.ndarray:
-    """A 4x4 transform (a Transform, or anything array-like); None: identity."""
+    """A 4x4 transform (a Transform, or anything array-like); None: identity.
+    Example: ``parse_matrix(Transform().translate([1, 0, 0]), "box")[0, 3]`` -> 1.0."""
     if value is None:
         return np.eye(4)
     m = getattr(value, "matrix", value)
@@ -201,17 +206,41 @@ def parse_matrix(value: Any, where: str, name: str = "to_world") -> np.ndarray:
     return m
 
 
-def parse_vector(value: Any, where: str, n: int = 3) -> np.ndarray:
-    """``n`` finite floats (a point or vector; one float is repeated)."""
+def parse_floats(value: Any, where: str, n: int, broadcast: bool = False) -> np.ndarray:
+    """Exactly ``n`` finite floats, as float64 (``broadcast``: one float is
+    repeated ``n`` times)."""
     try:
         a = np.asarray(getattr(value, "matrix", value), dtype=np.float64).reshape(-1)
     except (TypeError, ValueError):
-        raise SceneError(f"{where}: expected {n} finite floats, got {value!r}") from None
-    if a.size == 1:
+        a = None
+    if a is not None and broadcast and a.size == 1:
         a = np.repeat(a, n)
-    if a.size != n or not np.all(np.isfinite(a)):
+    if a is None or a.size != n or not np.all(np.isfinite(a)):
         raise SceneError(f"{where}: expected {n} finite floats, got {value!r}")
     return a
+
+
+def parse_vector(value: Any, where: str, n: int = 3) -> np.ndarray:
+    """A point or vector of ``n`` finite floats (one float is repeated)."""
+    return parse_floats(value, where, n, broadcast=True)
+
+
+def parse_uv_matrix(value: Any, where: str, name: str = "to_uv") -> np.ndarray:
+    """The 2 x 3 affine part of a texture's ``to_uv``: a 3x3 matrix, or a
+    4x4 one whose z row and column are ignored (as Mitsuba does); None:
+    identity."""
+    if value is None:
+        return np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    m = getattr(value, "matrix", value)
+    try:
+        m = np.array(m, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise SceneError(f"{where}: {name} is not a transform ({exc})") from None
+    if m.shape == (4, 4):
+        m = m[np.ix_([0, 1, 3], [0, 1, 3])]
+    if m.shape != (3, 3) or not np.all(np.isfinite(m)):
+        raise SceneError(f"{where}: {name} must be a finite 3x3 or 4x4 matrix, got shape {m.shape}")
+    return m[:2]
 
 
 # ---------------------------------------------------------------------------
@@ -266,13 +295,6 @@ class Properties:
             return exc
         return scene_error(str(exc), loc)
 
-    def _checked(self, parse, name: str, label: str | None, *args):
-        """``parse(value, where, *args)`` with the file location added to its error."""
-        try:
-            return parse(self.values[name], self.where(name, label), *args)
-        except SceneError as exc:
-            raise self.locate(exc, name) from None
-
     # -- raw access ---------------------------------------------------------------
     def __contains__(self, name: str) -> bool:
         """Whether the property is given (does not mark it read)."""
@@ -281,8 +303,7 @@ class Properties:
 
     def get(self, name: str, default: Any = None) -> Any:
         """The raw value (``default`` if absent), marked read."""
-        self._asked.add(name)
-        self._read.add(name)
+        self.mark_read(name)
         return self.values.get(name, default)
 
     def mark_read(self, *names: str) -> None:
@@ -301,7 +322,10 @@ class Properties:
         when it is not given (``_MISSING``: required)."""
         self.mark_read(name)
         if name in self.values:
-            return self._checked(parse, name, label, *args)
+            try:
+                return parse(self.values[name], self.where(name, label), *args)
+            except SceneError as exc:
+                raise self.locate(exc, name) from None
         if default is _MISSING:
             raise self.error(f"the {self.plugin} plugin needs the property {name!r}")
         return parse(default, self.where(name, label), *args)
@@ -336,10 +360,17 @@ class Properties:
     def vector(self, name: str, default: Any) -> np.ndarray:
         return self._value(parse_vector, name, default)
 
+    def floats(self, name: str, default: Any, n: int) -> np.ndarray:
+        return self._value(parse_floats, name, default, None, n)
+
     def transform(self, name: str = "to_world") -> np.ndarray:
         """A 4x4 matrix (identity if absent); messages name the plugin, as
         ``<key>: to_world must be ...``."""
         return self._value(lambda v, where: parse_matrix(v, self.key, name), name, None)
+
+    def uv_transform(self, name: str = "to_uv") -> np.ndarray:
+        """A texture's ``to_uv`` as its 2 x 3 affine part (see :func:`parse_uv_matrix`)."""
+        return self._value(lambda v, where: parse_uv_matrix(v, self.key, name), name, None)
 
     # -- values jaxrender does not honour yet ------------------------------------------
     def only(self, name: str, accepted: Any, read, why: str | None = None) -> None:

@@ -49,7 +49,11 @@ def load_registered(builder: SceneBuilder, props: Properties, twosided: bool = F
     """A BSDF of ``kernels.bsdfs.registry``, read from its Params."""
     rule = PLUGIN_RULES.get(props.plugin)
     fixed = rule(props) if rule is not None else {}
-    t = bsdf_registry.select(props.plugin, _options(props))
+    options = _options(props)
+    try:
+        t = bsdf_registry.select(props.plugin, options)
+    except KeyError:
+        raise props.error(f"no {props.plugin} variant is registered for {options}") from None
     fields, slots = _row(builder, props, t, fixed)
     if len(slots) > layout.MAX_TEX_SLOTS:
         raise props.error(f"at most {layout.MAX_TEX_SLOTS} parameters of one BSDF can be textured, got {len(slots)}")
@@ -150,14 +154,7 @@ def _array_param(builder: SceneBuilder, props: Properties, prm: base.Param, name
     the texture's index."""
     pkey = f"{props.key}.{name}"
     size = len(prm.default)
-    value = props.get(name, prm.default)
-    try:
-        arr = np.asarray(value, np.float64)
-    except (TypeError, ValueError):
-        arr = None
-    if arr is None or arr.shape != (size,) or not np.all(np.isfinite(arr)):
-        raise props.error(f"expected {size} finite floats, got {value!r}", name)
-    builder.add_param(pkey, arr, prm.nondiff)
+    builder.add_param(pkey, props.floats(name, prm.default, size), prm.nondiff)
     return float(builder.add_texture(TextureSpec(ktex.DATA, (pkey,), size, 1, 1)))
 
 

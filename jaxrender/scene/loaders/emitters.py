@@ -65,34 +65,29 @@ def load_area(builder: SceneBuilder, props: Properties, host: AreaHost | None = 
     return builder.add_emitter(kind, np.array([0.0, 0.0, 0.0, host.analytic.area]), host.shape_row, pkey)
 
 
-def _exclusive(props: Properties, name: str) -> bool:
-    """Whether ``name`` (a position or direction) is given; with to_world
-    too it is an error, as in Mitsuba."""
+def _vector_or_transform(props: Properties, name: str, from_transform) -> np.ndarray:
+    """The vector ``name`` (a position or direction) if given, else
+    ``from_transform(to_world)``; giving both is an error, as in Mitsuba."""
     if name not in props:
-        return False
+        return from_transform(props.transform())
     if "to_world" in props:
         raise props.error(f"give either {name} or to_world, not both")
-    return True
+    return props.vector(name, 0.0)
 
 
 @EMITTERS.register("point")
 def load_point(builder: SceneBuilder, props: Properties) -> int:
     _emitter_basics(builder, props)
-    if _exclusive(props, "position"):
-        pos = props.vector("position", 0.0)
-    else:
-        pos = props.transform()[:3, 3]
+    pos = _vector_or_transform(props, "position", lambda m: m[:3, 3])
     pkey = _radiance_param(builder, props, "intensity")
     return builder.add_emitter(TYPE_ID["point"], np.append(pos, 0.0), 0, pkey)
 
 
 @EMITTERS.register("directional")
 def load_directional(builder: SceneBuilder, props: Properties) -> int:
+    """Light along ``direction``, or along +z of ``to_world``."""
     _emitter_basics(builder, props)
-    if _exclusive(props, "direction"):
-        dirn = props.vector("direction", 0.0)
-    else:
-        dirn = props.transform()[:3, :3] @ np.array([0.0, 0.0, 1.0])
+    dirn = _vector_or_transform(props, "direction", lambda m: m[:3, :3] @ np.array([0.0, 0.0, 1.0]))
     n = np.linalg.norm(dirn)
     if not np.isfinite(n) or n == 0:
         raise props.error("direction must be a nonzero finite vector")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ...kernels.aov import AovSpecError, parse_aovs
 from ..properties import Properties
 from .registry import PluginRegistry
 
@@ -62,7 +63,6 @@ def load_direct(builder: SceneBuilder, props: Properties) -> dict:
 
 @INTEGRATORS.register("aov")
 def load_aov(builder: SceneBuilder, props: Properties) -> dict:
-    from ...kernels.aov import AovSpecError, parse_aovs
     settings = _settings(props)
     nested = props.plugins()
     if nested:

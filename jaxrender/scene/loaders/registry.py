@@ -103,7 +103,8 @@ class PluginRegistry:
 
 def category_of(type_name: str, registries: tuple[PluginRegistry, ...]) -> str | None:
     """The category of a plugin type name: a registry that loads it first,
-    then Mitsuba's own lists; None for a name nobody knows."""
+    then Mitsuba's own lists; None for a name nobody knows.
+    Example: ``category_of("orthographic", ())`` -> ``"sensor"``."""
     for r in registries:
         if type_name in r:
             return r.category
@@ -119,7 +120,8 @@ def category_of(type_name: str, registries: tuple[PluginRegistry, ...]) -> str |
 def load_plugin(registry: PluginRegistry, target, spec, key: str, *args):
     """Load the plugin dict ``spec`` (key path ``key``) with its registered
     loader, ``loader(target, props, *args)``, then check that every property
-    was read."""
+    was read. Example: ``load_plugin(INTEGRATORS, builder, {"type": "path"},
+    "integrator")`` -> ``{"type": "path"}``."""
     props = Properties(spec, key, registry.category)
     result = registry.loader(props)(target, props, *args)
     props.check_unread()

@@ -43,24 +43,6 @@ def parse_texture(spec: Mapping, prefix: str, width: int, params: dict) -> Textu
     return load_plugin(TEXTURES, params, spec, prefix, width)
 
 
-def to_uv(props: Properties) -> np.ndarray:
-    """The 2 x 3 affine part of ``to_uv``: a 3x3 matrix, or a 4x4 one whose z
-    row and column are ignored (as Mitsuba does)."""
-    value = props.get("to_uv")
-    if value is None:
-        return np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
-    m = getattr(value, "matrix", value)
-    try:
-        m = np.array(m, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise props.error(f"to_uv is not a transform ({exc})") from None
-    if m.shape == (4, 4):
-        m = m[np.ix_([0, 1, 3], [0, 1, 3])]
-    if m.shape != (3, 3) or not np.all(np.isfinite(m)):
-        raise props.error(f"to_uv must be a finite 3x3 or 4x4 matrix, got shape {m.shape}")
-    return m[:2]
-
-
 def _choice(props: Properties, name: str, table: dict, default: str) -> int:
     v = props.get(name, default)
     if v not in table:
@@ -70,7 +52,7 @@ def _choice(props: Properties, name: str, table: dict, default: str) -> int:
 
 @TEXTURES.register("checkerboard")
 def load_checkerboard(params: dict, props: Properties, width: int) -> TextureSpec:
-    uv = to_uv(props)
+    uv = props.uv_transform()
     keys = []
     for name, default in (("color0", 0.4), ("color1", 0.2)):
         if is_plugin(props.values.get(name)):
@@ -89,7 +71,7 @@ def load_checkerboard(params: dict, props: Properties, width: int) -> TextureSpe
 
 @TEXTURES.register("bitmap")
 def load_bitmap(params: dict, props: Properties, width: int) -> TextureSpec:
-    uv = to_uv(props)
+    uv = props.uv_transform()
     raw = props.bool("raw", False)
     props.bool("accel", True)
     wrap = _choice(props, "wrap_mode", WRAP_MODES, "repeat")
