@@ -342,6 +342,8 @@ def test_other_samplers_are_not_supported_yet(plugin):
     (lambda d: d["integrator"].update(rr_depth=0), "integrator.rr_depth: must be greater than zero"),
     (lambda d: d["sensor"]["film"].update(pixel_format="cmyk"), "sensor.film.pixel_format: 'cmyk' is not one of"),
     (lambda d: d["sensor"].update(srf={"type": "d65"}), "sensor.srf: a spectral response function"),
+    (lambda d: d["sensor"].update(to_world=d["sensor"]["to_world"] @ Transform().scale(2.0)),
+     "sensor.to_world: the camera's to_world must not scale"),
     (lambda d: d["floor"].update(bsdf={"type": "diffuse", "reflectance": {"type": "spectrum", "value": 0.5}}),
      "floor.bsdf.reflectance.value: 'spectrum' values are not supported yet"),
     (lambda d: d.update(orthocam={"type": "orthographic"}),

@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Mapping, NamedTuple
 
+import numpy as np
+
 from ..camera import Camera
 from ..properties import Properties
 from .registry import PluginRegistry, load_plugin, reject_nested
@@ -73,7 +75,11 @@ def load_perspective(builder: SceneBuilder, props: Properties) -> Camera:
     _shutter(props)
     props.unsupported("srf", "a spectral response function (srf) in an RGB renderer")
     reject_nested(builder, props, "medium", "media attached to sensors")
-    return Camera(props.transform(), tan_x, tan_y, near, far, film.width, film.height, film.rfilter, sampler.spp,
+    to_world = props.transform()
+    lin = to_world[:3, :3]
+    if np.any(np.abs(lin @ lin.T - np.eye(3)) > 1e-3):
+        raise props.error("the camera's to_world must not scale (Mitsuba refuses scale factors here)", "to_world")
+    return Camera(to_world, tan_x, tan_y, near, far, film.width, film.height, film.rfilter, sampler.spp,
                   seed=sampler.seed, rfilter_params=film.rfilter_params)
 
 
