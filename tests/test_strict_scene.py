@@ -349,7 +349,8 @@ def test_other_samplers_are_not_supported_yet(plugin):
     (lambda d: d.update(orthocam={"type": "orthographic"}),
      "orthocam: sensor type 'orthographic' is not supported yet (perspective)"),
     (lambda d: d.update(fog={"type": "homogeneous"}), "'fog': plugin type 'homogeneous' is not supported yet"),
-    (lambda d: d["floor"].update(bsdf={"type": "diffuse", "reflectance": {"type": "bitmap", "data": np.ones((2, 2, 3))}}),
+    (lambda d: d["floor"].update(bsdf={"type": "diffuse",
+                                       "reflectance": {"type": "bitmap", "data": np.ones((2, 2, 3))}}),
      "floor.bsdf.reflectance.data: a bitmap from a raw tensor ('data') is not supported yet"),
 ])
 def test_mitsuba_rules_and_unsupported_values_raise(edit, message):

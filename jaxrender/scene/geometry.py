@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..ir.bvh_query import STACK_SIZE
+from ..ir import bvh_query
 from ..kernels import emitters as kemitters
 from ..kernels import layout
 from .bvh import build_bvh, build_bvh_from_bounds, triangle_bounds
@@ -131,9 +131,10 @@ def _wide_bvh(bvh, tris: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     raw pointers."""
     wide = build_wide_bvh(bvh, tris)
     wide.check()
-    if wide.stack_need > STACK_SIZE:
+    stack = bvh_query.STACK_SIZE      # read at each call: tests shrink it to reach this error
+    if wide.stack_need > stack:
         raise SceneError(f"the scene's BVH needs a traversal stack of {wide.stack_need} entries, more than "
-                         f"the {STACK_SIZE} the kernels have: the geometry is too degenerate to build a usable BVH")
+                         f"the {stack} the kernels have: the geometry is too degenerate to build a usable BVH")
     return wide.packed()
 
 
