@@ -23,6 +23,7 @@ from jaxrender.kernels.context import Structure
 from jaxrender.lowering import stats
 from jaxrender.primitives import launch
 from jaxrender.scene import textures as tio
+from jaxrender.scene.loaders.textures import parse_texture
 from jaxrender.scene.transform import Transform
 from test_gradients import _check_jvp_vjp_dot
 
@@ -49,7 +50,7 @@ def lookup_kernel() -> ir.Kernel:
 def lookup(spec: dict, uv: np.ndarray, width: int = 3) -> np.ndarray:
     """Our lookup of the texture ``spec`` (a load_dict texture) at ``uv``."""
     params = {}
-    t = tio.parse_texture(spec, "t", width, params)
+    t = parse_texture(spec, "t", width, params)
     meta = np.array([[0, t.width, t.height, t.channels, t.kind, t.wrap, t.filter, 0]], np.int32)
     out = launch(lookup_kernel(), (len(uv),), texels=np.asarray(t.texels(params)), tex_meta=meta,
                  tex_uv=t.to_uv.reshape(1, 6).astype(np.float32), tex=np.int32(0), uv=np.asarray(uv, np.float32))

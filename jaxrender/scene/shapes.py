@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Any, Mapping
 
 import numpy as np
 
@@ -125,18 +124,6 @@ class AnalyticShape:
         return r
 
 
-def _finite_vector(value: Any, where: str, n: int = 3) -> np.ndarray:
-    try:
-        a = np.asarray(getattr(value, "matrix", value), dtype=np.float64).reshape(-1)
-    except (TypeError, ValueError):
-        raise SceneError(f"{where}: expected {n} finite floats, got {value!r}") from None
-    if a.size == 1:
-        a = np.repeat(a, n)
-    if a.size != n or not np.all(np.isfinite(a)):
-        raise SceneError(f"{where}: expected {n} finite floats, got {value!r}")
-    return a
-
-
 def _nonsingular(m: np.ndarray, where: str) -> float:
     lin = m[:3, :3]
     det = float(np.linalg.det(lin))
@@ -146,37 +133,30 @@ def _nonsingular(m: np.ndarray, where: str) -> float:
     return det
 
 
-def sphere_shape(spec: Mapping, to_world: np.ndarray, key: str) -> AnalyticShape:
-    """Mitsuba's ``sphere``: ``center`` (default 0), ``radius`` (default 1),
-    ``to_world``, ``flip_normals``. The radius must be positive (Mitsuba
-    would silently flip a negative one's normals); a to_world with a
-    reflection flips the normals, as in Mitsuba. A non-uniform scale is
-    accepted with a warning, as in Mitsuba (radius: the length of the
-    transformed x axis)."""
-    center = _finite_vector(spec.get("center", [0.0, 0.0, 0.0]), f"{key}.center")
-    radius = spec.get("radius", 1.0)
-    try:
-        r = float(np.asarray(radius, np.float64).reshape(()))
-    except (TypeError, ValueError):
-        raise SceneError(f"{key}.radius: expected a positive float, got {radius!r}") from None
-    if not np.isfinite(r) or r <= 0.0:
-        raise SceneError(f"{key}.radius: must be a positive finite float, got {radius!r}")
+def sphere_shape(to_world: np.ndarray, center: np.ndarray, radius: float, flip_normals: bool,
+                 key: str) -> AnalyticShape:
+    """Mitsuba's ``sphere`` of ``center`` and ``radius`` (positive: Mitsuba
+    would silently flip a negative one's normals) under ``to_world``; a
+    to_world with a reflection flips the normals, as in Mitsuba. A
+    non-uniform scale is accepted with a warning, as in Mitsuba (radius: the
+    length of the transformed x axis)."""
     det = _nonsingular(to_world, f"{key}.to_world")
-    m = to_world @ _translate(center) @ np.diag([r, r, r, 1.0])
+    m = to_world @ _translate(center) @ np.diag([radius, radius, radius, 1.0])
     lin = m[:3, :3]
     gram = lin.T @ lin
     if not np.allclose(gram, gram[0, 0] * np.eye(3), rtol=1e-5, atol=1e-6 * abs(gram[0, 0])):
         warnings.warn(f"{key}.to_world: a sphere's transform should not contain non-uniform scaling or "
-                      "shearing (the radius is the length of its x axis, as in Mitsuba)", stacklevel=3)
-    return AnalyticShape(SPHERE, m, bool(spec.get("flip_normals", False)) != (det < 0), key)
+                      "shearing (the radius is the length of its x axis, as in Mitsuba)", stacklevel=4)
+    return AnalyticShape(SPHERE, m, bool(flip_normals) != (det < 0), key)
 
 
-def disk_shape(spec: Mapping, to_world: np.ndarray, key: str) -> AnalyticShape:
-    """Mitsuba's ``disk``: the unit disk at z = 0 facing +z, ``to_world``,
-    ``flip_normals`` (folded into the transform as in Mitsuba)."""
+def disk_shape(to_world: np.ndarray, flip_normals: bool, key: str) -> AnalyticShape:
+    """Mitsuba's ``disk``: the unit disk at z = 0 facing +z under
+    ``to_world``, with ``flip_normals`` folded into the transform as in
+    Mitsuba."""
     _nonsingular(to_world, f"{key}.to_world")
     m = to_world.copy()
-    if spec.get("flip_normals", False):
+    if flip_normals:
         m = m @ np.diag([1.0, 1.0, -1.0, 1.0])
     return AnalyticShape(DISK, m, False, key)
 

@@ -1,6 +1,9 @@
-"""Textures and environment maps for the scene builder: image files, texture
-plugins (``bitmap``, ``checkerboard``), the ``envmap`` emitter's data and its
-sampling tables. Kernel side: ``jaxrender.kernels.textures`` / ``envmap``.
+"""Texture data for the scene builder: image files and arrays, the
+:class:`TextureSpec` of each texture (how the kernels read it) and the
+``envmap`` emitter's sampling tables. The plugins that make them are in
+``loaders/textures.py`` (``bitmap``, ``checkerboard``) and
+``loaders/emitters.py`` (``envmap``). Kernel side:
+``jaxrender.kernels.textures`` / ``envmap``.
 
 Parameters, as ``mitsuba.traverse`` names them (Mitsuba 3.9.1, texture
 storage ``format="variant"``, i.e. float32 and differentiable):
@@ -31,10 +34,6 @@ import numpy as np
 
 from ..kernels import textures as ktex
 from .errors import SceneError
-
-TEXTURE_PLUGINS = ("bitmap", "checkerboard")
-WRAP_MODES = {"repeat": ktex.WRAP_REPEAT, "mirror": ktex.WRAP_MIRROR, "clamp": ktex.WRAP_CLAMP}
-FILTER_TYPES = {"bilinear": ktex.FILTER_BILINEAR, "nearest": ktex.FILTER_NEAREST}
 
 
 def srgb_to_linear(x: np.ndarray) -> np.ndarray:
@@ -110,7 +109,7 @@ def load_image(path: str, where: str, raw: bool = False) -> np.ndarray:
     return img
 
 
-def _image_from_array(value: Any, where: str, raw: bool) -> np.ndarray:
+def image_from_array(value: Any, where: str, raw: bool) -> np.ndarray:
     """A ``bitmap`` property given as an array (H, W[, C]): uint8 values are
     sRGB-encoded unless ``raw`` (like an 8-bit file), floats are linear."""
     try:
@@ -135,35 +134,11 @@ def _image_from_array(value: Any, where: str, raw: bool) -> np.ndarray:
     return a
 
 
-def _to_uv(value: Any, where: str) -> np.ndarray:
-    """The 2 x 3 affine part of a ``to_uv`` transform: a 3x3 matrix, or a 4x4
-    one whose z row and column are ignored (as Mitsuba does)."""
-    if value is None:
-        return np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
-    m = getattr(value, "matrix", value)
-    try:
-        m = np.array(m, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise SceneError(f"{where}: to_uv is not a transform ({exc})") from None
-    if m.shape == (4, 4):
-        m = m[np.ix_([0, 1, 3], [0, 1, 3])]
-    if m.shape != (3, 3) or not np.all(np.isfinite(m)):
-        raise SceneError(f"{where}: to_uv must be a finite 3x3 or 4x4 matrix, got shape {m.shape}")
-    return m[:2]
-
-
-def _choice(spec: Mapping, name: str, table: dict, default: str, where: str) -> int:
-    v = spec.get(name, default)
-    if v not in table:
-        raise SceneError(f"{where}.{name}: {v!r} is not supported (one of {', '.join(table)})")
-    return table[v]
-
-
 @dataclass
 class TextureSpec:
     """One texture of the scene: which parameters hold its values and how
     the kernel reads them (a ``tex_meta`` row and a ``tex_uv`` row)."""
-    kind: int                 # kernels.textures.BITMAP / CHECKERBOARD / ENVMAP
+    kind: int                 # kernels.textures.BITMAP / CHECKERBOARD / ENVMAP / DATA (a BSDF ARRAY)
     keys: tuple               # parameter keys whose values, flattened in order, are its texels
     width: int
     height: int
@@ -183,75 +158,6 @@ class TextureSpec:
             data = jnp.asarray(p[self.keys[0]], jnp.float32)
             return data[:, 1:self.width + 1, :].reshape(-1)
         return jnp.concatenate([jnp.asarray(p[k], jnp.float32).reshape(-1) for k in self.keys])
-
-
-def parse_texture(spec: Mapping, prefix: str, width: int, params: dict) -> TextureSpec:
-    """A bitmap or checkerboard for a BSDF field of ``width`` values (1 or 3);
-    adds its parameters (keys under ``prefix``) to ``params``."""
-    from .scene import _rgb, _scalar
-    kind = spec.get("type")
-    to_uv = _to_uv(spec.get("to_uv"), prefix)
-    if kind == "checkerboard":
-        conv = _rgb if width == 3 else _scalar
-        keys = []
-        for name, default in (("color0", 0.4), ("color1", 0.2)):
-            value = spec.get(name, default)
-            if isinstance(value, Mapping) and value.get("type") in TEXTURE_PLUGINS:
-                raise SceneError(f"{prefix}.{name}: nested textures are not supported (use a colour or a float)")
-            key = f"{prefix}.{name}.value"
-            params[key] = conv(value, key)
-            keys.append(key)
-        if width == 1:
-            # Mitsuba's checkerboard picks its colours the other way round
-            # for scalar lookups (eval_1) than for colour lookups (eval).
-            keys.reverse()
-        # The 2 x 2 image (c0, c1; c1, c0), read nearest and repeating.
-        keys = (keys[0], keys[1], keys[1], keys[0])
-        return TextureSpec(ktex.CHECKERBOARD, keys, 2, 2, width, ktex.WRAP_REPEAT, ktex.FILTER_NEAREST, to_uv)
-    if kind != "bitmap":
-        raise SceneError(f"{prefix}: texture type {kind!r} is not supported ({', '.join(TEXTURE_PLUGINS)})")
-    raw = bool(spec.get("raw", False))
-    wrap = _choice(spec, "wrap_mode", WRAP_MODES, "repeat", prefix)
-    filt = _choice(spec, "filter_type", FILTER_TYPES, "bilinear", prefix)
-    fmt = spec.get("format", "auto")
-    if fmt not in ("auto", "variant", "float16", "uint8"):
-        raise SceneError(f"{prefix}.format: {fmt!r} is not one of auto, variant, float16, uint8")
-    if ("bitmap" in spec) == ("filename" in spec):
-        raise SceneError(f"{prefix}: a bitmap texture needs exactly one of 'filename' and 'bitmap'")
-    if "filename" in spec:
-        img = load_image(spec["filename"], f"{prefix}.filename", raw)
-    else:
-        img = _image_from_array(spec["bitmap"], f"{prefix}.bitmap", raw)
-    key = f"{prefix}.data"
-    params[key] = img
-    h, w, c = img.shape
-    return TextureSpec(ktex.BITMAP, (key,), w, h, c, wrap, filt, to_uv)
-
-
-def parse_envmap(spec: Mapping, key: str, params: dict) -> tuple[TextureSpec, np.ndarray]:
-    """The ``envmap`` emitter ``key``: its texture (parameters ``key.data``,
-    ``key.scale`` added to ``params``) and its to_world rotation (3x3)."""
-    from .scene import _matrix, _scalar
-    if ("bitmap" in spec) == ("filename" in spec):
-        raise SceneError(f"{key}: an envmap needs exactly one of 'filename' and 'bitmap'")
-    if "filename" in spec:
-        img = load_image(spec["filename"], f"{key}.filename")
-    else:
-        img = _image_from_array(spec["bitmap"], f"{key}.bitmap", False)
-    if img.shape[2] == 1:
-        img = np.repeat(img, 3, axis=2)
-    h, w, _ = img.shape
-    if w < 2 or h < 3:
-        raise SceneError(f"{key}: the environment map must be at least 2 x 3 pixels (width x height), got {w} x {h}")
-    data = np.concatenate([img[:, -1:], img, img[:, :1]], axis=1)
-    params[f"{key}.data"] = np.ascontiguousarray(data, np.float32)
-    params[f"{key}.scale"] = _scalar(spec.get("scale", 1.0), f"{key}.scale").astype(np.float32)
-    m = _matrix(spec.get("to_world"), key)[:3, :3]
-    s = np.cbrt(np.linalg.det(m))
-    if not s > 0 or not np.allclose((m / s) @ (m / s).T, np.eye(3), atol=1e-4):
-        raise SceneError(f"{key}: to_world of an envmap must be a rotation (possibly uniformly scaled)")
-    tex = TextureSpec(ktex.ENVMAP, (f"{key}.data",), w, h, 3, ktex.WRAP_REPEAT, ktex.FILTER_BILINEAR, None)
-    return tex, m / s
 
 
 def envmap_tables(tex: TextureSpec, data):

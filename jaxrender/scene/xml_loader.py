@@ -45,6 +45,11 @@ Conventions of the returned dictionary
 
 Every problem raises :class:`~jaxrender.scene.errors.SceneError` naming the
 file, the line and column, the element and what is wrong.
+
+Each plugin's dict is a :class:`~jaxrender.scene.properties.PluginDict`
+(equal to the plain dict) that also records the file and line of the
+plugin and of each of its entries, so that the scene loader's errors
+(e.g. an unreferenced property) name them.
 """
 from __future__ import annotations
 
@@ -58,6 +63,7 @@ from xml.parsers import expat
 import numpy as np
 
 from .errors import SceneError
+from .properties import Location, PluginDict
 from .transform import Transform, _coordinate_system
 
 __all__ = ["PLUGIN_TAGS", "SceneError", "parse_xml"]
@@ -650,8 +656,8 @@ class _Loader:
                     state[tgt] = 1
                     stack.append((tgt, iter(deps.get(tgt, ()))))
 
-    def _to_dict(self, obj: _Obj, key: str | None) -> dict:
-        d: dict[str, Any] = {"type": obj.type}
+    def _to_dict(self, obj: _Obj, key: str | None) -> PluginDict:
+        d = PluginDict({"type": obj.type}, _location(obj.el))
         if obj.id is not None and obj.id != key:
             d["id"] = obj.id
         keys: list[str | None] = []
@@ -680,6 +686,7 @@ class _Loader:
             used.add(k)
             keys[i] = k
         for k, (name, value, el) in zip(keys, obj.entries):
+            d.locations[k] = _location(el)
             if isinstance(value, _Obj):
                 d[k] = self._to_dict(value, k)
             elif isinstance(value, _Ref):
@@ -687,6 +694,10 @@ class _Loader:
             else:
                 d[k] = value
         return d
+
+
+def _location(el: _El) -> Location:
+    return Location(el.src.name, el.line)
 
 
 def _override_str(k: str, v: Any) -> str:
@@ -704,6 +715,11 @@ def parse_xml(source: str | bytes | os.PathLike, /, **overrides: Any) -> dict:
     ``str`` starting with ``<``, or ``bytes``).  Keyword arguments override
     ``<default>`` values exactly as in ``mitsuba.load_file(path, spp=64)``.
     Raises :class:`SceneError` for anything invalid.
+
+    Example::
+
+        d = parse_xml('<scene version="3.0.0"><bsdf type="diffuse" id="w"/></scene>')
+        d == {"type": "scene", "w": {"type": "diffuse"}}      # True
     """
     for k in overrides:
         if not k or not _PARAM_RUN_RE.fullmatch(k):

@@ -1,0 +1,231 @@
+"""BSDF plugins: every type of ``kernels.bsdfs.registry`` (a user's BSDF
+registered at runtime included), read generically from its
+:class:`~jaxrender.kernels.bsdfs.base.Param` declarations, and ``twosided``.
+
+A BSDF loader is ``loader(builder, props, twosided=False)`` and returns the
+BSDF's row index. How each :class:`Param` kind is read:
+
+* COLOR / FLOAT: a colour (rgb or float) or a texture (``bitmap``,
+  ``checkerboard``, a reference to one); parameter ``<key>.<name>.value``.
+  Params of one ``group`` (``alpha_u``, ``alpha_v``) are read from the
+  group's name (``alpha``) unless all of them are given, as Mitsuba.
+* SCALAR: a plain float; parameter ``<key>.<name>``.
+* IOR: Mitsuba's ``int_ior`` / ``ext_ior`` (floats or names); parameter
+  ``<key>.<name>`` holds their ratio.
+* FLAG: a boolean stored in the row. OPTION: a value among ``choices``
+  (strings compared in lower case if need be, as Mitsuba's
+  ``distribution``), selecting the kernel variant.
+* ARRAY: ``len(default)`` finite floats; parameter ``<key>.<name>``, kept
+  in the ``texels`` buffer as a ``kernels.textures.DATA`` texture whose
+  index the row holds.
+
+Mitsuba's own rules beyond the declarations are in :data:`PLUGIN_RULES`
+(roughplastic's restrictions, the conductors' ``material`` presets).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Mapping
+
+import numpy as np
+
+from ...kernels import layout
+from ...kernels import textures as ktex
+from ...kernels.bsdfs import base
+from ...kernels.bsdfs import registry as bsdf_registry
+from ..conductors import complex_ior
+from ..properties import Properties
+from ..textures import TextureSpec
+from .registry import PluginRegistry, load_plugin
+
+if TYPE_CHECKING:
+    from ..builder import SceneBuilder
+
+BSDFS = PluginRegistry("bsdf")
+# Mitsuba's BSDFs with a transmission component, which its twosided refuses.
+TRANSMISSIVE = frozenset({"dielectric", "thindielectric", "roughdielectric"})
+
+
+def load_registered(builder: SceneBuilder, props: Properties, twosided: bool = False) -> int:
+    """A BSDF of ``kernels.bsdfs.registry``, read from its Params."""
+    rule = PLUGIN_RULES.get(props.plugin)
+    fixed = rule(props) if rule is not None else {}
+    options = _options(props)
+    try:
+        t = bsdf_registry.select(props.plugin, options)
+    except KeyError:
+        raise props.error(f"no {props.plugin} variant is registered for {options}") from None
+    fields, slots = _row(builder, props, t, fixed)
+    if len(slots) > layout.MAX_TEX_SLOTS:
+        raise props.error(f"at most {layout.MAX_TEX_SLOTS} parameters of one BSDF can be textured, got {len(slots)}")
+    return builder.add_bsdf(t.name, fields, slots, twosided)
+
+
+BSDFS.serve(bsdf_registry.plugins, load_registered)
+
+
+def _options(props: Properties) -> dict:
+    """The OPTION values that select the plugin's kernel variant."""
+    options = {}
+    for p in bsdf_registry.option_params(props.plugin):
+        value = props.get(p.name, p.default)
+        if isinstance(value, str) and value not in p.choices and value.lower() in p.choices:
+            value = value.lower()
+        if isinstance(value, np.ndarray) or not any(value == c and type(value) is type(c) for c in p.choices):
+            what = "microfacet distribution" if p.name == "distribution" else f"{props.plugin} {p.name}"
+            raise props.error(f"unknown {what} {value!r} ({', '.join(map(str, p.choices))})", p.name)
+        options[p.name] = value
+    return options
+
+
+def _isotropic_groups(props: Properties, t: base.BsdfType) -> set:
+    """The groups read from their group name: none of their members given.
+    Giving some members, or members and the group name, is an error, as in
+    Mitsuba."""
+    isotropic = set()
+    for g in {p.group for p in t.params if p.group is not None}:
+        members = [p.name for p in t.params if p.group == g]
+        given = [m for m in members if m in props]
+        if not given:
+            isotropic.add(g)
+        elif len(given) != len(members):
+            raise props.error(f"give all of {', '.join(members)} (or {g} alone), not only {', '.join(given)}")
+        elif g in props:
+            raise props.error(f"give either {g} or {', '.join(members)}, not both")
+    return isotropic
+
+
+def _row(builder: SceneBuilder, props: Properties, t: base.BsdfType, fixed: dict) -> tuple[list, list]:
+    """The row's fields (parameter key | constant | None for a texture,
+    width) and texture slots [start, width, texture, luminance]."""
+    isotropic = _isotropic_groups(props, t)
+    fields, slots, start = [], [], 0
+    for prm in t.params:
+        width = prm.width()
+        if width == 0:
+            continue
+        start += width
+        name = prm.group if prm.group in isotropic else prm.name
+        if prm.kind in (base.COLOR, base.FLOAT) and name not in fixed:
+            ti = builder.texture(props.get(name, prm.default), f"{props.key}.{name}", width)
+            if ti is not None:
+                fields.append((None, width))
+                _add_slot(slots, start - width, width, ti, int(width == 1 and builder.textures[ti].channels == 3))
+                continue
+        fields.append((_READERS[prm.kind](builder, props, prm, name, fixed), width))
+    return fields, slots
+
+
+def _add_slot(slots: list, start: int, width: int, texture: int, luminance: int) -> None:
+    prev = slots[-1] if slots else None
+    if prev is not None and prev[2] == texture and prev[3] == luminance and prev[0] + prev[1] == start:
+        prev[1] += width   # alpha_u and alpha_v from one texture: one lookup
+    else:
+        slots.append([start, width, texture, luminance])
+
+
+def _value_param(builder: SceneBuilder, props: Properties, prm: base.Param, name: str, fixed: dict) -> str:
+    """A COLOR, FLOAT or SCALAR parameter's key (its value added once)."""
+    plain = prm.kind == base.SCALAR
+    pkey = f"{props.key}.{name}" if plain else f"{props.key}.{name}.value"
+    if pkey not in builder.params:
+        if name in fixed:
+            value = fixed[name]
+        elif prm.kind == base.COLOR:
+            value = props.rgb(name, prm.default, label=pkey)
+        else:
+            value = props.scalar(name, prm.default, label=pkey)
+        builder.add_param(pkey, value, prm.nondiff)
+    return pkey
+
+
+def _ior_param(builder: SceneBuilder, props: Properties, prm: base.Param, name: str, fixed: dict) -> str:
+    """The relative IOR int_ior / ext_ior, as parameter ``<key>.<name>``."""
+    pkey = f"{props.key}.{name}"
+    builder.add_param(pkey, np.array(props.ior("int_ior", prm.default) / props.ior("ext_ior", "air")), prm.nondiff)
+    return pkey
+
+
+def _flag(builder: SceneBuilder, props: Properties, prm: base.Param, name: str, fixed: dict) -> float:
+    return float(props.bool(name, prm.default))
+
+
+def _array_param(builder: SceneBuilder, props: Properties, prm: base.Param, name: str, fixed: dict) -> float:
+    """An ARRAY parameter: its values become a DATA texture; the row holds
+    the texture's index."""
+    pkey = f"{props.key}.{name}"
+    size = len(prm.default)
+    builder.add_param(pkey, props.floats(name, prm.default, size), prm.nondiff)
+    return float(builder.add_texture(TextureSpec(ktex.DATA, (pkey,), size, 1, 1)))
+
+
+_READERS: dict[str, Callable] = {base.COLOR: _value_param, base.FLOAT: _value_param, base.SCALAR: _value_param,
+                                 base.IOR: _ior_param, base.FLAG: _flag, base.ARRAY: _array_param}
+
+
+# ---------------------------------------------------------------------------
+# Mitsuba's rules beyond the Param declarations: plugin -> rule(props),
+# which checks and returns values for Params not to be read from props.
+# ---------------------------------------------------------------------------
+def _roughplastic(props: Properties) -> dict:
+    """What Mitsuba's roughplastic rejects, and what jaxrender does not do yet."""
+    if "alpha_u" in props or "alpha_v" in props:
+        raise props.error("roughplastic does not support anisotropic roughness (alpha_u / alpha_v); use alpha")
+    if props.values.get("sample_visible", True) is False:
+        raise props.error("roughplastic without visible-normal sampling is not supported yet", "sample_visible")
+    alpha = props.values.get("alpha")
+    if alpha is not None and not isinstance(alpha, Mapping):
+        try:
+            a = np.asarray(alpha, np.float64)
+        except (TypeError, ValueError):
+            a = None
+        if a is not None and a.size == 1 and not (np.isfinite(a) and 0.0 < float(a) <= 4.0):
+            raise props.error(f"roughness must be in (0, 4], got {float(a)}", "alpha")
+    if props.ior("int_ior", "polypropylene") / props.ior("ext_ior", "air") == 1.0:
+        raise props.error("int_ior and ext_ior must differ")
+    return {}
+
+
+def _conductor_material(props: Properties) -> dict:
+    """Mitsuba's ``material``: eta and k of a named conductor, unless
+    ``eta`` is given (then material must be "none"; ``k`` beside a material
+    is an unread property, as in Mitsuba)."""
+    material = props.string("material", "none")
+    if "eta" in props or material == "none":
+        if material != "none":
+            raise props.error(f"give either eta and k or material ({material!r}), not both", "material")
+        return {}
+    try:
+        eta, k = complex_ior(material)
+    except KeyError as exc:
+        raise props.error(exc.args[0], "material") from None
+    props.hint("k", f"material {material!r} sets eta and k")
+    return {"eta": eta, "k": k}
+
+
+PLUGIN_RULES: dict[str, Callable[[Properties], dict]] = {
+    "roughplastic": _roughplastic, "conductor": _conductor_material, "roughconductor": _conductor_material}
+
+
+@BSDFS.register("twosided")
+def load_twosided(builder: SceneBuilder, props: Properties, twosided: bool = False) -> int:
+    """Mitsuba's ``twosided``: one nested BSDF seen from both sides (two
+    different ones are not supported yet)."""
+    if twosided:
+        raise props.error("a twosided BSDF inside a twosided BSDF is not supported yet")
+    nested = [(name, *builder.resolve(spec, f"{props.key}.{name}")) for name, spec in props.plugins()
+              if builder.category(spec, name) == "bsdf"]
+    if not nested:
+        raise props.error("twosided needs a nested bsdf")
+    if len(nested) > 2:
+        raise props.error(f"twosided takes at most two nested BSDFs, got {len(nested)}")
+    for name, _, _ in nested:
+        props.get(name)
+    _, inner, inner_key = nested[0]
+    if len(nested) == 2 and (nested[1][2] != inner_key or nested[1][1] is not inner):
+        raise props.error("twosided with two different BSDFs (front and back) is not supported yet")
+    allow = props.bool("allow_transmission", False)
+    if inner.get("type") in TRANSMISSIVE:
+        raise props.error(f"twosided with a transmissive BSDF ({inner.get('type')}) is not supported yet" if allow
+                          else f"twosided cannot hold a transmissive BSDF ({inner.get('type')}) unless "
+                               "allow_transmission is set, as in Mitsuba")
+    return load_plugin(BSDFS, builder, inner, inner_key, True)

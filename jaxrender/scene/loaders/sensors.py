@@ -1,0 +1,187 @@
+"""The sensor and what it holds: ``perspective`` sensors, the ``hdrfilm``
+film, ``box`` / ``tent`` / ``gaussian`` reconstruction filters and the
+``independent`` sampler, as Mitsuba 3.9.1 reads them.
+
+The sensor loader returns a :class:`~jaxrender.scene.scene.Camera`; the
+film, filter and sampler loaders (``loader(builder, props)``) return their
+settings to it. Mitsuba's other sensors, films, filters and samplers are
+"not supported yet" errors (its other samplers would draw other sample
+patterns, so none silently stands in for another).
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Mapping, NamedTuple
+
+import numpy as np
+
+from ..camera import Camera
+from ..properties import Properties
+from .registry import PluginRegistry, load_plugin, reject_nested
+
+if TYPE_CHECKING:
+    from ..builder import SceneBuilder
+
+SENSORS = PluginRegistry("sensor")
+FILMS = PluginRegistry("film")
+RFILTERS = PluginRegistry("rfilter", noun="rfilter")
+SAMPLERS = PluginRegistry("sampler")
+
+# hdrfilm's value sets (Mitsuba compares them in lower case).
+PIXEL_FORMATS = ("luminance", "luminance_alpha", "rgb", "rgba", "xyz", "xyza")
+COMPONENT_FORMATS = ("float16", "float32", "uint32")
+FILE_FORMATS = ("openexr", "exr", "rgbe", "pfm")
+
+
+class Film(NamedTuple):
+    width: int
+    height: int
+    rfilter: str
+    rfilter_params: tuple      # ((name, value), ...) of the filter's shape
+
+
+class Sampler(NamedTuple):
+    spp: int
+    seed: int
+
+
+def _nested(builder: SceneBuilder, props: Properties, category: str, registry: PluginRegistry,
+            default: Mapping):
+    """Load the one nested plugin of ``category`` (``default`` if none),
+    as Mitsuba's sensor finds its film and sampler and a film its filter."""
+    found = [(name, spec) for name, spec in props.plugins() if builder.category(spec, name) == category]
+    if len(found) > 1:
+        raise props.error(f"only one {category} can be given, got {', '.join(n for n, _ in found)}")
+    if not found:
+        return load_plugin(registry, builder, default, f"{props.key}.{category}")
+    name, spec = found[0]
+    props.get(name)
+    spec, key = builder.resolve(spec, f"{props.key}.{name}")
+    return load_plugin(registry, builder, spec, key)
+
+
+@SENSORS.register("perspective")
+def load_perspective(builder: SceneBuilder, props: Properties) -> Camera:
+    """Mitsuba's pinhole ``perspective`` sensor."""
+    film = _nested(builder, props, "film", FILMS, {"type": "hdrfilm"})
+    tan_x, tan_y = _field_of_view(props, film.width / film.height)
+    sampler = _nested(builder, props, "sampler", SAMPLERS, {"type": "independent", "sample_count": 4})
+    near, far = props.float("near_clip", 0.01), props.float("far_clip", 10000.0)
+    if not 0.0 < near < far:
+        raise props.error(f"near_clip and far_clip must satisfy 0 < near_clip < far_clip, got {near}, {far}")
+    props.float("focus_distance", far)     # Mitsuba reads it; a pinhole has everything in focus
+    for axis in "xy":
+        props.only(f"principal_point_offset_{axis}", 0.0, Properties.float)
+    _shutter(props)
+    props.unsupported("srf", "a spectral response function (srf) in an RGB renderer")
+    reject_nested(builder, props, "medium", "media attached to sensors")
+    to_world = props.transform()
+    lin = to_world[:3, :3]
+    if np.any(np.abs(lin @ lin.T - np.eye(3)) > 1e-3):
+        raise props.error("the camera's to_world must not scale (Mitsuba refuses scale factors here)", "to_world")
+    return Camera(to_world, tan_x, tan_y, near, far, film.width, film.height, film.rfilter, sampler.spp,
+                  seed=sampler.seed, rfilter_params=film.rfilter_params)
+
+
+def _shutter(props: Properties) -> None:
+    """The shutter interval, read as Mitsuba does; jaxrender scenes do not
+    move, so it does not change the image."""
+    open_ = props.float("shutter_open", 0.0)
+    if props.float("shutter_close", 0.0) < open_:
+        raise props.error("shutter_open must not be later than shutter_close")
+
+
+def _field_of_view(props: Properties, aspect: float) -> tuple[float, float]:
+    """(tan of half the horizontal, of half the vertical field of view)
+    from fov / fov_axis or focal_length, as Mitsuba's parse_fov."""
+    if "fov" in props and "focal_length" in props:
+        raise props.error("give either fov or focal_length, not both")
+    if "fov" in props:
+        fov = props.float("fov")
+        axis = props.string("fov_axis", "x", ("x", "y", "diagonal", "smaller", "larger"), lower=True)
+    else:
+        # Mitsuba's default: a 50mm lens on 35mm film, i.e. a *diagonal* field of view
+        focal = str(props.get("focal_length", "50mm"))
+        try:
+            f_mm = float(focal[:-2] if focal.endswith("mm") else focal)
+        except ValueError:
+            raise props.error(f"expected '<x>mm', got {focal!r}", "focal_length") from None
+        if not f_mm > 0:
+            raise props.error(f"must be positive, got {focal!r}", "focal_length")
+        fov = 2.0 * math.degrees(math.atan(math.sqrt(36.0 * 36.0 + 24.0 * 24.0) / (2.0 * f_mm)))
+        axis = "diagonal"
+    if axis == "smaller":
+        axis = "x" if aspect <= 1 else "y"
+    elif axis == "larger":
+        axis = "y" if aspect <= 1 else "x"
+    t = math.tan(math.radians(fov) / 2)
+    if axis == "x":
+        tan_x, tan_y = t, t / aspect
+    elif axis == "y":
+        tan_x, tan_y = t * aspect, t
+    else:
+        diag = t / math.sqrt(1.0 + 1.0 / (aspect * aspect))
+        tan_x, tan_y = diag, diag / aspect
+    if not (tan_x > 0 and math.isfinite(tan_x)):
+        raise props.error(f"the horizontal field of view must be in (0, 180) degrees (fov = {fov})")
+    return tan_x, tan_y
+
+
+@FILMS.register("hdrfilm")
+def load_hdrfilm(builder: SceneBuilder, props: Properties) -> Film:
+    """Mitsuba's ``hdrfilm``: its size and filter. jaxrender's images are
+    linear RGB float32 of the whole film: other pixel or component formats,
+    crop windows and border sampling are not supported yet."""
+    w, h = props.int("width", 768), props.int("height", 576)
+    if w <= 0 or h <= 0:
+        raise props.error(f"width and height must be positive, got {w}x{h}")
+    props.only("crop_offset_x", 0, Properties.int, "a crop window")
+    props.only("crop_offset_y", 0, Properties.int, "a crop window")
+    props.only("crop_width", w, Properties.int, "a crop window")
+    props.only("crop_height", h, Properties.int, "a crop window")
+    props.only("sample_border", False, Properties.bool, "sample_border")
+    _format(props, "pixel_format", PIXEL_FORMATS, ("rgb",))
+    _format(props, "component_format", COMPONENT_FORMATS, ("float32",))
+    _format(props, "file_format", FILE_FORMATS, ("openexr", "exr"))
+    props.mark_read("banner", "compensate")      # Mitsuba 3 ignores both
+    rfilter, params = _nested(builder, props, "rfilter", RFILTERS, {"type": "gaussian"})
+    return Film(w, h, rfilter, params)
+
+
+def _format(props: Properties, name: str, valid: tuple, supported: tuple) -> None:
+    value = props.string(name, supported[0], valid, lower=True)
+    if value not in supported:
+        raise props.error(f"{name} {value!r} is not supported yet ({', '.join(supported)})", name)
+
+
+@RFILTERS.register("box")
+def load_box(builder: SceneBuilder, props: Properties) -> tuple[str, tuple]:
+    return "box", ()
+
+
+@RFILTERS.register("tent")
+def load_tent(builder: SceneBuilder, props: Properties) -> tuple[str, tuple]:
+    return "tent", (("radius", _positive(props, "radius", 1.0)),)
+
+
+@RFILTERS.register("gaussian")
+def load_gaussian(builder: SceneBuilder, props: Properties) -> tuple[str, tuple]:
+    return "gaussian", (("stddev", _positive(props, "stddev", 0.5)),)
+
+
+def _positive(props: Properties, name: str, default: float) -> float:
+    v = props.float(name, default)
+    if not v > 0:
+        raise props.error(f"must be positive, got {v}", name)
+    return v
+
+
+@SAMPLERS.register("independent")
+def load_independent(builder: SceneBuilder, props: Properties) -> Sampler:
+    spp = props.int("sample_count", 4)
+    if spp <= 0:
+        raise props.error(f"must be a positive integer, got {spp}", "sample_count")
+    seed = props.int("seed", 0)
+    if not 0 <= seed < 2 ** 32:
+        raise props.error(f"must be an unsigned 32-bit integer, got {seed}", "seed")
+    return Sampler(spp, seed)

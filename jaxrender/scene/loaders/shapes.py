@@ -1,0 +1,159 @@
+"""Shape plugins: the meshes ``rectangle``, ``cube``, ``obj``, ``ply`` and
+the analytic ``sphere`` and ``disk``, as Mitsuba 3.9.1 reads them.
+
+A shape loader is ``loader(builder, props)``. Like Mitsuba, a shape finds
+its nested BSDF and emitter by their kind, whatever their names (at most
+one each; no BSDF: diffuse, black under an emitter); a nested sensor,
+medium (``interior`` / ``exterior``) or texture attribute is "not
+supported yet". Every shape reads ``to_world`` and
+``silhouette_sampling_weight`` (which only Mitsuba's projective
+integrators use); meshes read ``face_normals`` and ``flip_normals``.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .. import mesh_io
+from ..errors import SceneError
+from ..properties import Properties
+from ..shapes import AnalyticShape, cube_mesh, disk_shape, rectangle_mesh, sphere_shape, vertex_normals
+from .emitters import EMITTERS, AreaHost
+from .registry import PluginRegistry, load_plugin
+
+if TYPE_CHECKING:
+    from ..builder import SceneBuilder
+
+SHAPES = PluginRegistry("shape")
+# What a shape cannot hold yet, by the nested plugin's category.
+_REFUSED = {"sensor": "sensors attached to shapes", "medium": "participating media (interior / exterior)",
+            "texture": "texture attributes on shapes"}
+# Without texture coordinates Mitsuba's uv is the barycentric (b1, b2).
+_BARYCENTRIC_UV = (0.0, 0.0, 1.0, 0.0, 0.0, 1.0)
+
+
+def _attachments(builder: SceneBuilder, props: Properties, host: AreaHost) -> tuple[int, int]:
+    """(BSDF index, emitter index or -1) of the shape."""
+    props.float("silhouette_sampling_weight", 1.0)
+    found: dict[str, list] = {"bsdf": [], "emitter": []}
+    for name, spec in props.plugins():
+        category = builder.category(spec, name)
+        if category in _REFUSED:
+            raise props.error(f"{_REFUSED[category]} are not supported yet", name)
+        if category in found:
+            found[category].append(name)
+            props.get(name)
+    for category, names in found.items():
+        if len(names) > 1:
+            raise props.error(f"a shape holds at most one {category}, got {', '.join(names)}")
+    emitter = found["emitter"][0] if found["emitter"] else None
+    if found["bsdf"]:
+        name = found["bsdf"][0]
+        bsdf = builder.bsdf(props.values[name], f"{props.key}.{name}")
+    else:
+        # Mitsuba's default BSDF: diffuse, black on an emitter.
+        default = {"type": "diffuse", "reflectance": 0.0} if emitter else {"type": "diffuse"}
+        bsdf = builder.bsdf(default, f"{props.key}.bsdf")
+    if emitter is None:
+        return bsdf, -1
+    spec, key = builder.resolve(props.values[emitter], f"{props.key}.{emitter}")
+    if spec.get("type") != "area":
+        raise props.error(f"type {spec.get('type')!r} is not supported yet (area)", emitter)
+    return bsdf, load_plugin(EMITTERS, builder, spec, key, host)
+
+
+# ---------------------------------------------------------------------------
+# Meshes
+# ---------------------------------------------------------------------------
+@SHAPES.register("rectangle", "cube")
+def load_builtin_mesh(builder: SceneBuilder, props: Properties) -> None:
+    """Mitsuba's rectangle and cube, whose vertex normals are their face
+    normals (so ``face_normals`` changes nothing)."""
+    m = props.transform()
+    v, f, uv = rectangle_mesh() if props.plugin == "rectangle" else cube_mesh()
+    props.bool("face_normals", False)
+    _add_mesh(builder, props, m, v, f, uv, "face")
+
+
+@SHAPES.register("obj", "ply")
+def load_mesh_file(builder: SceneBuilder, props: Properties) -> None:
+    """A mesh file; vertex normals: the file's, else computed as Mitsuba
+    does, unless ``face_normals``."""
+    m = props.transform()
+    filename = props.filename()
+    # Mitsuba's default: flip for obj (as Mitsuba 1), not for ply.
+    flip_uv = props.bool("flip_tex_coords", props.plugin == "obj")
+    try:
+        if props.plugin == "obj":
+            data = mesh_io.load_obj(filename, flip_tex_coords=flip_uv)
+        else:
+            data = mesh_io.load_ply(filename)
+    except SceneError as exc:
+        raise props.locate(exc, "filename") from None
+    uv = None if data.uvs is None else np.array(data.uvs)
+    if uv is not None and flip_uv and props.plugin == "ply":
+        uv[:, 1] = np.float32(1.0) - uv[:, 1]
+    if props.bool("face_normals", False):
+        normals = "face"
+    else:
+        normals = None if data.normals is None else np.asarray(data.normals, np.float64)
+    uv = None if uv is None else np.asarray(uv, np.float64)
+    _add_mesh(builder, props, m, np.asarray(data.vertices, np.float64), np.asarray(data.faces, np.int64), uv,
+              normals)
+
+
+def _add_mesh(builder: SceneBuilder, props: Properties, m: np.ndarray, v: np.ndarray, f: np.ndarray,
+              uv: np.ndarray | None, normals: np.ndarray | str | None) -> None:
+    """Add the mesh's world-space triangles. ``normals``: object-space vertex
+    normals, "face" (shade with face normals) or None (Mitsuba's smoothed
+    normals of the world-space mesh)."""
+    if len(f) and (f.min() < 0 or f.max() >= len(v)):
+        raise props.error(f"face index out of range 0..{len(v) - 1}")
+    bsdf, emitter = _attachments(builder, props, AreaHost(None, 0))
+    vw = v @ m[:3, :3].T + m[:3, 3]
+    if isinstance(normals, str):
+        nw = None
+    elif normals is not None:
+        # the file's, transformed as normals (inverse transpose)
+        if abs(np.linalg.det(m[:3, :3])) <= 1e-300:
+            raise props.error("the transform is singular (the mesh has vertex normals)", "to_world")
+        nw = normals @ np.linalg.inv(m[:3, :3])
+        ln = np.linalg.norm(nw, axis=1, keepdims=True)
+        nw = np.divide(nw, ln, out=np.zeros_like(nw), where=ln > 0)
+    else:
+        nw = vertex_normals(vw, f)
+    if props.bool("flip_normals", False):
+        f = f[:, ::-1]
+        nw = None if nw is None else -nw
+    builder.add_triangles(vw[f].reshape(-1, 9), np.tile([bsdf, emitter], (len(f), 1)),
+                          uv[f].reshape(-1, 6) if uv is not None else np.tile(_BARYCENTRIC_UV, (len(f), 1)),
+                          nw[f].reshape(-1, 9) if nw is not None else None)
+
+
+# ---------------------------------------------------------------------------
+# Analytic shapes
+# ---------------------------------------------------------------------------
+@SHAPES.register("sphere")
+def load_sphere(builder: SceneBuilder, props: Properties) -> None:
+    m = props.transform()
+    center = props.vector("center", [0.0, 0.0, 0.0])
+    radius = props.get("radius", 1.0)
+    try:
+        r = float(np.asarray(radius, np.float64).reshape(()))
+    except (TypeError, ValueError):
+        raise props.error(f"expected a positive float, got {radius!r}", "radius") from None
+    if not np.isfinite(r) or r <= 0.0:
+        raise props.error(f"must be a positive finite float, got {radius!r}", "radius")
+    _add_analytic(builder, props, sphere_shape(m, center, r, props.bool("flip_normals", False), props.key))
+
+
+@SHAPES.register("disk")
+def load_disk(builder: SceneBuilder, props: Properties) -> None:
+    m = props.transform()
+    _add_analytic(builder, props, disk_shape(m, props.bool("flip_normals", False), props.key))
+
+
+def _add_analytic(builder: SceneBuilder, props: Properties, shape: AnalyticShape) -> None:
+    bsdf, emitter = _attachments(builder, props, AreaHost(shape, len(builder.shapes)))
+    builder.add_shape(shape, bsdf, emitter)
