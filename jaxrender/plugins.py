@@ -56,7 +56,8 @@ __all__ = ["ARRAY", "COLOR", "FLAG", "FLOAT", "OPTION", "SCALAR", "Param", "regi
 
 
 def register_bsdf(name: str, params: Sequence[Param], eval: Callable, pdf: Callable, sample: Callable, *,
-                  make: Callable | None = None, albedo: str | None = None, replace: bool = False) -> BsdfType:
+                  make: Callable | None = None, albedo: str | None = None, transmissive: bool = False,
+                  replace: bool = False) -> BsdfType:
     """Register a BSDF plugin under the Mitsuba type name ``name``.
 
     ``params``: its parameters (:class:`Param` with kinds COLOR, FLOAT,
@@ -64,12 +65,16 @@ def register_bsdf(name: str, params: Sequence[Param], eval: Callable, pdf: Calla
     BSDF buffer (at most 11 floats; larger parameters are ARRAYs).
     ``make(view)``: builds the object ``eval`` / ``pdf`` / ``sample`` receive
     (default: the view itself). ``albedo``: the colour parameter the albedo
-    AOV reports (default: pi times eval towards the normal). Registering a
-    name again needs ``replace=True``. Returns the registered type."""
+    AOV reports (default: pi times eval towards the normal).
+    ``transmissive``: it transmits light (``wo`` below the surface), which
+    Mitsuba's ``twosided`` refuses unless ``allow_transmission`` is set.
+    Registering a name again needs ``replace=True``. Returns the
+    registered type."""
     for p in params:
         if p.kind == OPTION:
             raise ValueError(f"{name}: OPTION parameters select built-in variants; register one BSDF per choice")
-    t = BsdfType(name, name, tuple(params), make or (lambda view: view), eval, pdf, sample, albedo=albedo)
+    t = BsdfType(name, name, tuple(params), make or (lambda view: view), eval, pdf, sample, albedo=albedo,
+                 transmissive=transmissive)
     return _bsdf_registry.register(t, replace=replace)
 
 

@@ -34,6 +34,14 @@ def _seed(v, what: str):
     raise SceneError(f"{what} must be an integer scalar (Python int or integer jax array), got {v!r}")
 
 
+def _offset(seed, by: int):
+    if by == 0:
+        return seed
+    if isinstance(seed, np.uint32):
+        return np.uint32((int(seed) + by) % 2 ** 32)
+    return (seed + jnp.uint32(by)).astype(jnp.uint32)
+
+
 def _decorrelated(seed):
     # An affine bijection of uint32 with no fixed point (odd multiplier,
     # odd increment): seed_grad differs from seed for every seed.
@@ -87,8 +95,10 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
         settings = integrator.settings(scene.integrator)
     except ValueError as exc:
         raise SceneError(str(exc)) from None
-    seed = _seed(seed, "seed")
-    seed_grad = _decorrelated(seed) if seed_grad is None else _seed(seed_grad, "seed_grad")
+    # The scene's sampler seed offsets every seed, as Mitsuba's (its "seed
+    # offset" is added to the seed a render is given).
+    seed = _offset(_seed(seed, "seed"), cam.seed)
+    seed_grad = _decorrelated(seed) if seed_grad is None else _offset(_seed(seed_grad, "seed_grad"), cam.seed)
     if params:
         nondiff = scene.nondifferentiable
         params = {k: nondifferentiable(v, nondiff[k]) if k in nondiff else v for k, v in params.items()}

@@ -21,14 +21,20 @@ def _module(path: Path) -> str:
 
 def _imports() -> dict[str, set[str]]:
     """Module -> the jaxrender modules it imports (anywhere, deferred
-    imports inside functions included), resolved to modules that exist."""
+    imports inside functions included, annotation-only imports under ``if
+    TYPE_CHECKING:`` not), resolved to modules that exist."""
     mods = {_module(p): p for p in PKG.rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for name, path in mods.items():
         tree = ast.parse(path.read_text(), str(path))
         package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
         deps = set()
+        typing_only = {id(n) for top in ast.walk(tree) if isinstance(top, ast.If)
+                       and getattr(top.test, "id", getattr(top.test, "attr", None)) == "TYPE_CHECKING"
+                       for n in ast.walk(top)}
         for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
             targets = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]

@@ -28,6 +28,7 @@ import numpy as np
 from ..ir.bvh_query import LEAF_WORDS, NODE_WORDS
 from ..kernels import emitters as kemitters
 from ..kernels import layout
+from ..kernels import textures as ktex
 from ..kernels.bsdfs import registry as bsdf_registry
 from . import textures as tex_io
 from .builder import SceneBuilder
@@ -105,9 +106,11 @@ class Scene:
     def structure(self):
         """The trace-time features the path kernels are specialised on."""
         from ..kernels.context import Structure
+        plugins = {t.plugin for t in self.textures if t.plugin is not None}
         return Structure(max((len(s) for s in self.bsdf_slots), default=0), self.env_texture >= 0,
                          len(self.shape_data) > 0, len(self.tri_normals) > 0,
-                         tuple(t for t, _, _ in self.bsdfs) or ("diffuse",))
+                         tuple(t for t, _, _ in self.bsdfs) or ("diffuse",),
+                         textures=tuple(n for n in ktex.PLUGINS if n in plugins))
 
     @property
     def bsdf_types(self) -> list:
@@ -124,8 +127,10 @@ class Scene:
         offsets = np.cumsum([0] + [t.size for t in self.textures])
         meta = np.zeros((len(self.textures), layout.TEX_META_ROW), np.int32)
         uv = np.zeros((len(self.textures), 6), np.float32)
+        plugins = self.structure.textures
         for i, t in enumerate(self.textures):
-            meta[i, :7] = (offsets[i], t.width, t.height, t.channels, t.kind, t.wrap, t.filter)
+            kind = t.kind if t.plugin is None else ktex.CUSTOM + plugins.index(t.plugin)
+            meta[i, :7] = (offsets[i], t.width, t.height, t.channels, kind, t.wrap, t.filter)
             uv[i] = (t.to_uv if t.to_uv is not None else np.eye(3)[:2]).reshape(6)
         texels = jnp.concatenate([t.texels(p) for t in self.textures]) if self.textures \
             else jnp.zeros((0,), jnp.float32)

@@ -146,6 +146,7 @@ class TextureSpec:
     wrap: int = ktex.WRAP_REPEAT
     filter: int = ktex.FILTER_BILINEAR
     to_uv: Any = None         # (2, 3)
+    plugin: str | None = None  # a texture plugin's name (kernels.textures.PLUGINS); its kind is set per scene
 
     @property
     def size(self) -> int:

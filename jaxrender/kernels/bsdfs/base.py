@@ -56,6 +56,7 @@ class BsdfType:
     table: tuple | None = None
     albedo: str | None = None
     eta: str | None = None
+    transmissive: bool = False
 
     def __post_init__(self):
         used = sum(p.width() for p in self.params)

@@ -128,7 +128,7 @@ def _type(distribution: str, sample_visible: bool) -> BsdfType:
          Param("alpha_u", FLOAT, 0.1, group="alpha"), Param("alpha_v", FLOAT, 0.1, group="alpha")),
         lambda p: RoughDielectricParams(p.eta, p.alpha_u, p.alpha_v, p.specular_reflectance,
                                         p.specular_transmittance),
-        eval, pdf, sample, options=options, kw=options, eta="eta")
+        eval, pdf, sample, options=options, kw=options, eta="eta", transmissive=True)
 
 
 TYPES = tuple(_type(d, v) for d in DISTRIBUTIONS for v in (True, False))

@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 
 BSDFS = PluginRegistry("bsdf")
 # Mitsuba's BSDFs with a transmission component, which its twosided refuses.
-TRANSMISSIVE = frozenset({"dielectric", "thindielectric", "roughdielectric"})
 
 
 def load_registered(builder: SceneBuilder, props: Properties, twosided: bool = False) -> int:
@@ -224,7 +223,7 @@ def load_twosided(builder: SceneBuilder, props: Properties, twosided: bool = Fal
     if len(nested) == 2 and (nested[1][2] != inner_key or nested[1][1] is not inner):
         raise props.error("twosided with two different BSDFs (front and back) is not supported yet")
     allow = props.bool("allow_transmission", False)
-    if inner.get("type") in TRANSMISSIVE:
+    if any(t.transmissive for t in bsdf_registry.variants(inner.get("type"))):
         raise props.error(f"twosided with a transmissive BSDF ({inner.get('type')}) is not supported yet" if allow
                           else f"twosided cannot hold a transmissive BSDF ({inner.get('type')}) unless "
                                "allow_transmission is set, as in Mitsuba")

@@ -8,7 +8,9 @@ Properties (Mitsuba 3.9.1): ``bitmap``: ``filename`` or ``bitmap`` (an
 array here), ``raw``, ``filter_type``, ``wrap_mode``, ``to_uv``,
 ``format``, ``accel`` (a lookup-speed switch: no effect on values);
 ``data`` (a raw tensor) is not supported yet. ``checkerboard``: ``color0``,
-``color1`` (colours, not nested textures), ``to_uv``.
+``color1`` (colours, not nested textures), ``to_uv``. A texture plugin
+written in the kernel language (``jaxrender.plugins.register_texture``)
+is loaded from its ``Param`` declarations, with ``to_uv``.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from typing import Mapping
 import numpy as np
 
 from ...kernels import textures as ktex
+from ...kernels.params import ARRAY, COLOR
 from ..errors import SceneError
 from ..properties import Properties, is_plugin
 from ..textures import TextureSpec, image_from_array, load_image
@@ -85,6 +88,29 @@ def load_bitmap(params: dict, props: Properties, width: int) -> TextureSpec:
     params[key] = img
     h, w, c = img.shape
     return TextureSpec(ktex.BITMAP, (key,), w, h, c, wrap, filt, uv)
+
+
+def load_texture_plugin(params: dict, props: Properties, width: int) -> TextureSpec:
+    """A registered texture plugin: its parameters (keys ``<key>.<name>.value``,
+    an ARRAY's ``<key>.<name>``) one after another in its block of texels."""
+    t = ktex.PLUGINS[props.plugin]
+    uv = props.uv_transform()
+    keys = []
+    for prm in t.params:
+        if is_plugin(props.values.get(prm.name)):
+            raise props.error("nested textures are not supported (use a colour or a float)", prm.name)
+        if prm.kind == ARRAY:
+            key = f"{props.key}.{prm.name}"
+            params[key] = props.floats(prm.name, prm.default, prm.size)
+        else:
+            key = f"{props.key}.{prm.name}.value"
+            read = props.rgb if prm.kind == COLOR else props.scalar
+            params[key] = read(prm.name, prm.default, label=key)
+        keys.append(key)
+    return TextureSpec(ktex.CUSTOM, tuple(keys), t.size, 1, t.channels, to_uv=uv, plugin=t.name)
+
+
+TEXTURES.serve(lambda: set(ktex.PLUGINS), load_texture_plugin)
 
 
 def read_image(props: Properties, raw: bool, what: str = "a bitmap texture") -> np.ndarray:
