@@ -83,3 +83,17 @@ class ArrayView:
 
     def __len__(self) -> int:
         return self.size
+
+
+def add_plugin(table: dict, name: str, plugin, what: str, builtin, replace: bool, hooks: list) -> None:
+    """Put ``plugin`` into a registry ``table`` under ``name`` (a user's
+    plugin): never over a built-in one, over a registered one only with
+    ``replace``; then run the registry's change ``hooks`` (they drop traced
+    kernels that may hold the old code)."""
+    if name in builtin:
+        raise ValueError(f"{name!r} is a built-in {what} and cannot be replaced")
+    if name in table and not replace:
+        raise ValueError(f"a {what} type {name!r} is already registered (pass replace=True to replace it)")
+    table[name] = plugin
+    for hook in hooks:
+        hook()

@@ -42,7 +42,7 @@ from typing import Callable
 from .. import ir
 from ..ir import Vec
 from . import layout
-from .params import ARRAY, COLOR, FLOAT, ArrayView
+from .params import ARRAY, COLOR, FLOAT, ArrayView, add_plugin
 
 # DATA: a BSDF's ARRAY parameter (bsdfs/base.py), read by index, never looked up at a UV.
 BITMAP, CHECKERBOARD, ENVMAP, DATA = 0, 1, 2, 3
@@ -181,13 +181,7 @@ def register(t: TextureType, replace: bool = False) -> TextureType:
     """Add a texture plugin (a user's); a name again needs ``replace=True``."""
     if not isinstance(t, TextureType):
         raise TypeError(f"register expects a TextureType, got {type(t).__name__}")
-    if t.name in BUILTIN:
-        raise ValueError(f"{t.name!r} is a built-in texture and cannot be replaced")
-    if t.name in PLUGINS and not replace:
-        raise ValueError(f"a texture type {t.name!r} is already registered (pass replace=True to replace it)")
-    PLUGINS[t.name] = t
-    for hook in _on_change:
-        hook()
+    add_plugin(PLUGINS, t.name, t, "texture", BUILTIN, replace, _on_change)
     return t
 
 

@@ -26,6 +26,7 @@ import math
 from ... import ir
 from ...ir import Vec
 from ..sampling import square_to_uniform_disk_concentric
+from .base import FLOAT, OPTION, BsdfType, Param
 
 INV_SQRT_PI = 1.0 / math.sqrt(math.pi)
 EPS = 2.0 ** -24
@@ -185,3 +186,25 @@ class Microfacet:
         sin_theta = ir.safe_sqrt(1.0 - cos_theta * cos_theta)
         m = Vec(cos_phi * sin_theta, sin_phi * sin_theta, cos_theta)
         return m, pdf
+
+
+# The Mitsuba parameters every microfacet BSDF shares: the trace-time
+# choices of distribution and sampling strategy, and the (an)isotropic
+# roughness (one "alpha" unless alpha_u or alpha_v is given).
+OPTION_PARAMS = (Param("distribution", OPTION, "beckmann", choices=DISTRIBUTIONS),
+                 Param("sample_visible", OPTION, True, choices=(True, False)))
+ALPHA_PARAMS = (Param("alpha_u", FLOAT, 0.1, group="alpha"), Param("alpha_v", FLOAT, 0.1, group="alpha"))
+
+
+def variants(plugin: str, params: tuple, make, eval, pdf, sample, **extra) -> tuple:
+    """One BsdfType of ``plugin`` per distribution and sampling strategy,
+    with parameters OPTION_PARAMS + ``params`` + ALPHA_PARAMS; the options
+    reach eval / pdf / sample as keyword arguments."""
+    out = []
+    for distribution in DISTRIBUTIONS:
+        for visible in (True, False):
+            options = (("distribution", distribution), ("sample_visible", visible))
+            out.append(BsdfType(f"{plugin}-{distribution}" + ("" if visible else "-all"), plugin,
+                                OPTION_PARAMS + tuple(params) + ALPHA_PARAMS, make, eval, pdf, sample,
+                                options=options, kw=options, **extra))
+    return tuple(out)

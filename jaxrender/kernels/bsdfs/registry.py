@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from . import (conductor, dielectric, diffuse, plastic, roughconductor, roughdielectric, roughplastic,
                thindielectric)
+from ..params import add_plugin
 from .base import OPTION, BsdfType
 
 _BUILTIN = (diffuse.TYPE, conductor.TYPE, *roughconductor.TYPES, *plastic.TYPES, dielectric.TYPE,
@@ -65,15 +66,10 @@ def register(t: BsdfType, replace: bool = False) -> BsdfType:
     built-in one; registering a name again needs ``replace=True``."""
     if not isinstance(t, BsdfType):
         raise TypeError(f"register expects a BsdfType, got {type(t).__name__}")
-    builtin_plugins = {TYPES[n].plugin for n in BUILTIN_NAMES}
-    if t.plugin in builtin_plugins or t.name in BUILTIN_NAMES:
+    if t.plugin in {TYPES[n].plugin for n in BUILTIN_NAMES}:
         raise ValueError(f"{t.plugin!r} is a built-in BSDF and cannot be replaced")
     others = [v for v in variants(t.plugin) if v.name != t.name]
     if others and {p.name for p in others[0].params if p.kind == OPTION} != dict(t.options).keys():
         raise ValueError(f"BSDF {t.name!r}: variants of {t.plugin!r} must declare the same OPTION parameters")
-    if t.name in TYPES and not replace:
-        raise ValueError(f"a BSDF type {t.name!r} is already registered (pass replace=True to replace it)")
-    TYPES[t.name] = t
-    for hook in _on_change:
-        hook()
+    add_plugin(TYPES, t.name, t, "BSDF", BUILTIN_NAMES, replace, _on_change)
     return t

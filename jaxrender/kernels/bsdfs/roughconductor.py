@@ -13,9 +13,8 @@ import dataclasses
 
 from ... import ir
 from ...ir import Vec
-from .base import FLOAT, OPTION, BsdfType, Param
+from . import microfacet
 from .conductor import PARAMS as CONDUCTOR_PARAMS
-from .microfacet import DISTRIBUTIONS
 from .fresnel import fresnel_conductor_rgb, reflect_about
 from .microfacet import Microfacet
 
@@ -78,15 +77,6 @@ def sample(params: RoughConductorParams, wi: Vec, u1, u2: Vec, distribution: str
     return wo, ir.select(ok, p, 0.0), weight, ir.Bool(False)
 
 
-def _type(distribution: str, sample_visible: bool) -> BsdfType:
-    options = (("distribution", distribution), ("sample_visible", sample_visible))
-    return BsdfType(
-        f"roughconductor-{distribution}" + ("" if sample_visible else "-all"), "roughconductor",
-        (Param("distribution", OPTION, "beckmann", choices=DISTRIBUTIONS),
-         Param("sample_visible", OPTION, True, choices=(True, False)), *CONDUCTOR_PARAMS,
-         Param("alpha_u", FLOAT, 0.1, group="alpha"), Param("alpha_v", FLOAT, 0.1, group="alpha")),
-        lambda p: RoughConductorParams(p.alpha_u, p.alpha_v, p.eta, p.k, p.specular_reflectance),
-        eval, pdf, sample, options=options, kw=options)
-
-
-TYPES = tuple(_type(d, v) for d in DISTRIBUTIONS for v in (True, False))
+TYPES = microfacet.variants("roughconductor", CONDUCTOR_PARAMS,
+                           lambda p: RoughConductorParams(p.alpha_u, p.alpha_v, p.eta, p.k, p.specular_reflectance),
+                           eval, pdf, sample)

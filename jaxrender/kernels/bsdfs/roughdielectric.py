@@ -20,9 +20,8 @@ from typing import Any
 
 from ... import ir
 from ...ir import Vec
-from .base import FLOAT, OPTION, BsdfType, Param
+from . import microfacet
 from .dielectric import GLASS_PARAMS
-from .microfacet import DISTRIBUTIONS
 from .fresnel import fresnel, reflect_about, refract_about
 from .microfacet import Microfacet
 
@@ -119,16 +118,7 @@ def sample(params: RoughDielectricParams, wi: Vec, u1, u2: Vec, distribution: st
             ir.Bool(False))
 
 
-def _type(distribution: str, sample_visible: bool) -> BsdfType:
-    options = (("distribution", distribution), ("sample_visible", sample_visible))
-    return BsdfType(
-        f"roughdielectric-{distribution}" + ("" if sample_visible else "-all"), "roughdielectric",
-        (Param("distribution", OPTION, "beckmann", choices=DISTRIBUTIONS),
-         Param("sample_visible", OPTION, True, choices=(True, False)), *GLASS_PARAMS,
-         Param("alpha_u", FLOAT, 0.1, group="alpha"), Param("alpha_v", FLOAT, 0.1, group="alpha")),
-        lambda p: RoughDielectricParams(p.eta, p.alpha_u, p.alpha_v, p.specular_reflectance,
-                                        p.specular_transmittance),
-        eval, pdf, sample, options=options, kw=options, eta="eta", transmissive=True)
-
-
-TYPES = tuple(_type(d, v) for d in DISTRIBUTIONS for v in (True, False))
+TYPES = microfacet.variants("roughdielectric", GLASS_PARAMS,
+                           lambda p: RoughDielectricParams(p.eta, p.alpha_u, p.alpha_v, p.specular_reflectance,
+                                                           p.specular_transmittance),
+                           eval, pdf, sample, eta="eta", transmissive=True)
