@@ -153,8 +153,7 @@ class SceneBuilder:
         elif value.get("type") not in TEXTURES:
             return None
         if key not in self._texture_index:
-            self._texture_index[key] = (len(self.textures), width)
-            self.textures.append(load_plugin(TEXTURES, self.params, value, key, width))
+            self._texture_index[key] = (self.add_texture(load_plugin(TEXTURES, self.params, value, key, width)), width)
         index, w = self._texture_index[key]
         if w != width and self.textures[index].kind == ktex.CHECKERBOARD:
             raise SceneError(f"{key}: a checkerboard cannot be used for both colour and scalar parameters")

@@ -20,6 +20,7 @@ never a wrong image.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -102,9 +103,10 @@ class Scene:
     # shapes, whose kernels walk bvh_bounds / bvh_links.
     wide_bvh: tuple | None = None
 
-    @property
+    @functools.cached_property
     def structure(self):
-        """The trace-time features the path kernels are specialised on."""
+        """The trace-time features the kernels are specialised on (computed
+        once: a render asks for it several times)."""
         from ..kernels.context import Structure
         plugins = {t.plugin for t in self.textures if t.plugin is not None}
         return Structure(max((len(s) for s in self.bsdf_slots), default=0), self.env_texture >= 0,

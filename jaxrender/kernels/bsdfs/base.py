@@ -86,7 +86,10 @@ class BsdfType:
         raise KeyError(f"BSDF {self.name!r} has no parameter {name!r}")
 
     def param(self, name: str) -> Param:
-        return next(p for p in self.params if p.name == name)
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(f"BSDF {self.name!r} has no parameter {name!r} (it has {', '.join(q.name for q in self.params)})")
 
 
 class ParamView:
@@ -101,7 +104,10 @@ class ParamView:
     def __getattr__(self, name: str):
         if name.startswith("_"):
             raise AttributeError(name)
-        p = self._t.param(name)
+        try:
+            p = self._t.param(name)
+        except KeyError as exc:       # a typo in a plugin's eval: say which names exist
+            raise AttributeError(exc.args[0]) from None
         k = self._t.slot(name)
         if p.kind == COLOR:
             return Vec(*self._row[k:k + self._channels])

@@ -70,8 +70,7 @@ def _nonzero(cotangent):
     """``cotangent`` with its constant-zero leaves as None, so that the
     shading's reverse pass emits nothing for outputs the estimate ignores."""
     leaves, tree = tree_flatten(cotangent)
-    keep = [None if isinstance(x, ir.Var) and x.node.op == "const" and x.node.attrs[0] == 0.0 else x
-            for x in leaves]
+    keep = [None if isinstance(x, ir.Var) and x.node.const_value == 0.0 else x for x in leaves]
     return tree_unflatten(tree, keep)
 
 

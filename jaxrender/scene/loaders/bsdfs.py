@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from ..builder import SceneBuilder
 
 BSDFS = PluginRegistry("bsdf")
-# Mitsuba's BSDFs with a transmission component, which its twosided refuses.
 
 
 def load_registered(builder: SceneBuilder, props: Properties, twosided: bool = False) -> int:
@@ -152,9 +151,8 @@ def _array_param(builder: SceneBuilder, props: Properties, prm: base.Param, name
     """An ARRAY parameter: its values become a DATA texture; the row holds
     the texture's index."""
     pkey = f"{props.key}.{name}"
-    size = len(prm.default)
-    builder.add_param(pkey, props.floats(name, prm.default, size), prm.nondiff)
-    return float(builder.add_texture(TextureSpec(ktex.DATA, (pkey,), size, 1, 1)))
+    builder.add_param(pkey, props.floats(name, prm.default, prm.size), prm.nondiff)
+    return float(builder.add_texture(TextureSpec(ktex.DATA, (pkey,), prm.size, 1, 1)))
 
 
 _READERS: dict[str, Callable] = {base.COLOR: _value_param, base.FLOAT: _value_param, base.SCALAR: _value_param,
