@@ -1,6 +1,7 @@
 """The public rendering entry point."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping
 
 import jax
@@ -11,6 +12,7 @@ from .kernels import integrators
 from .kernels.integrators import ADJOINT_METHODS
 from .kernels.integrators.aov import channel_names, parse_aovs
 from .primitives.bsdf_tables import bsdf_table
+from .primitives.film import FilmGeometry, has_alpha, to_pixel_format
 from .primitives.render_rules import RenderConfig, nondifferentiable, render_image
 from .scene.errors import SceneError
 
@@ -58,9 +60,13 @@ def kernel_inputs(scene, params: Mapping[str, Any] | None = None, sensor: int = 
 
 def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, spp: int | None = None, seed: Any = 0,
            seed_grad: Any = None, spp_grad: int | None = None, method: str = "prb") -> jax.Array:
-    """Render ``scene`` to a linear-RGB image of shape (height, width, 3), or,
-    for an ``aov`` integrator, to its AOV channels, (height, width, C) in the
-    order :func:`aov_names` lists them (as ``mitsuba.render`` does).
+    """Render ``scene`` to a linear-RGB image of shape (height, width, 3) (the
+    film's crop window; other channels where the film's ``pixel_format``
+    asks: rgba, luminance, luminance_alpha, xyz, xyza), or, for an ``aov``
+    integrator, to its AOV channels, (height, width, C) in the order
+    :func:`aov_names` lists them (as ``mitsuba.render`` does). Samples are
+    splatted through the film's reconstruction filter and normalised by
+    their summed weights, as Mitsuba's film does.
 
     ``sensor`` picks the scene's sensor (index in file order, as in
     ``mitsuba.render(scene, sensor=1)``), with its own film size, filter
@@ -95,6 +101,10 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
         settings = integrator.settings(scene.integrator)
     except ValueError as exc:
         raise SceneError(str(exc)) from None
+    if cam.pixel_format != "rgb":
+        if scene.integrator["type"] == "aov":
+            raise SceneError(f"pixel_format {cam.pixel_format!r} with an aov integrator is not supported yet (rgb)")
+        integrator = dataclasses.replace(integrator, alpha=has_alpha(cam.pixel_format))
     # The scene's sampler seed offsets every seed, as Mitsuba's (its "seed
     # offset" is added to the seed a render is given).
     seed = _offset(_seed(seed, "seed"), cam.seed)
@@ -103,13 +113,14 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
         nondiff = scene.nondifferentiable
         params = {k: nondifferentiable(v, nondiff[k]) if k in nondiff else v for k, v in params.items()}
     inputs = kernel_inputs(scene, params, sensor)
-    inputs.update(settings, width=np.uint32(cam.width), height=np.uint32(cam.height), spp=np.uint32(spp), seed=seed,
-                  seed_grad=seed_grad, spp_grad=np.uint32(spp_grad))
+    inputs.update(settings, spp=np.uint32(spp), seed=seed, seed_grad=seed_grad, spp_grad=np.uint32(spp_grad))
     # The camera's reason is the scene's, for its to_world parameter.
     why = (("camera", scene.nondifferentiable[cam_key]), ("tris", _GEOMETRY_WHY),
            ("shape_data", _GEOMETRY_WHY), ("tri_normals", _GEOMETRY_WHY))
-    config = RenderConfig((cam.height * cam.width,), method, why, scene.structure, integrator)
-    return render_image(config, inputs).reshape(cam.height, cam.width, integrator.channels)
+    film = FilmGeometry(grid=cam.grid_size[::-1], border=cam.border, footprint=cam.footprint)
+    structure = dataclasses.replace(scene.structure, footprint=cam.footprint)
+    config = RenderConfig(film, method, why, structure, integrator)
+    return to_pixel_format(render_image(config, inputs), cam.pixel_format)
 
 
 def aov_names(scene) -> list[str]:

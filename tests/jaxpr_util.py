@@ -21,3 +21,17 @@ def count_primitive(jaxpr, name: str) -> int:
         for sub in _subjaxprs(e.params):
             n += count_primitive(sub, name)
     return n
+
+
+def kernel_launches(jaxpr) -> dict:
+    """How often each jaxrender kernel (by name) is launched in ``jaxpr``."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    counts: dict = {}
+    for e in jaxpr.eqns:
+        if e.primitive.name == "jaxrender_kernel":
+            name = e.params["kernel"].kernel.name
+            counts[name] = counts.get(name, 0) + 1
+        for sub in _subjaxprs(e.params):
+            for k, v in kernel_launches(sub).items():
+                counts[k] = counts.get(k, 0) + v
+    return counts

@@ -120,6 +120,9 @@ def test_jit_and_misses():
     d = AOV_VARIANTS["cbox_aovs"](jaxrender.cornell_box())
     d["integrator"]["aovs"] = "d:depth,n:geo_normal"
     d["sensor"]["fov"] = 80.0       # sees past the box: nothing there
+    # The box seen at 24x24 is a few pixels per face: only a one-pixel
+    # filter leaves pixels that see one face alone.
+    d["sensor"]["film"]["rfilter"] = {"type": "box"}
     s = jaxrender.load_dict(d)
     img = np.asarray(jax.jit(lambda seed: jaxrender.render(s, spp=2, seed=seed))(np.uint32(3)))
     assert img.shape == (24, 24, 4)

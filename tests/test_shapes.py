@@ -42,7 +42,7 @@ MESHES = Path(__file__).resolve().parent / "data" / "meshes"
 
 
 def _scalars():
-    return dict(width=np.uint32(1), height=np.uint32(1), spp=np.uint32(1), max_depth=np.int32(-1),
+    return dict(spp=np.uint32(1), max_depth=np.int32(-1),
                 rr_depth=np.int32(5), hide_emitters=np.int32(0), seed=np.uint32(0))
 
 

@@ -37,7 +37,10 @@ class Structure:
     shading frame is the geometric one), ``bsdfs`` the BSDF types its
     kernels dispatch over (registry names, in registry order; default: every
     built-in type), ``sensor`` the sensor type (``sensors.TYPES``),
-    ``textures`` the texture plugins it uses (``textures.PLUGINS`` names)."""
+    ``textures`` the texture plugins it uses (``textures.PLUGINS`` names),
+    ``footprint`` the width in pixels of the square a sample is splatted
+    into (odd: 1 for the box filter, 5 for Mitsuba's default Gaussian; see
+    ``sensors/film.py``)."""
     tex_slots: int = 0
     envmap: bool = False
     analytic: bool = False
@@ -45,8 +48,11 @@ class Structure:
     bsdfs: tuple = bsdf_registry.BUILTIN_NAMES
     sensor: str = "perspective"
     textures: tuple = ()
+    footprint: int = 1
 
     def __post_init__(self):
+        if not (isinstance(self.footprint, int) and self.footprint >= 1 and self.footprint % 2 == 1):
+            raise ValueError(f"footprint must be a positive odd int, got {self.footprint!r}")
         if not 0 <= self.tex_slots <= layout.MAX_TEX_SLOTS:
             raise ValueError(f"tex_slots must be in 0..{layout.MAX_TEX_SLOTS}, got {self.tex_slots}")
         if not self.bsdfs:
@@ -67,7 +73,8 @@ class Structure:
                 + ("_analytic" if self.analytic else "") + ("_smooth" if self.shading_normals else "")
                 + ("" if self.bsdfs == bsdf_registry.BUILTIN_NAMES else f"_{len(self.bsdfs)}bsdf")
                 + ("" if self.sensor == "perspective" else f"_{self.sensor}")
-                + "".join(f"_{t}" for t in self.textures))
+                + "".join(f"_{t}" for t in self.textures)
+                + ("" if self.footprint == 1 else f"_splat{self.footprint}"))
 
 
 @dataclasses.dataclass

@@ -102,11 +102,14 @@ def scene_inputs(channels: int = 3) -> dict:
         "env_dist": ir.In("f32"),                         # envmap sampling tables (emitters/envmap.py)
         "env_frame": ir.In("f32", (ENV_FRAME_ROW,)),
         "camera": ir.In("f32", (CAMERA_ROW,)),
-        "filter_icdf": ir.In("f32"),                      # inverse CDF of the 1-D pixel filter, in pixels
-        "filter_cdf": ir.In("f32"),                       # its CDF on a uniform grid over [-radius, radius]
+        "filter_table": ir.In("f32"),                     # the pixel filter from distance 0 to its radius
         "filter_radius": ir.Scalar("f32"),
-        "width": ir.Scalar("u32"),
+        "width": ir.Scalar("u32"),                        # the sample grid (work items), sensors/film.py
         "height": ir.Scalar("u32"),
+        "grid_x0": ir.Scalar("f32"),                      # film pixel of the grid's first item
+        "grid_y0": ir.Scalar("f32"),
+        "film_width": ir.Scalar("f32"),                   # the whole film, in pixels
+        "film_height": ir.Scalar("f32"),
         "spp": ir.Scalar("u32"),
         "seed": ir.Scalar("u32"),
         "bsdf_table": ir.In("f32"),                       # BSDF_TABLE_STRIDE floats a BSDF

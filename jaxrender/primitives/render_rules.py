@@ -14,6 +14,12 @@ Random numbers: the tangent / adjoint kernels run with ``seed_grad`` and
 ``spp_grad`` (decorrelated from the primal's ``seed``), and the forward and
 adjoint kernels use the *same* ``seed_grad``, so for one seed the adjoint is
 exactly the transpose of the forward kernel's linear map.
+
+The kernels write per-item splat blocks (``kernels/sensors/film.py``); the
+image is developed from them in JAX (:mod:`.film`), with the filter
+weights of the same samples: the primal's for the image, ``seed_grad``'s
+for the tangent. JAX transposes that linear step, so the adjoint kernel
+receives each item's gathered block of cotangents.
 """
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ from jax.interpreters import ad, batching, mlir
 
 from ..kernels.context import Structure
 from ..kernels.integrators import Integrator, PathIntegrator
+from .film import FilmGeometry, develop
 from .kernel_call import launch
 
 
@@ -41,13 +48,22 @@ class NotDifferentiableError(ValueError):
 @dataclasses.dataclass(frozen=True)
 class RenderConfig:
     """Static (trace-time) settings of one render call."""
-    launch_shape: tuple        # (pixels,)
+    film: FilmGeometry         # the sample grid, its border and the splat footprint
     method: str = "prb"        # adjoint: one of integrator.adjoint_methods
     # Float inputs that must not receive tangents, with the reason shown.
     why_not: tuple = ()
     # Trace-time scene features the kernels are specialised on.
     structure: Structure = Structure()
     integrator: Integrator = PathIntegrator()
+
+    def __post_init__(self):
+        if self.structure.footprint != self.film.footprint:
+            raise ValueError(f"the kernels' footprint {self.structure.footprint} is not the film's "
+                             f"{self.film.footprint}")
+
+    @property
+    def launch_shape(self) -> tuple:
+        return (self.film.items,)
 
     @property
     def input_names(self) -> tuple:
@@ -62,13 +78,28 @@ def _kernel_inputs(config: RenderConfig, inputs: Mapping[str, Any]) -> dict:
     return {k: inputs[k] for k in config.input_names}
 
 
+def _film_weights(config: RenderConfig, inputs: Mapping[str, Any]):
+    """What the image kernels' sums are divided by: with a one-pixel
+    footprint every sample has weight one, so the sample count; else the
+    weight kernel's blocks for the same samples."""
+    if config.film.footprint == 1:
+        return jnp.asarray(inputs["spp"], jnp.float32)
+    kernel = config.integrator.weights_kernel(config.structure)
+    return launch(kernel, config.launch_shape, **{k: inputs[k] for k in kernel.inputs})["weights"]
+
+
+def _develop(config: RenderConfig, blocks, weights):
+    return develop(blocks, weights, config.film, config.integrator.channels)
+
+
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
 def render_image(config: RenderConfig, inputs: dict) -> jax.Array:
-    """The primal image, (pixels, channels). ``inputs`` holds the
-    integrator's buffers plus ``seed_grad`` and ``spp_grad`` for its
-    derivatives."""
+    """The primal image, (height, width, channels) of the crop window.
+    ``inputs`` holds the integrator's buffers plus ``seed_grad`` and
+    ``spp_grad`` for its derivatives."""
     kernel = config.integrator.primal_kernel(config.structure)
-    return launch(kernel, config.launch_shape, **_kernel_inputs(config, inputs))["image"]
+    blocks = launch(kernel, config.launch_shape, **_kernel_inputs(config, inputs))["image"]
+    return _develop(config, blocks, _film_weights(config, inputs))
 
 
 def _render_jvp(config: RenderConfig, primals, tangents):
@@ -90,9 +121,11 @@ def _render_jvp(config: RenderConfig, primals, tangents):
     prim = _kernel_inputs(config, inputs)
     prim["seed"], prim["spp"] = inputs["seed_grad"], inputs["spp_grad"]
     args = [jnp.asarray(prim[k]) for k in config.input_names] + [tin[n] for n in active]
-    t_out = render_jvp_p.bind(*args, config=config, active=active, batch_shape=(),
-                              in_batch=tuple(() for _ in args))
-    return out, t_out
+    t_blocks = render_jvp_p.bind(*args, config=config, active=active, batch_shape=(),
+                                 in_batch=tuple(() for _ in args))
+    # The tangent's samples are seed_grad's, so are its weights (constants:
+    # JAX transposes the develop step for the adjoint).
+    return out, _develop(config, t_blocks, jax.lax.stop_gradient(_film_weights(config, prim)))
 
 
 render_image.defjvp(_render_jvp, symbolic_zeros=True)
@@ -126,7 +159,8 @@ def _jvp_impl_fn(*args, config, active, batch_shape, in_batch):
 
 
 def _jvp_abstract(*args, config, active, batch_shape, in_batch):
-    return jax.core.ShapedArray(batch_shape + tuple(config.launch_shape) + (config.integrator.channels,), np.float32)
+    width = config.integrator.block_width(config.structure)
+    return jax.core.ShapedArray(batch_shape + tuple(config.launch_shape) + (width,), np.float32)
 
 
 def _jvp_impl(*args, **params):

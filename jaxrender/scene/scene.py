@@ -33,12 +33,12 @@ from ..kernels import textures as ktex
 from ..kernels.bsdfs import registry as bsdf_registry
 from . import textures as tex_io
 from .builder import SceneBuilder
-from .camera import Camera, filter_tables
+from .camera import Camera, filter_table
 from .errors import SceneError
 from .geometry import scene_fields
 from .shapes import SHAPE_ROW
 
-__all__ = ["Camera", "Scene", "SceneError", "filter_tables", "load_dict"]
+__all__ = ["Camera", "Scene", "SceneError", "filter_table", "load_dict"]
 
 (EMITTER_AREA, EMITTER_POINT, EMITTER_DIRECTIONAL, EMITTER_CONSTANT, EMITTER_SPOT, EMITTER_ENVMAP, EMITTER_SPHERE,
  EMITTER_DISK) = (kemitters.TYPE_ID[n] for n in kemitters.NAMES)
@@ -200,7 +200,7 @@ class Scene:
                     emitter_frame=self.emitter_frame, tri_normals=self.tri_normals, prim_shape=self.prim_shape,
                     shape_data=self.shape_data,
                     camera=camera[None, :], **self.texture_inputs(p),
-                    **cam.filter_tables())  # cached: shared, never mutated
+                    **cam.film_inputs())
 
 
 # The BVH a scene's kernels do not read gets no rows (see Scene.wide_bvh).

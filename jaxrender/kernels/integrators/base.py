@@ -41,6 +41,9 @@ from typing import Any, Callable, ClassVar, Mapping
 from ... import ir
 from ...ir import Vec, tree_flatten, tree_unflatten
 from .. import layout, textures
+from .. import sensors
+from ..geometry import closest_hit
+from ..sensors import film
 from ..bsdfs import registry as bsdf_registry
 from ..context import Context, Structure
 from ..spectrum import RGB, SpectrumType
@@ -83,6 +86,8 @@ class Integrator:
     differentiable: ClassVar[tuple] = ()
     adjoint_methods: ClassVar[tuple] = ()
     spectrum: SpectrumType = dataclasses.field(default=RGB, kw_only=True)
+    # One more channel: the sample's alpha (films with an alpha channel).
+    alpha: bool = dataclasses.field(default=False, kw_only=True)
 
     def own_inputs(self) -> dict:
         """Inputs beyond ``layout.scene_inputs`` (name -> ir.In / ir.Scalar)."""
@@ -95,8 +100,8 @@ class Integrator:
 
     @property
     def channels(self) -> int:
-        """Floats per pixel of the image."""
-        return self.spectrum.channels
+        """Floats per pixel of the image (the colour, then alpha if any)."""
+        return self.spectrum.channels + int(self.alpha)
 
     def inputs(self) -> dict:
         return {**layout.scene_inputs(self.spectrum.channels), **self.own_inputs()}
@@ -105,22 +110,70 @@ class Integrator:
         """The estimate of sample ``s`` of the work item's pixel (``channels`` values)."""
         raise NotImplementedError
 
+    def sample_alpha(self, ctx: Context, s):
+        """Alpha of sample ``s``, as Mitsuba's path tracers give it: 1 where
+        the camera ray meets a surface or an environment emitter that the
+        camera sees, else 0. It traces the camera ray once more: alpha
+        costs one ray per sample, only for films that ask for it."""
+        o, d, t_min, t_max = sensors.sample_ray(ctx, s)
+        prim = closest_hit(ctx.geo, o, d, t_min, t_max)[1]
+        return ir.select((prim >= 0) | self.camera_sees_environment(ctx), 1.0, 0.0)
+
+    def camera_sees_environment(self, ctx: Context):
+        """Whether camera rays that miss every surface see an emitter."""
+        return ctx.b["env_emitter"].value >= 0
+
+    def _value(self, ctx: Context, s) -> Vec:
+        """What one sample contributes to the image's channels."""
+        value = self.sample(ctx, s)
+        return Vec(*value, self.sample_alpha(ctx, s)) if self.alpha else value
+
     def kernel_name(self, structure: Structure) -> str:
-        return self.name + structure.suffix()
+        return self.name + ("_alpha" if self.alpha else "") + structure.suffix()
 
     # -- kernels ---------------------------------------------------------------
+    def block_width(self, structure: Structure) -> int:
+        """Floats per work item of the image kernels' output: the channels
+        of each pixel of the film's splat footprint."""
+        return structure.footprint ** 2 * self.channels
+
     def _primal_body(self, structure: Structure, diff: bool, **b):
+        """The sample sums of the item's splat footprint (``film.py``);
+        normalising by the summed filter weights happens in JAX."""
         ctx = Context.create(b, structure, diff, self.spectrum)
         spp = b["spp"].value
-        zero = Vec(*(ir.Float(0.0) for _ in range(self.channels)))
-        total = ir.fori_loop(ir.UInt(0), spp, lambda s, acc: acc + self.sample(ctx, s), zero)
-        return {"image": total / ir.cast(spp, "f32")}
+        zero = Vec(*(ir.Float(0.0) for _ in range(self.block_width(structure))))
+        if structure.footprint == 1:
+            return {"image": ir.fori_loop(ir.UInt(0), spp, lambda s, acc: acc + self._value(ctx, s), zero)}
+
+        def splat(s, acc):
+            value = self._value(ctx, s)
+            weights = film.splat_weights(ctx, s, structure.footprint)
+            return acc + Vec(*(w * v for w in weights for v in value))
+
+        return {"image": ir.fori_loop(ir.UInt(0), spp, splat, zero)}
 
     @_cached("primal")
     def primal_kernel(self, structure: Structure = Structure()) -> ir.Kernel:
-        """The image kernel: output ``image`` (pixels, channels)."""
+        """The image kernel: output ``image`` (items, footprint² x channels),
+        each sample's estimate splatted with its filter weights."""
         return ir.trace(functools.partial(self._primal_body, structure, False), self.inputs(),
-                        {"image": ir.Out("f32", (self.channels,))}, name=self.kernel_name(structure))
+                        {"image": ir.Out("f32", (self.block_width(structure),))}, name=self.kernel_name(structure))
+
+    @_cached("weights")
+    def weights_kernel(self, structure: Structure = Structure()) -> ir.Kernel:
+        """The summed filter weights of each item's splat footprint (items,
+        footprint²): what the image kernels' sums are divided by. It reads
+        the film buffers only, so every integrator shares it."""
+        def body(**b):
+            ctx = Context.create(b, structure, False, self.spectrum)
+            zero = Vec(*(ir.Float(0.0) for _ in range(structure.footprint ** 2)))
+            return {"weights": ir.fori_loop(ir.UInt(0), b["spp"].value,
+                                            lambda s, acc: acc + Vec(*film.splat_weights(ctx, s, structure.footprint)),
+                                            zero)}
+        return ir.trace(body, layout.scene_inputs(self.spectrum.channels),
+                        {"weights": ir.Out("f32", (structure.footprint ** 2,))},
+                        name="film_weights" + structure.suffix())
 
     def check_active(self, active: tuple) -> tuple:
         bad = [n for n in active if n not in self.differentiable]
@@ -144,8 +197,9 @@ class Integrator:
                                 buffer_tangents={b[n]: b["d_" + n] for n in active})
             return {"image": tangent["image"]}
 
-        return ir.trace(fwd, inputs, {"image": ir.Out("f32", (self.channels,))},
-                        name=f"{self.name}_forward_" + "_".join(active) + structure.suffix())
+        return ir.trace(fwd, inputs, {"image": ir.Out("f32", (self.block_width(structure),))},
+                        name=f"{self.name}_forward_" + "_".join(active) + ("_alpha" if self.alpha else "")
+                        + structure.suffix())
 
     def adjoint_kernel(self, active: tuple, method: str, structure: Structure = Structure()) -> ir.Kernel:
         raise ValueError(f"the {self.name} integrator has no adjoint")
@@ -198,9 +252,20 @@ class ReplayIntegrator(Integrator):
         S = self.spectrum
         grads = {b[n]: b["grad_" + n] for n in active}
         spp = b["spp"].value
-        d_l = S.read(b["grad_image"], ctx.pixel) * (1.0 / ir.cast(spp, "f32"))
+        footprint = structure.footprint
+        stride = self.channels       # alpha, if any, follows the colour and has no derivative
+        if footprint == 1:
+            d_item = S.read(b["grad_image"], ctx.pixel)
 
         def one_sample(s, carry):
+            # The cotangent of this sample's estimate: the splat's transpose,
+            # a weighted gather of the footprint's cotangents.
+            if footprint == 1:
+                d_l = d_item
+            else:
+                d_l = S.zero()
+                for k, w in enumerate(film.splat_weights(ctx, s, footprint)):
+                    d_l = d_l + S.read(b["grad_image"], ctx.pixel, k * stride) * w
             state0 = self.start(ctx, s)
             total = self.trace(plain, s, state0) if method == "prb" else S.zero()
 
@@ -244,7 +309,8 @@ class ReplayIntegrator(Integrator):
         active = self.check_active(active)
         if method not in self.adjoint_methods:
             raise ValueError(f"adjoint method must be one of {self.adjoint_methods}, got {method!r}")
-        inputs = dict(self.inputs(), grad_image=ir.In("f32", (self.channels,)))
+        inputs = dict(self.inputs(), grad_image=ir.In("f32", (self.block_width(structure),)))
         outputs = {"grad_" + n: ir.Accum(inputs[n].dtype, inputs[n].item_shape) for n in active}
         return ir.trace(functools.partial(self._adjoint_body, active, method, structure), inputs, outputs,
-                        name=f"{self.name}_adjoint_{method}_" + "_".join(active) + structure.suffix())
+                        name=f"{self.name}_adjoint_{method}_" + "_".join(active) + ("_alpha" if self.alpha else "")
+                        + structure.suffix())

@@ -84,6 +84,9 @@ class PathIntegrator(ReplayIntegrator):
         return {"max_depth": np.int32(max_depth), "rr_depth": np.int32(rr_depth),
                 "hide_emitters": np.int32(bool(props.get("hide_emitters", False)))}
 
+    def camera_sees_environment(self, ctx):
+        return (ctx.b["env_emitter"].value >= 0) & (ctx.b["hide_emitters"].value == 0)
+
     def start(self, ctx, s) -> PathState:
         o, d, t_min, t_max = sensors.sample_ray(ctx, s)
         S = self.spectrum

@@ -18,8 +18,6 @@ TYPES = {m.NAME: m for m in (perspective,)}
 
 
 def sample_ray(ctx, s):
-    """The camera ray of sample ``s`` of the work item's pixel (random
-    dimension 0: the film position)."""
-    u = ctx.rand(s, 0)
-    x, y = film.sample_position(ctx, u)
+    """The camera ray of sample ``s`` of the work item's pixel."""
+    x, y = film.sample_position(ctx, s)
     return TYPES[ctx.structure.sensor].sample_ray(ctx, x, y)

@@ -1,52 +1,67 @@
-"""The film: where on the image a sample lands.
+"""The film: where a sample lands and which pixels it reaches.
 
-Pixel reconstruction filters are importance sampled: the offset of each
-sample within the filter's support is drawn from the filter (tables
-``filter_icdf`` / ``filter_cdf`` / ``filter_radius`` made by the scene
-builder), so every sample has weight one; in expectation this equals
-Mitsuba's weighted splatting. An image is then the plain mean of its
-samples, and an adjoint gives each sample the cotangent of its own pixel
-over spp.
+Work items form the *sample grid*: one item per pixel of the film's crop
+window, plus a border of pixels outside it when the film samples its
+border (Mitsuba's ``sample_border``). Every sample of an item lies inside
+the item's pixel, at a uniform position, and is splatted, as Mitsuba's
+image block does, into each pixel whose centre is within the
+reconstruction filter's radius, with the separable weight
+``f(dx) f(dy)``. A kernel writes, per item, the weighted sums over its
+samples for the ``footprint x footprint`` pixels around it; the image is
+their overlap-added sum divided by the summed weights (``develop`` in
+``primitives/film.py``), so it equals Mitsuba's film in expectation and
+in its noise. With the box filter the footprint is the pixel itself and
+every weight is one.
+
+Buffers (``layout.scene_inputs``): ``filter_table`` holds the filter at
+``n + 1`` evenly spaced distances from 0 to ``filter_radius``; ``width`` x
+``height`` is the sample grid; ``grid_x0`` / ``grid_y0`` the film pixel of
+its first item; ``film_width`` / ``film_height`` the whole film (the
+sensor maps positions on it to rays).
 """
 from __future__ import annotations
 
 from ... import ir
 
-
-def _lookup_icdf(table, u):
-    """Linear interpolation in an inverse-CDF table sampled at uniform u."""
-    n = ir.cast(table.len, "f32")
-    x = u * (n - 1.0)
-    i = ir.cast(ir.floor(x), "i32")
-    f = x - ir.floor(x)
-    return ir.lerp(table[i], table[i + 1], f)
+# Random dimension of the position within the pixel (``Context.rand``).
+POSITION_DIM = 0
 
 
-def _lookup_cdf(table, radius, x):
-    n = ir.cast(table.len, "f32")
-    g = ir.clamp((x + radius) / (2.0 * radius), 0.0, 1.0) * (n - 1.0)
-    i = ir.cast(ir.floor(g), "i32")
-    return ir.lerp(table[i], table[i + 1], g - ir.floor(g))
+def sample_offset(ctx, s):
+    """Where sample ``s`` lies within the item's pixel, in [0, 1)^2."""
+    u = ctx.rand(s, POSITION_DIM)
+    return u[0], u[1]
 
 
-def filter_offset(icdf, cdf, radius, u, pixel, size):
-    """Offset from the pixel centre drawn from the filter restricted to the
-    image (Mitsuba splats only samples taken inside the image, so a border
-    pixel averages over the part of its filter that lies inside)."""
-    lo = ir.maximum(-radius, -(pixel + 0.5))
-    hi = ir.minimum(radius, size - pixel - 0.5)
-    c0 = _lookup_cdf(cdf, radius, lo)
-    c1 = _lookup_cdf(cdf, radius, hi)
-    return ir.clamp(_lookup_icdf(icdf, c0 + u * (c1 - c0)), lo, hi)
-
-
-def sample_position(ctx, u):
-    """The sample's position on the film in [0, 1]^2 (x right, y down) for
-    the work item's pixel, from two uniforms ``u``."""
+def sample_position(ctx, s):
+    """Sample ``s``'s position on the whole film in [0, 1]^2 (x right,
+    y down), what the sensor turns into a ray."""
     b = ctx.b
-    fw, fh = ir.cast(b["width"].value, "f32"), ir.cast(b["height"].value, "f32")
-    px, py = ir.cast(ctx.pixel % b["width"].value, "f32"), ir.cast(ctx.pixel // b["width"].value, "f32")
-    radius = b["filter_radius"].value
-    ox = filter_offset(b["filter_icdf"], b["filter_cdf"], radius, u[0], px, fw)
-    oy = filter_offset(b["filter_icdf"], b["filter_cdf"], radius, u[1], py, fh)
-    return (px + 0.5 + ox) / fw, (py + 0.5 + oy) / fh
+    ux, uy = sample_offset(ctx, s)
+    width = b["width"].value
+    px = ir.cast(ctx.pixel % width, "f32") + b["grid_x0"].value
+    py = ir.cast(ctx.pixel // width, "f32") + b["grid_y0"].value
+    return (px + ux) / b["film_width"].value, (py + uy) / b["film_height"].value
+
+
+def filter_weight(ctx, d):
+    """The reconstruction filter at signed distance ``d`` (pixels): linear
+    interpolation in ``filter_table``, zero beyond the radius."""
+    table, radius = ctx.b["filter_table"], ctx.b["filter_radius"].value
+    n = ir.cast(table.len, "i32") - 1
+    a = ir.minimum(ir.abs(d) / radius, 1.0) * ir.cast(n, "f32")
+    i = ir.minimum(ir.cast(ir.floor(a), "i32"), n - 1)
+    w = ir.lerp(table[i], table[i + 1], a - ir.cast(i, "f32"))
+    return ir.select(ir.abs(d) <= radius, w, 0.0)
+
+
+def splat_weights(ctx, s, footprint: int):
+    """The weights of sample ``s`` for the ``footprint`` x ``footprint``
+    pixels centred on the item's pixel: a flat list, row (y) major."""
+    ux, uy = sample_offset(ctx, s)
+    n = footprint // 2
+    # Pixel q = p + k - n has its centre at distance (k - n) + 0.5 - u from
+    # the sample: the weights depend on the offset within the pixel only.
+    wx = [filter_weight(ctx, (k - n) + 0.5 - ux) for k in range(footprint)]
+    wy = [filter_weight(ctx, (k - n) + 0.5 - uy) for k in range(footprint)]
+    return [y * x for y in wy for x in wx]

@@ -1,6 +1,6 @@
 """The sensor and what it holds: ``perspective`` sensors, the ``hdrfilm``
-film, ``box`` / ``tent`` / ``gaussian`` reconstruction filters and the
-``independent`` sampler, as Mitsuba 3.9.1 reads them.
+film, Mitsuba's six reconstruction filters and the ``independent``
+sampler, as Mitsuba 3.9.1 reads them.
 
 The sensor loader returns a :class:`~jaxrender.scene.scene.Camera`; the
 film, filter and sampler loaders (``loader(builder, props)``) return their
@@ -38,6 +38,10 @@ class Film(NamedTuple):
     height: int
     rfilter: str
     rfilter_params: tuple      # ((name, value), ...) of the filter's shape
+    crop_offset: tuple         # (x, y) of the crop window, pixels
+    crop_size: tuple           # (width, height) of the crop window
+    sample_border: bool
+    pixel_format: str
 
 
 class Sampler(NamedTuple):
@@ -80,7 +84,8 @@ def load_perspective(builder: SceneBuilder, props: Properties) -> Camera:
     if np.any(np.abs(lin @ lin.T - np.eye(3)) > 1e-3):
         raise props.error("the camera's to_world must not scale (Mitsuba refuses scale factors here)", "to_world")
     return Camera(to_world, tan_x, tan_y, near, far, film.width, film.height, film.rfilter, sampler.spp,
-                  seed=sampler.seed, rfilter_params=film.rfilter_params)
+                  seed=sampler.seed, rfilter_params=film.rfilter_params, crop_offset=film.crop_offset,
+                  crop_size=film.crop_size, sample_border=film.sample_border, pixel_format=film.pixel_format)
 
 
 def _shutter(props: Properties) -> None:
@@ -129,29 +134,32 @@ def _field_of_view(props: Properties, aspect: float) -> tuple[float, float]:
 
 @FILMS.register("hdrfilm")
 def load_hdrfilm(builder: SceneBuilder, props: Properties) -> Film:
-    """Mitsuba's ``hdrfilm``: its size and filter. jaxrender's images are
-    linear RGB float32 of the whole film: other pixel or component formats,
-    crop windows and border sampling are not supported yet."""
+    """Mitsuba's ``hdrfilm``: its size, crop window, border sampling, pixel
+    format and filter. Images are float32; other component formats raise
+    (a render returns an array, so a file format only matters to the
+    command line, which writes OpenEXR)."""
     w, h = props.int("width", 768), props.int("height", 576)
     if w <= 0 or h <= 0:
         raise props.error(f"width and height must be positive, got {w}x{h}")
-    props.only("crop_offset_x", 0, Properties.int, "a crop window")
-    props.only("crop_offset_y", 0, Properties.int, "a crop window")
-    props.only("crop_width", w, Properties.int, "a crop window")
-    props.only("crop_height", h, Properties.int, "a crop window")
-    props.only("sample_border", False, Properties.bool, "sample_border")
-    _format(props, "pixel_format", PIXEL_FORMATS, ("rgb",))
+    ox, oy = props.int("crop_offset_x", 0), props.int("crop_offset_y", 0)
+    cw, ch = props.int("crop_width", w), props.int("crop_height", h)
+    if ox < 0 or oy < 0 or cw <= 0 or ch <= 0 or ox + cw > w or oy + ch > h:
+        raise props.error(f"invalid crop window: offset ({ox}, {oy}) and size ({cw}, {ch}) must lie inside "
+                          f"the {w}x{h} film")
+    sample_border = props.bool("sample_border", False)
+    pixel_format = _format(props, "pixel_format", PIXEL_FORMATS, PIXEL_FORMATS, default="rgb")
     _format(props, "component_format", COMPONENT_FORMATS, ("float32",))
     _format(props, "file_format", FILE_FORMATS, ("openexr", "exr"))
     props.mark_read("banner", "compensate")      # Mitsuba 3 ignores both
     rfilter, params = _nested(builder, props, "rfilter", RFILTERS, {"type": "gaussian"})
-    return Film(w, h, rfilter, params)
+    return Film(w, h, rfilter, params, (ox, oy), (cw, ch), sample_border, pixel_format)
 
 
-def _format(props: Properties, name: str, valid: tuple, supported: tuple) -> None:
-    value = props.string(name, supported[0], valid, lower=True)
+def _format(props: Properties, name: str, valid: tuple, supported: tuple, default: str | None = None) -> str:
+    value = props.string(name, default or supported[0], valid, lower=True)
     if value not in supported:
         raise props.error(f"{name} {value!r} is not supported yet ({', '.join(supported)})", name)
+    return value
 
 
 @RFILTERS.register("box")
@@ -167,6 +175,24 @@ def load_tent(builder: SceneBuilder, props: Properties) -> tuple[str, tuple]:
 @RFILTERS.register("gaussian")
 def load_gaussian(builder: SceneBuilder, props: Properties) -> tuple[str, tuple]:
     return "gaussian", (("stddev", _positive(props, "stddev", 0.5)),)
+
+
+@RFILTERS.register("lanczos")
+def load_lanczos(builder: SceneBuilder, props: Properties) -> tuple[str, tuple]:
+    lobes = props.int("lobes", 3)
+    if lobes < 1:
+        raise props.error(f"must be a positive integer, got {lobes}", "lobes")
+    return "lanczos", (("lobes", lobes),)
+
+
+@RFILTERS.register("mitchell")
+def load_mitchell(builder: SceneBuilder, props: Properties) -> tuple[str, tuple]:
+    return "mitchell", (("B", props.float("B", 1.0 / 3.0)), ("C", props.float("C", 1.0 / 3.0)))
+
+
+@RFILTERS.register("catmullrom")
+def load_catmullrom(builder: SceneBuilder, props: Properties) -> tuple[str, tuple]:
+    return "catmullrom", ()
 
 
 def _positive(props: Properties, name: str, default: float) -> float:
