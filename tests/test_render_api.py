@@ -126,9 +126,9 @@ def test_vmap_over_cameras_is_one_launch():
     views = np.stack(views).astype(np.float32)
     f = jax.vmap(lambda m: jaxrender.render(scene, {"sensor.to_world": m}, spp=2, seed=3))
     jaxpr = jax.make_jaxpr(f)(views)
-    # The image kernel and the film's weight kernel, each once for all views.
+    # The image kernel (it also writes the film's weights), once for all views.
     launches = kernel_launches(jaxpr)
-    assert len(launches) == 2 and set(launches.values()) == {1}, launches
+    assert list(launches.values()) == [1], launches
     batched = np.asarray(f(views))
     for k in range(3):
         single = np.asarray(jaxrender.render(scene, {"sensor.to_world": views[k]}, spp=2, seed=3))

@@ -79,9 +79,9 @@ def _kernel_inputs(config: RenderConfig, inputs: Mapping[str, Any]) -> dict:
 
 
 def _film_weights(config: RenderConfig, inputs: Mapping[str, Any]):
-    """What the image kernels' sums are divided by: with a one-pixel
-    footprint every sample has weight one, so the sample count; else the
-    weight kernel's blocks for the same samples."""
+    """What the tangent's sums are divided by: with a one-pixel footprint
+    every sample has weight one, so the sample count; else the weight
+    kernel's blocks for the same samples (the primal kernel writes its own)."""
     if config.film.footprint == 1:
         return jnp.asarray(inputs["spp"], jnp.float32)
     kernel = config.integrator.weights_kernel(config.structure)
@@ -89,7 +89,11 @@ def _film_weights(config: RenderConfig, inputs: Mapping[str, Any]):
 
 
 def _develop(config: RenderConfig, blocks, weights):
-    return develop(blocks, weights, config.film, config.integrator.channels)
+    return _develop_jit(blocks, weights, config.film, config.integrator.channels)
+
+
+# One compiled step instead of dozens of dispatches when rendering eagerly.
+_develop_jit = jax.jit(develop, static_argnums=(2, 3))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
@@ -98,8 +102,9 @@ def render_image(config: RenderConfig, inputs: dict) -> jax.Array:
     ``inputs`` holds the integrator's buffers plus ``seed_grad`` and
     ``spp_grad`` for its derivatives."""
     kernel = config.integrator.primal_kernel(config.structure)
-    blocks = launch(kernel, config.launch_shape, **_kernel_inputs(config, inputs))["image"]
-    return _develop(config, blocks, _film_weights(config, inputs))
+    out = launch(kernel, config.launch_shape, **_kernel_inputs(config, inputs))
+    weights = out["weights"] if "weights" in out else jnp.asarray(inputs["spp"], jnp.float32)
+    return _develop(config, out["image"], weights)
 
 
 def _render_jvp(config: RenderConfig, primals, tangents):

@@ -149,16 +149,26 @@ class Integrator:
         def splat(s, acc):
             value = self._value(ctx, s)
             weights = film.splat_weights(ctx, s, structure.footprint)
-            return acc + Vec(*(w * v for w in weights for v in value))
+            return (acc[0] + Vec(*(w * v for w in weights for v in value)), acc[1] + Vec(*weights))
 
-        return {"image": ir.fori_loop(ir.UInt(0), spp, splat, zero)}
+        zero_w = Vec(*(ir.Float(0.0) for _ in range(structure.footprint ** 2)))
+        image, weights = ir.fori_loop(ir.UInt(0), spp, splat, (zero, zero_w))
+        return {"image": image, "weights": weights}
+
+    def _outputs(self, structure: Structure) -> dict:
+        outs = {"image": ir.Out("f32", (self.block_width(structure),))}
+        if structure.footprint > 1:
+            outs["weights"] = ir.Out("f32", (structure.footprint ** 2,))
+        return outs
 
     @_cached("primal")
     def primal_kernel(self, structure: Structure = Structure()) -> ir.Kernel:
         """The image kernel: output ``image`` (items, footprint² x channels),
-        each sample's estimate splatted with its filter weights."""
+        each sample's estimate splatted with its filter weights, and, for a
+        footprint wider than one pixel, the summed ``weights`` (items,
+        footprint²) that the image is normalised by."""
         return ir.trace(functools.partial(self._primal_body, structure, False), self.inputs(),
-                        {"image": ir.Out("f32", (self.block_width(structure),))}, name=self.kernel_name(structure))
+                        self._outputs(structure), name=self.kernel_name(structure))
 
     @_cached("weights")
     def weights_kernel(self, structure: Structure = Structure()) -> ir.Kernel:
