@@ -1,37 +1,51 @@
-"""Gradient benchmark: jaxrender's adjoint vs its primal, Mitsuba 3 prb and a plain JAX tracer.
+"""Gradients: jaxrender vs Mitsuba 3 prb at equal error, vs its own primal, and vs a plain JAX tracer.
 
     apt-get install -y libllvm19     # Mitsuba's LLVM backend needs LLVM >= 19
-    python benchmarks/bench_grad.py [--res 128] [--spp 16] [--max-depth 8] [--reps 3] [--json out.json]
+    python benchmarks/bench_grad.py [--res 128] [--spp 16] [--max-depth 8] [--seeds 8]
+        [--filters box,tent,gaussian] [--parts efficiency] [--json out.json]
 
 Scene: the built-in Cornell box (``jaxrender.cornell_box()``, the same dict as
 ``mitsuba.cornell_box()``) at --res x --res. Loss:
-``mean((render(params) - target) ** 2)`` differentiated w.r.t. the red and
-green wall reflectances and the light's radiance, evaluated at perturbed
-values (red x0.8, green x1.2, radiance x0.9); the target is each renderer's
-own render of the unperturbed scene (seed 1). Times are warm (after a first
-call that compiles), median of --reps, as wall time and as process CPU time
-(all threads; less sensitive to other load on the machine).
+``mean((render(params, seed) - target) ** 2)`` differentiated w.r.t. the red
+and green wall reflectances and the light's radiance (9 components),
+evaluated at perturbed values (red x0.8, green x1.2, radiance x0.9). The
+target is one fixed image for both renderers (jaxrender's render of the
+unperturbed scene at 4x --spp), so that both estimate the same gradient.
 
-1. jaxrender: time of ``jax.jit(jax.value_and_grad(loss))`` / time of
-   ``jax.jit(loss)`` (target <= 3x).
-2. Mitsuba 3 ``prb`` (variant llvm_ad_rgb, same max_depth, rr_depth 5 as
-   ours): render + loss + ``dr.backward``, and the ratio Mitsuba time /
-   jaxrender time (target > 1). Prints both gradients side by side.
-3. jaxrender gradient peak memory for max_depth in --mem-depths x spp in
-   --mem-spps, each in a fresh subprocess (target: flat). Columns: peak RSS
-   after imports + scene load (baseline), peak RSS at the end, their
+Parts (--parts, comma list; default ``efficiency``, ``all`` for every one):
+
+efficiency  For each reconstruction filter in --filters (the film's rfilter;
+   gaussian is Mitsuba's default): jaxrender's ``jax.jit(loss)`` and
+   ``jax.jit(jax.value_and_grad(loss))``, and Mitsuba 3 ``prb`` (variant
+   llvm_ad_rgb, same max_depth, rr_depth 5 as ours) render + loss +
+   ``dr.backward`` and its primal loss, each run for seeds 0 .. --seeds-1,
+   the four taking turns seed by seed after one warm-up call each. Times
+   are medians over the seeds (wall). Prints jaxrender's value_and_grad /
+   primal time (target <= 2.5x), both renderers' mean gradients with the
+   z-score of their difference (a sanity check: Mitsuba's prb is a peer,
+   not ground truth; on these non-geometric parameters the two should agree
+   within noise), and a table of time, gradient variance over seeds and
+   the efficiency ratio (t_mitsuba * var_mitsuba) / (t_ours * var_ours)
+   (target >= 1.5). The gradient variance is relative: each component's
+   variance over seeds divided by its mean square g**2 pooled over both
+   renderers' seeds (one scale for both, so that the light's radiance,
+   with gradients of another magnitude, does not outweigh the
+   reflectances), averaged over the 9 components.
+memory  jaxrender gradient peak memory for max_depth in --mem-depths x spp
+   in --mem-spps, each in a fresh subprocess (target: flat). Columns: peak
+   RSS after imports + scene load (baseline), peak RSS at the end, their
    difference, and the measured call's own peak above the RSS just before
    it (VmHWM reset through /proc/self/clear_refs after the compile), and
    the time of that call. Peaks are /proc/self/status VmHWM, not
    ``ru_maxrss``: on Linux a child's ``ru_maxrss`` starts from its parent's
    peak (inherited across fork + exec), which would hide everything below
    the parent's ~1 GiB. (``ru_maxrss`` is still written to --json.)
-4. A plain JAX path tracer (``benchmarks/jax_pathtracer.py``) under
+plain  A plain JAX path tracer (``benchmarks/jax_pathtracer.py``) under
    ``jax.value_and_grad`` for the same configurations (plus --max-depth x
    --spp), each in a fresh subprocess with its address space capped at
    --mem-cap-gb; a configuration that runs out of memory (or past
    --child-timeout) is reported as such. Its image mean is checked against
-   jaxrender's first.
+   jaxrender's first. Slow: minutes per configuration.
 
 XLA:CPU's YNN fusions in jaxlib 0.10.2 miscompile brute-force ray/triangle
 code at some array sizes (wrong hits for 910 <= N < 65536 rows; see also
@@ -41,11 +55,9 @@ jax-ml/jax#39257 and #37465), so this script turns them off
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import os
 import resource
-import statistics
 import subprocess
 import sys
 import time
@@ -56,9 +68,14 @@ if YNN_OFF not in os.environ.get("XLA_FLAGS", ""):
 
 import numpy as np
 
-LIBLLVM = "/usr/lib/x86_64-linux-gnu/libLLVM-19.so"
+from efficiency import (FILTERS, Comparison, alternate, gradient_scale, import_mitsuba, mean_difference_z, median,
+                        parse_filters, relative_seed_variance, set_filter, table)
+
 KEYS = ("red.reflectance.value", "green.reflectance.value", "light.emitter.radiance.value")
 SCALE = {"red.reflectance.value": 0.8, "green.reflectance.value": 1.2, "light.emitter.radiance.value": 0.9}
+TARGET_SPP_FACTOR = 4
+TARGET_SEED = 999_983
+PARTS = ("efficiency", "memory", "plain")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -69,17 +86,6 @@ def scene_dict(factory, res: int, spp: int, max_depth: int, integrator: str = "p
     d["sensor"]["sampler"]["sample_count"] = spp
     d["integrator"] = {"type": integrator, "max_depth": max_depth}
     return d
-
-
-def median_time(reps: int, run) -> tuple[float, float]:
-    """Median wall time and median process CPU time (all threads) of run()."""
-    wall, cpu = [], []
-    for _ in range(reps):
-        t0, c0 = time.perf_counter(), time.process_time()
-        run()
-        wall.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
-    return statistics.median(wall), statistics.median(cpu)
 
 
 def mb(kb: float) -> float:
@@ -106,85 +112,141 @@ def reset_peak() -> bool:
 
 # ---------------------------------------------------------------- jaxrender
 def jaxrender_setup(res: int, spp: int, max_depth: int):
-    """(scene, params at the perturbed values, target image, loss(params, spp))."""
+    """(scene, params at the perturbed values, target image, loss(params, spp)),
+    for the memory children."""
     import jax.numpy as jnp
 
     import jaxrender
     scene = jaxrender.load_dict(scene_dict(jaxrender.cornell_box, res, spp, max_depth))
     params = {k: jnp.asarray(np.asarray(scene.params[k]) * SCALE[k], jnp.float32) for k in KEYS}
     target = jaxrender.render(scene, spp=spp, seed=1)
-    extra = {"method": "prb"} if "method" in inspect.signature(jaxrender.render).parameters else {}
 
     def loss(p, n_spp):
-        return jnp.mean((jaxrender.render(scene, p, spp=n_spp, seed=0, **extra) - target) ** 2)
+        return jnp.mean((jaxrender.render(scene, p, spp=n_spp, seed=0) - target) ** 2)
     return scene, params, target, loss
 
 
-def bench_jaxrender(args) -> dict:
+def grad_vector(grads: dict) -> np.ndarray:
+    """The gradients of KEYS flattened into one vector, in KEYS order."""
+    return np.concatenate([np.asarray(grads[k], np.float64).reshape(-1) for k in KEYS])
+
+
+def jaxrender_runners(args, rfilter: str) -> tuple[dict, np.ndarray]:
+    """jaxrender's primal-loss and value_and_grad runners (seed -> result)
+    with reconstruction filter ``rfilter``, and the target image of both
+    renderers' losses: jaxrender's render of the unperturbed scene at
+    TARGET_SPP_FACTOR x spp, seed TARGET_SEED (one fixed image for both, so
+    that they estimate the same gradient)."""
     import jax
-    _, params, _, loss = jaxrender_setup(args.res, args.spp, args.max_depth)
-    primal = jax.jit(lambda p: loss(p, args.spp))
-    vg = jax.jit(jax.value_and_grad(lambda p: loss(p, args.spp)))
-    t0 = time.perf_counter()
-    jax.block_until_ready(primal(params))
-    first_primal = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    value, grads = jax.block_until_ready(vg(params))
-    first_grad = time.perf_counter() - t0
-    t_primal, c_primal = median_time(args.reps, lambda: jax.block_until_ready(primal(params)))
-    t_grad, c_grad = median_time(args.reps, lambda: jax.block_until_ready(vg(params)))
-    return {"primal_s": t_primal, "grad_s": t_grad, "ratio": t_grad / t_primal, "primal_cpu_s": c_primal,
-            "grad_cpu_s": c_grad, "first_primal_s": first_primal,
-            "first_grad_s": first_grad, "loss": float(value), "grads": {k: np.asarray(grads[k]).tolist() for k in KEYS}}
+    import jax.numpy as jnp
+
+    import jaxrender
+    d = set_filter(scene_dict(jaxrender.cornell_box, args.res, args.spp, args.max_depth), rfilter)
+    scene = jaxrender.load_dict(d)
+    params = {k: jnp.asarray(np.asarray(scene.params[k]) * SCALE[k], jnp.float32) for k in KEYS}
+    target = np.asarray(jaxrender.render(scene, spp=TARGET_SPP_FACTOR * args.spp, seed=TARGET_SEED))
+
+    def loss(p, seed):
+        return jnp.mean((jaxrender.render(scene, p, spp=args.spp, seed=seed) - target) ** 2)
+    primal = jax.jit(loss)
+    vg = jax.jit(jax.value_and_grad(loss))
+
+    def run_grad(seed: int):
+        value, grads = jax.block_until_ready(vg(params, np.uint32(seed)))
+        return float(value), grad_vector(grads)
+    return {"ours primal": lambda seed: float(primal(params, np.uint32(seed))), "ours grad": run_grad}, target
 
 
 # ---------------------------------------------------------------- Mitsuba
-def bench_mitsuba(args) -> dict:
-    if not os.path.exists(LIBLLVM):
-        return {"error": f"Mitsuba llvm_ad_rgb needs {LIBLLVM}: apt-get install -y libllvm19"}
-    os.environ.setdefault("DRJIT_LIBLLVM_PATH", LIBLLVM)
+def mitsuba_runners(args, mi, rfilter: str, target: np.ndarray) -> dict:
+    """Mitsuba prb's primal-loss and render + dr.backward runners (seed ->
+    result), the loss against the same ``target`` image as jaxrender's."""
     import drjit as dr
-    import mitsuba as mi
-    mi.set_variant("llvm_ad_rgb")
-    scene = mi.load_dict(scene_dict(mi.cornell_box, args.res, args.spp, args.max_depth, "prb"))
+    d = set_filter(scene_dict(mi.cornell_box, args.res, args.spp, args.max_depth, "prb"), rfilter)
+    scene = mi.load_dict(d)
     params = mi.traverse(scene)
     missing = [k for k in KEYS if k not in params]
     if missing:
-        return {"error": f"mi.traverse lacks {missing}"}
-    target = mi.render(scene, params, spp=args.spp, seed=1)
-    dr.eval(target)
+        raise KeyError(f"mi.traverse lacks {missing}")
     for k in KEYS:
         params[k] = params[k] * SCALE[k]
     params.update()
+    ref = mi.TensorXf(np.ascontiguousarray(target, np.float32))
 
-    def primal():
-        img = mi.render(scene, params, spp=args.spp, seed=0)
-        return float(np.asarray(dr.mean(dr.square(img - target), axis=None)).reshape(-1)[0])
+    def primal(seed: int) -> float:
+        img = mi.render(scene, params, spp=args.spp, seed=seed)
+        return float(np.asarray(dr.mean(dr.square(img - ref), axis=None)).reshape(-1)[0])
 
-    def grad():
+    def grad(seed: int):
         for k in KEYS:
             dr.enable_grad(params[k])
         params.update()
-        img = mi.render(scene, params, spp=args.spp, seed=0)
-        loss = dr.mean(dr.square(img - target), axis=None)
+        img = mi.render(scene, params, spp=args.spp, seed=seed)
+        loss = dr.mean(dr.square(img - ref), axis=None)
         dr.backward(loss)
-        g = {k: np.asarray(dr.grad(params[k])).reshape(-1).tolist() for k in KEYS}
+        g = grad_vector({k: np.asarray(dr.grad(params[k])) for k in KEYS})
         for k in KEYS:
             dr.disable_grad(params[k])
         params.update()
         return float(np.asarray(loss).reshape(-1)[0]), g
+    return {"mitsuba grad": grad, "mitsuba primal": primal}
 
-    t0 = time.perf_counter()
-    primal()
-    first_primal = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    value, g = grad()
-    first_grad = time.perf_counter() - t0
-    t_primal, c_primal = median_time(args.reps, primal)
-    t_grad, c_grad = median_time(args.reps, grad)
-    return {"primal_s": t_primal, "grad_s": t_grad, "ratio": t_grad / t_primal, "primal_cpu_s": c_primal,
-            "grad_cpu_s": c_grad, "first_primal_s": first_primal,
-            "first_grad_s": first_grad, "loss": value, "grads": g}
+
+# ---------------------------------------------------------------- equal error
+def bench_efficiency(args, filters: list[str]) -> dict:
+    """Per filter: both renderers' value_and_grad over --seeds seeds, and
+    their primal losses, all four taking turns seed by seed."""
+    mi = import_mitsuba("llvm_ad_rgb")
+    if isinstance(mi, str):
+        print(f"   {mi}: timing jaxrender alone")
+        mi = None
+    out: dict = {"rows": []}
+    for rfilter in filters:
+        runners, target = jaxrender_runners(args, rfilter)
+        if mi is not None:
+            runners.update(mitsuba_runners(args, mi, rfilter, target))
+        times, results = alternate(runners, range(args.seeds))
+        t = {name: median(ts) for name, ts in times.items()}
+        g_ours = np.stack([g for _, g in results["ours grad"]])
+        row = {"scene": "cornell box", "filter": rfilter, "times": t, "times_all": times,
+               "grads_ours": g_ours.tolist(), "grad_over_primal_ours": t["ours grad"] / t["ours primal"]}
+        line = (f"   {rfilter}: jaxrender value_and_grad {t['ours grad']:.3f} s, primal {t['ours primal']:.3f} s, "
+                f"ratio {row['grad_over_primal_ours']:.2f}x (target <= 2.5x)")
+        if mi is not None:
+            g_mi = np.stack([g for _, g in results["mitsuba grad"]])
+            scale = gradient_scale(g_ours, g_mi)
+            cmp = Comparison("cornell box", rfilter, t["ours grad"], t["mitsuba grad"],
+                             relative_seed_variance(g_ours, scale), relative_seed_variance(g_mi, scale))
+            row.update(cmp.as_dict(), grads_mitsuba=g_mi.tolist(), scale=scale.tolist(),
+                       grad_over_primal_mitsuba=t["mitsuba grad"] / t["mitsuba primal"],
+                       mean_z=mean_difference_z(g_ours, g_mi).tolist())
+            line += (f"; Mitsuba render + backward {t['mitsuba grad']:.3f} s, primal {t['mitsuba primal']:.3f} s, "
+                     f"ratio {row['grad_over_primal_mitsuba']:.2f}x")
+        out["rows"].append(row)
+        print(line, flush=True)
+        if mi is not None:
+            print_means(g_ours, g_mi, np.asarray(row["mean_z"]))
+    if mi is not None:
+        rows = [Comparison(**{k: r[k] for k in ("scene", "filter", "t_ours", "t_mitsuba", "var_ours",
+                                                "var_mitsuba")}) for r in out["rows"]]
+        print("\n   t: one value_and_grad (Mitsuba: render + loss + dr.backward), median over the seeds. relvar: the\n"
+              "   variance of each gradient component over seeds / its mean square (pooled over both renderers'\n"
+              "   seeds), averaged over the components. Ratios Mitsuba over jaxrender; efficiency > 1: jaxrender\n"
+              "   reaches a given gradient noise sooner (target >= 1.5)\n")
+        print("   " + table(rows, "relvar").replace("\n", "\n   "))
+    return out
+
+
+def print_means(g_ours: np.ndarray, g_mi: np.ndarray, z: np.ndarray) -> None:
+    """Gradient means over seeds side by side, with the largest |z| of their
+    difference: a sanity check only, Mitsuba's prb being a peer estimate,
+    not ground truth."""
+    n = g_ours.shape[1] // len(KEYS)     # every parameter in KEYS is an RGB colour
+    fmt = lambda v: "[" + ", ".join(f"{x:+.3e}" for x in v) + "]"
+    for i, k in enumerate(KEYS):
+        part = slice(i * n, (i + 1) * n)
+        print(f"      mean d loss / d {k:<29} jaxrender {fmt(g_ours[:, part].mean(0))}  "
+              f"mitsuba {fmt(g_mi[:, part].mean(0))}  max |z| {np.abs(z[part]).max():.1f}")
 
 
 # ---------------------------------------------------------------- children
@@ -308,21 +370,27 @@ def main(argv=None) -> None:
     ap.add_argument("--res", type=int, default=128)
     ap.add_argument("--spp", type=int, default=16)
     ap.add_argument("--max-depth", type=int, default=8)
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--seeds", type=int, default=8, help="gradients per renderer and filter (>= 2)")
+    ap.add_argument("--filters", default=",".join(FILTERS), help="comma list of box, tent, gaussian")
+    ap.add_argument("--parts", default="efficiency", help=f"comma list of {', '.join(PARTS)}, or all")
     ap.add_argument("--mem-depths", default="4,64")
     ap.add_argument("--mem-spps", default="16,256")
     ap.add_argument("--mem-cap-gb", type=float, default=12.0, help="address-space cap of each child (0: none)")
     ap.add_argument("--child-timeout", type=float, default=240.0)
     ap.add_argument("--check-res", type=int, default=64)
     ap.add_argument("--check-spp", type=int, default=64)
-    ap.add_argument("--skip", default="", help="comma list of parts to skip: jaxrender,mitsuba,memory,plain")
     ap.add_argument("--json", help="also write the results to this file")
     ap.add_argument("--_child", choices=["jaxrender", "plain"], help=argparse.SUPPRESS)
     ap.add_argument("--target", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args._child:
         return child(args)
-    skip = set(filter(None, args.skip.split(",")))
+    parts = set(PARTS) if args.parts == "all" else set(filter(None, args.parts.split(",")))
+    if not parts or parts - set(PARTS):
+        raise SystemExit(f"--parts: {args.parts!r}: choose from {', '.join(PARTS)}, or all")
+    filters = parse_filters(args.filters)
+    if args.seeds < 2:
+        raise SystemExit("--seeds must be at least 2")
     depths = [int(x) for x in args.mem_depths.split(",")]
     spps = [int(x) for x in args.mem_spps.split(",")]
     configs = [(d, s) for d in depths for s in spps]
@@ -332,56 +400,24 @@ def main(argv=None) -> None:
     if load > 0.5:
         print(f"note: load average {load:.2f} at start on {os.cpu_count()} cores: other processes may skew times")
     print(f"Cornell box {args.res}x{args.res}, spp {args.spp}, max_depth {args.max_depth}, "
-          f"d loss / d {{{', '.join(KEYS)}}}; warm, median of {args.reps}\n")
+          f"d loss / d {{{', '.join(KEYS)}}}\n")
 
-    jr = None
-    if "jaxrender" not in skip:
+    ours_grad_s = None     # jaxrender's value_and_grad time with the scene's own (gaussian) filter
+    if "efficiency" in parts:
+        print(f"1. value_and_grad: jaxrender vs Mitsuba 3 prb (llvm_ad_rgb) at equal error, {args.seeds} seeds, "
+              f"alternating")
         try:
-            jr = bench_jaxrender(args)
+            eff = bench_efficiency(args, filters)
+            rows = eff["rows"]
+            ours_grad_s = next((r for r in rows if r["filter"] == "gaussian"), rows[0])["times"]["ours grad"]
         except Exception as exc:
-            jr = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-        results["jaxrender"] = jr
-        print("1. jaxrender gradient vs primal")
-        if "error" in jr:
-            print(f"   jaxrender failed: {jr['error']}")
-        else:
-            print(f"   {'':29} {'wall s':>8} {'cpu s':>8}")
-            print(f"   primal (jit loss)             {jr['primal_s']:8.3f} {jr['primal_cpu_s']:8.3f}   "
-                  f"(first call {jr['first_primal_s']:.2f} s)")
-            print(f"   gradient (jit value_and_grad) {jr['grad_s']:8.3f} {jr['grad_cpu_s']:8.3f}   "
-                  f"(first call {jr['first_grad_s']:.2f} s)")
-            print(f"   gradient / primal = {jr['ratio']:.2f}x wall, {jr['grad_cpu_s'] / jr['primal_cpu_s']:.2f}x cpu"
-                  f"  (target <= 3x)")
+            eff = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+            print(f"   failed: {eff['error']}")
+        results["efficiency"] = eff
         print()
 
-    if "mitsuba" not in skip:
-        try:
-            mi_r = bench_mitsuba(args)
-        except Exception as exc:
-            mi_r = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-        results["mitsuba"] = mi_r
-        print("2. Mitsuba 3 prb (llvm_ad_rgb) vs jaxrender")
-        if "error" in mi_r:
-            print(f"   Mitsuba failed: {mi_r['error']}")
-        else:
-            print(f"   {'':29} {'wall s':>8} {'cpu s':>8}")
-            print(f"   mitsuba primal                {mi_r['primal_s']:8.3f} {mi_r['primal_cpu_s']:8.3f}")
-            print(f"   mitsuba render + dr.backward  {mi_r['grad_s']:8.3f} {mi_r['grad_cpu_s']:8.3f}   "
-                  f"(gradient / primal {mi_r['ratio']:.2f}x wall)")
-            if jr and "error" not in jr:
-                ratio = mi_r["grad_s"] / jr["grad_s"]
-                results["mitsuba_over_jaxrender"] = ratio
-                print(f"   ratio mitsuba / jaxrender gradient = {ratio:.2f}x wall, "
-                      f"{mi_r['grad_cpu_s'] / jr['grad_cpu_s']:.2f}x cpu  (target > 1)")
-                print(f"   ratio mitsuba / jaxrender primal   = {mi_r['primal_s'] / jr['primal_s']:.2f}x wall, "
-                      f"{mi_r['primal_cpu_s'] / jr['primal_cpu_s']:.2f}x cpu")
-                print(f"   loss:  jaxrender {jr['loss']:.5g}  mitsuba {mi_r['loss']:.5g}")
-                print(f"   grads jaxrender: {fmt_grads(jr['grads'])}")
-            print(f"   grads mitsuba:   {fmt_grads(mi_r['grads'])}")
-        print()
-
-    if "memory" not in skip:
-        print(f"3. jaxrender gradient memory ({args.res}x{args.res}; fresh process each, RSS in MiB)")
+    if "memory" in parts:
+        print(f"2. jaxrender gradient memory ({args.res}x{args.res}; fresh process each, RSS in MiB)")
         print(f"   {'max_depth':>9} {'spp':>5} {'baseline':>9} {'peak':>8} {'peak-base':>9} {'call':>7} {'wall s':>7} {'cpu s':>7}")
         rows = []
         for d, s in configs:
@@ -399,8 +435,8 @@ def main(argv=None) -> None:
             print(f"   peak-base spread: {min(deltas):.0f} .. {max(deltas):.0f} MiB (target: flat)")
         print()
 
-    if "plain" not in skip:
-        print("4. plain JAX path tracer (jax_pathtracer.py) under jax.value_and_grad")
+    if "plain" in parts:
+        print("3. plain JAX path tracer (jax_pathtracer.py) under jax.value_and_grad")
         try:
             chk = image_check(args)
             results["plain_image_check"] = chk
@@ -436,12 +472,12 @@ def main(argv=None) -> None:
                     print(f"   {d:>9} {s:>5}  {describe(r, args.mem_cap_gb)}")
             results["plain_grad"] = rows
             main_row = rows[0]
-            if main_row.get("ok") and jr and "error" not in jr:
-                ratio = main_row["time_s"] / jr["grad_s"]
+            if main_row.get("ok") and ours_grad_s:
+                ratio = main_row["time_s"] / ours_grad_s
                 results["plain_over_jaxrender"] = ratio
                 print(f"   plain JAX / jaxrender gradient time at max_depth {args.max_depth}, spp {args.spp}: "
-                      f"{ratio:.1f}x wall, {main_row['cpu_s'] / jr['grad_cpu_s']:.1f}x cpu (plain: no Russian "
-                      f"roulette, no BVH)")
+                      f"{ratio:.1f}x wall (plain: no Russian roulette, no BVH)")
+            if main_row.get("ok"):
                 print(f"   grads plain:     {fmt_grads(main_row['grads'])}")
         print()
 

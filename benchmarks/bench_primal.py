@@ -1,24 +1,33 @@
-"""Primal rendering: jaxrender vs Mitsuba 3 (llvm_ad_rgb) on the same scenes, in one run.
+"""Primal rendering: jaxrender vs Mitsuba 3 (llvm_ad_rgb) on the same scenes, in one run, at equal error.
 
     apt-get install -y libllvm19     # Mitsuba's LLVM backend needs LLVM >= 19
-    python benchmarks/bench_primal.py [--size 256] [--spp 64] [--reps 3]
+    python benchmarks/bench_primal.py [--size 128] [--spp 64] [--seeds 8]
+        [--filters box,tent,gaussian] [--scenes cornell,mesh,envmap] [--json out.json]
 
 Scenes: the Cornell box (max_depth 8), the Cornell box with a large
 tessellated mesh (a sphere of ~--mesh-tris triangles written to a PLY file,
 smooth-shaded with the vertex normals both renderers compute for it), and
 that mesh on a floor lit by an environment map (a procedural sky with a sun
-written to an EXR file), max_depth 8.
-The renderers alternate, --reps renders each (the fastest counts), so that
-a change in the machine's load affects both alike. Prints the time of each
-renderer, the ratio (Mitsuba time / jaxrender time;
->= 1 means jaxrender is at least as fast), paths per second, jaxrender's
-cold-compile first frame (empty kernel cache) and warm first frame (kernel
-from the disk cache, new process), and checks that the two images agree
-within noise before reporting.
+written to an EXR file), max_depth 8; each with the film's reconstruction
+filter set to each of --filters (gaussian is Mitsuba's default).
+
+For every scene and filter, each renderer renders the scene --seeds times
+(seeds 0, 1, ...) at the same spp, the two taking turns seed by seed after
+one warm-up render each, so that a change in the machine's load affects
+both alike. Reported per row: the median render time of each, the
+per-pixel variance over seeds averaged over pixels and channels of each,
+and the ratios Mitsuba / jaxrender of time, of variance, and of time x
+variance: the efficiency ratio, above 1 when jaxrender reaches a given
+noise level sooner (target >= 1.5 with the gaussian filter). Before the
+table, each row's throughput and a check that the two renderers' mean
+images agree within noise (per-channel means over seeds, as a z-score).
+--first-frame also times jaxrender's cold-compile first frame (empty kernel
+cache) and warm first frame (kernels from the disk cache, new process).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -28,7 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
-LIBLLVM = "/usr/lib/x86_64-linux-gnu/libLLVM-19.so"
+from efficiency import (FILTERS, Comparison, alternate, import_mitsuba, mean_difference_z, median, parse_filters,
+                        seed_variance, set_filter, table)
 
 
 def sphere_ply(path: Path, n_tris: int, center=(0.0, -0.5, 0.0), radius=0.4) -> None:
@@ -103,16 +113,6 @@ def scenes(size: int, spp: int, mesh_path: Path | None, base_factory, env_path: 
     return out
 
 
-def best_of(reps: int, run):
-    """(fastest time of run(rep) over reps, the last result)."""
-    best, out = float("inf"), None
-    for r in range(reps):
-        t0 = time.perf_counter()
-        out = run(r)
-        best = min(best, time.perf_counter() - t0)
-    return best, out
-
-
 WARM_PROBE = """
 import time, sys
 t0 = time.perf_counter()
@@ -131,64 +131,122 @@ def first_frame(cache_dir: str) -> tuple[float, int, int]:
     return float(t), int(compiled), int(hits)
 
 
+
+SCENES = {"cornell": "cornell box", "mesh": "cornell box + mesh", "envmap": "mesh + envmap"}
+
+
+def compare(name: str, ours_dict: dict, mitsuba_dict: dict | None, rfilter: str, args, jaxrender, mi) -> dict:
+    """Render one scene with one filter --seeds times with each renderer,
+    alternating, and return the measurements (row and checks)."""
+    t0 = time.perf_counter()
+    scene = jaxrender.load_dict(set_filter(ours_dict, rfilter))
+    load = time.perf_counter() - t0
+    runners = {"ours": lambda seed: np.asarray(jaxrender.render(scene, spp=args.spp, seed=seed))}
+    if mi is not None:
+        t0 = time.perf_counter()
+        ms = mi.load_dict(set_filter(mitsuba_dict, rfilter))
+        load_mi = time.perf_counter() - t0
+        runners["mitsuba"] = lambda seed: np.array(mi.render(ms, spp=args.spp, seed=seed))
+    times, images = alternate(runners, range(args.seeds))
+    out = {"scene": name, "filter": rfilter, "triangles": len(scene.triangles), "load_ours_s": load,
+           "t_ours": median(times["ours"]), "t_ours_all": times["ours"], "var_ours": seed_variance(images["ours"])}
+    if mi is None:
+        return out
+    # The two renderers must estimate the same image for their variances to
+    # be comparable: per-channel image means over seeds, within noise.
+    ch_ours = np.stack(images["ours"]).mean((1, 2))
+    ch_mi = np.stack(images["mitsuba"]).mean((1, 2))
+    row = Comparison(name, rfilter, out["t_ours"], median(times["mitsuba"]),
+                     out["var_ours"], seed_variance(images["mitsuba"]))
+    out.update(row.as_dict(), load_mitsuba_s=load_mi, t_mitsuba_all=times["mitsuba"],
+               mean_rel_diff=(ch_ours.mean(0) / ch_mi.mean(0) - 1).tolist(),
+               mean_z=mean_difference_z(ch_ours, ch_mi).tolist())
+    return out
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size", type=int, default=256)
+    ap.add_argument("--size", type=int, default=128, help="film width and height")
     ap.add_argument("--spp", type=int, default=64)
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--seeds", type=int, default=8, help="renders per renderer, scene and filter (>= 2)")
+    ap.add_argument("--filters", default=",".join(FILTERS), help="comma list of box, tent, gaussian")
+    ap.add_argument("--scenes", default=",".join(SCENES), help=f"comma list of {', '.join(SCENES)}")
     ap.add_argument("--mesh-tris", type=int, default=1_000_000)
+    ap.add_argument("--first-frame", action="store_true",
+                    help="also time jaxrender's first frame in a new process, cold and warm kernel cache")
+    ap.add_argument("--json", help="also write the results to this file")
     args = ap.parse_args(argv)
+    filters = parse_filters(args.filters)
+    wanted = [s.strip() for s in args.scenes.split(",") if s.strip()]
+    if not wanted or any(s not in SCENES for s in wanted):
+        raise SystemExit(f"--scenes: {args.scenes!r}: choose from {', '.join(SCENES)}")
+    if args.seeds < 2:
+        raise SystemExit("--seeds must be at least 2")
+    results: dict = {"config": vars(args), "rows": []}
+    load_avg = os.getloadavg()[0]
+    if load_avg > 0.5:
+        print(f"note: load average {load_avg:.2f} at start on {os.cpu_count()} cores: other processes may skew times")
 
     with tempfile.TemporaryDirectory() as tmp:
-        cold = first_frame(tmp)
-        warm = first_frame(tmp)
-        print(f"jaxrender first frame (new process, 1 spp): cold {cold[0]:.2f} s "
-              f"(compiled {cold[1]}), warm {warm[0]:.2f} s (compiled {warm[1]}, disk hits {warm[2]})")
-        mesh = Path(tmp) / "sphere.ply"
-        t0 = time.perf_counter()
-        sphere_ply(mesh, args.mesh_tris)
-        print(f"wrote {args.mesh_tris} triangle mesh in {time.perf_counter() - t0:.1f} s")
-        env = Path(tmp) / "sky.exr"
-        sky_exr(env)
+        if args.first_frame:
+            cold = first_frame(tmp)
+            warm = first_frame(tmp)
+            results["first_frame"] = {"cold_s": cold[0], "warm_s": warm[0]}
+            print(f"jaxrender first frame (new process, 1 spp): cold {cold[0]:.2f} s "
+                  f"(compiled {cold[1]}), warm {warm[0]:.2f} s (compiled {warm[1]}, disk hits {warm[2]})")
+        mesh = env = None
+        if "mesh" in wanted or "envmap" in wanted:
+            mesh = Path(tmp) / "sphere.ply"
+            t0 = time.perf_counter()
+            sphere_ply(mesh, args.mesh_tris)
+            print(f"wrote {args.mesh_tris} triangle mesh in {time.perf_counter() - t0:.1f} s")
+        if "envmap" in wanted:
+            env = Path(tmp) / "sky.exr"
+            sky_exr(env)
 
         import jaxrender
-        have_mitsuba = os.path.exists(LIBLLVM)
-        if have_mitsuba:
-            os.environ.setdefault("DRJIT_LIBLLVM_PATH", LIBLLVM)
-            import mitsuba as mi
-            mi.set_variant("llvm_ad_rgb")
-        else:
-            print(f"Mitsuba llvm_ad_rgb needs {LIBLLVM}: apt-get install -y libllvm19; comparing nothing")
-        ours_defs = scenes(args.size, args.spp, mesh, jaxrender.cornell_box, env)
-        for name, d in ours_defs.items():
-            t0 = time.perf_counter()
-            scene = jaxrender.load_dict(d)
-            load = time.perf_counter() - t0
-            jaxrender.render(scene, spp=1).block_until_ready()
-            paths = args.size * args.size * args.spp
-            print(f"\n{name}: {args.size}x{args.size}, {args.spp} spp, {len(scene.triangles)} triangles "
-                  f"(load + BVH {load:.2f} s)")
-            ours = lambda r: np.asarray(jaxrender.render(scene, spp=args.spp, seed=r))
-            if not have_mitsuba:
-                t_ours, img = best_of(args.reps, ours)
-                print(f"  jaxrender       {t_ours:8.3f} s  {paths / t_ours / 1e6:7.2f} Mpaths/s")
-                continue
-            md = scenes(args.size, args.spp, mesh, mi.cornell_box, env)[name]
-            ms = mi.load_dict(md)
-            mi.render(ms, spp=1)
-            # Alternate the two renderers so that a change in the machine's
-            # load during the run affects both alike.
-            t_ours = t_mi = float("inf")
-            for r in range(args.reps):
-                t, img = best_of(1, lambda _: ours(r))
-                t_ours = min(t_ours, t)
-                t, ref = best_of(1, lambda _: np.array(mi.render(ms, spp=args.spp, seed=r)))
-                t_mi = min(t_mi, t)
-            print(f"  jaxrender       {t_ours:8.3f} s  {paths / t_ours / 1e6:7.2f} Mpaths/s")
-            rel = np.abs(img.mean((0, 1)) / ref.mean((0, 1)) - 1).max()
-            print(f"  mitsuba llvm    {t_mi:8.3f} s  {paths / t_mi / 1e6:7.2f} Mpaths/s")
-            print(f"  ratio mitsuba / jaxrender = {t_mi / t_ours:.2f}x (target >= 1.0); "
-                  f"image means differ by {rel:.2%}")
+        mi = import_mitsuba("llvm_ad_rgb")
+        if isinstance(mi, str):
+            print(f"{mi}: timing jaxrender alone")
+            mi = None
+        print(f"{args.size}x{args.size}, {args.spp} spp, {args.seeds} seeds per renderer; renderers alternate "
+              f"seed by seed after one warm-up render; times are medians over the seeds\n")
+        for key in wanted:
+            name = SCENES[key]
+            for rfilter in filters:
+                ours_dict = scenes(args.size, args.spp, mesh, jaxrender.cornell_box, env)[name]
+                mi_dict = scenes(args.size, args.spp, mesh, mi.cornell_box, env)[name] if mi else None
+                r = compare(name, ours_dict, mi_dict, rfilter, args, jaxrender, mi)
+                results["rows"].append(r)
+                paths = args.size * args.size * args.spp
+                line = (f"{name}, {rfilter}: {r['triangles']} triangles, load + BVH {r['load_ours_s']:.2f} s; "
+                        f"jaxrender {paths / r['t_ours'] / 1e6:.2f} Mpaths/s")
+                if mi is not None:
+                    z = np.abs(r["mean_z"]).max()
+                    line += (f", Mitsuba {paths / r['t_mitsuba'] / 1e6:.2f} Mpaths/s; image means differ by "
+                             f"{np.abs(r['mean_rel_diff']).max():.2%} (|z| {z:.1f}"
+                             f"{', MISMATCH: variances not comparable' if z > 4 else ''})")
+                print(line, flush=True)
+
+    if mi is not None:
+        rows = [Comparison(**{k: r[k] for k in ("scene", "filter", "t_ours", "t_mitsuba", "var_ours",
+                                                "var_mitsuba")}) for r in results["rows"]]
+        print("\nvar: per-pixel variance over seeds, mean over pixels and channels. Ratios are Mitsuba over "
+              "jaxrender;\nefficiency = (t_mitsuba * var_mitsuba) / (t_ours * var_ours), > 1: jaxrender reaches "
+              "a given noise sooner\n")
+        print(table(rows))
+        gauss = [r for r in rows if r.filter == "gaussian"]
+        if gauss:
+            print("\ntarget: efficiency >= 1.5 with the gaussian filter: " + ", ".join(
+                f"{r.scene} {r.efficiency_ratio:.2f} {'ok' if r.efficiency_ratio >= 1.5 else 'MISSED'}"
+                for r in gauss))
+    else:
+        for r in results["rows"]:
+            print(f"{r['scene']:<20} {r['filter']:<8} t_ours {r['t_ours']:.4f} s  "
+                  f"var_ours {r['var_ours']:.4e}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(results, fh, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,80 @@
+"""The equal-error helpers of benchmarks/efficiency.py on synthetic data
+with answers worked out by hand: the benchmarks' efficiency ratios are
+only as right as these."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from efficiency import (Comparison, alternate, gradient_scale, mean_difference_z, relative_seed_variance,  # noqa: E402
+                        seed_variance, set_filter)
+
+
+def test_seed_variance_is_unbiased_per_element_then_averaged():
+    # Two seeds a, b: the unbiased variance is (a - b)**2 / 2 (a biased one
+    # would give half). Elements spread 0, 2 and 4 apart: 0, 2 and 8, mean 10/3.
+    a = np.array([[1.0, 5.0, -2.0]])
+    b = np.array([[1.0, 7.0, 2.0]])
+    assert seed_variance(np.stack([a, b])) == pytest.approx(10 / 3)
+    # Many seeds of known spread: Gaussian noise of stddev 0.5 on an image.
+    rng = np.random.default_rng(0)
+    images = 3.0 + 0.5 * rng.standard_normal((4000, 4, 4, 3))
+    assert seed_variance(images) == pytest.approx(0.25, rel=0.02)
+    with pytest.raises(ValueError):
+        seed_variance(images[:1])
+
+
+def test_relative_gradient_variance_uses_one_scale_for_both():
+    # Gradient components of very different size, both renderers of the
+    # same mean, the second twice as noisy (in stddev) on every component:
+    # relative variance ratio exactly 4, whatever the components' sizes.
+    mean = np.array([1e-3, 2.0, -5.0])
+    e = np.array([-1.0, 1.0, -1.0, 1.0])[:, None]
+    ours = mean + 0.1 * np.abs(mean) * e
+    theirs = mean + 0.2 * np.abs(mean) * e
+    scale = gradient_scale(ours, theirs)
+    np.testing.assert_allclose(scale, mean ** 2 * (1 + (0.01 + 0.04) / 2))
+    v_ours = relative_seed_variance(ours, scale)
+    # var over 4 seeds of +-0.1|m|: 4 * 0.01 m**2 / 3
+    assert v_ours == pytest.approx((4 * 0.01 / 3) / (1 + 0.025))
+    assert relative_seed_variance(theirs, scale) / v_ours == pytest.approx(4.0)
+    # A component always zero for both is left out, not a division by zero.
+    zero = np.zeros((4, 1))
+    scale0 = gradient_scale(np.hstack([ours, zero]), np.hstack([theirs, zero]))
+    assert relative_seed_variance(np.hstack([ours, zero]), scale0) == pytest.approx(v_ours)
+
+
+def test_efficiency_ratio_is_mitsuba_time_variance_over_ours():
+    row = Comparison("s", "gaussian", t_ours=0.3, t_mitsuba=0.4, var_ours=1.0, var_mitsuba=2.0)
+    assert row.time_ratio == pytest.approx(4 / 3)
+    assert row.variance_ratio == pytest.approx(2.0)
+    assert row.efficiency_ratio == pytest.approx((0.4 * 2.0) / (0.3 * 1.0))
+    assert row.as_dict()["efficiency_ratio"] == pytest.approx(8 / 3)
+
+
+def test_mean_difference_z():
+    # Means 1 and 0, each from K=2 seeds 1 either side of it: unbiased
+    # variance 2 each, standard error of the difference sqrt(2/2 + 2/2).
+    a = np.array([[0.0], [2.0]])
+    b = np.array([[-1.0], [1.0]])
+    np.testing.assert_allclose(mean_difference_z(a, b), [1 / np.sqrt(2)])
+    np.testing.assert_array_equal(mean_difference_z(np.ones((3, 2)), np.ones((3, 2))), [0.0, 0.0])
+
+
+def test_alternate_takes_turns_after_warmup():
+    calls = []
+    runners = {"a": lambda s: calls.append(("a", s)) or s, "b": lambda s: calls.append(("b", s)) or -s}
+    times, results = alternate(runners, [0, 1, 2], warmup=1)
+    assert calls[2:] == [("a", 0), ("b", 0), ("a", 1), ("b", 1), ("a", 2), ("b", 2)]
+    assert {c[1] for c in calls[:2]}.isdisjoint({0, 1, 2})      # warm-up seeds are not timed seeds
+    assert results == {"a": [0, 1, 2], "b": [0, -1, -2]}
+    assert all(len(t) == 3 and min(t) >= 0 for t in times.values())
+
+
+def test_set_filter_changes_the_film_of_the_sensor():
+    import jaxrender
+    d = set_filter(jaxrender.cornell_box(), "tent")
+    assert d["sensor"]["film"]["rfilter"] == {"type": "tent"}
+    assert jaxrender.load_dict(d).sensor(0)[1].rfilter == "tent"
