@@ -79,9 +79,10 @@ def _kernel_inputs(config: RenderConfig, inputs: Mapping[str, Any]) -> dict:
 
 
 def _film_weights(config: RenderConfig, inputs: Mapping[str, Any]):
-    """What the tangent's sums are divided by: with a one-pixel footprint
-    every sample has weight one, so the sample count; else the weight
-    kernel's blocks for the same samples (the primal kernel writes its own)."""
+    """What an image kernel's sums are divided by: with a one-pixel
+    footprint every sample has weight one, so the sample count; else the
+    weight kernel's blocks for the same samples (the primal kernel writes
+    its own, so this launches only for the tangent)."""
     if config.film.footprint == 1:
         return jnp.asarray(inputs["spp"], jnp.float32)
     kernel = config.integrator.weights_kernel(config.structure)
@@ -103,7 +104,7 @@ def render_image(config: RenderConfig, inputs: dict) -> jax.Array:
     ``spp_grad`` for its derivatives."""
     kernel = config.integrator.primal_kernel(config.structure)
     out = launch(kernel, config.launch_shape, **_kernel_inputs(config, inputs))
-    weights = out["weights"] if "weights" in out else jnp.asarray(inputs["spp"], jnp.float32)
+    weights = out["weights"] if "weights" in out else _film_weights(config, inputs)
     return _develop(config, out["image"], weights)
 
 

@@ -57,13 +57,13 @@ class Camera:
     @property
     def footprint(self) -> int:
         """Width of the square of pixels one sample is splatted into."""
-        return 2 * math.ceil(self.radius - 0.5) + 1 if self.rfilter != "box" else 1
+        return 2 * math.ceil(self.radius - 0.5) + 1
 
     @property
     def border(self) -> int:
         """Pixels sampled outside the crop window on each side (Mitsuba's
         filter ``border_size`` when the film samples its border)."""
-        return math.ceil(self.radius - 0.5 - 2e-4) if self.sample_border and self.rfilter != "box" else 0
+        return math.ceil(self.radius - 0.5 - 2e-4) if self.sample_border else 0
 
     @property
     def grid_size(self) -> tuple[int, int]:

@@ -69,6 +69,10 @@ def _cached(kind: str):
     return wrap
 
 
+def _zeros(n: int) -> Vec:
+    return Vec(*(ir.Float(0.0) for _ in range(n)))
+
+
 def _nonzero(cotangent):
     """``cotangent`` with its constant-zero leaves as None, so that the
     shading's reverse pass emits nothing for outputs the estimate ignores."""
@@ -128,8 +132,12 @@ class Integrator:
         value = self.sample(ctx, s)
         return Vec(*value, self.sample_alpha(ctx, s)) if self.alpha else value
 
+    def _variant(self, structure: Structure) -> str:
+        """The kernel-name tail of this integrator's options and the scene's structure."""
+        return ("_alpha" if self.alpha else "") + structure.suffix()
+
     def kernel_name(self, structure: Structure) -> str:
-        return self.name + ("_alpha" if self.alpha else "") + structure.suffix()
+        return self.name + self._variant(structure)
 
     # -- kernels ---------------------------------------------------------------
     def block_width(self, structure: Structure) -> int:
@@ -142,7 +150,7 @@ class Integrator:
         normalising by the summed filter weights happens in JAX."""
         ctx = Context.create(b, structure, diff, self.spectrum)
         spp = b["spp"].value
-        zero = Vec(*(ir.Float(0.0) for _ in range(self.block_width(structure))))
+        zero = _zeros(self.block_width(structure))
         if structure.footprint == 1:
             return {"image": ir.fori_loop(ir.UInt(0), spp, lambda s, acc: acc + self._value(ctx, s), zero)}
 
@@ -151,8 +159,7 @@ class Integrator:
             weights = film.splat_weights(ctx, s, structure.footprint)
             return (acc[0] + Vec(*(w * v for w in weights for v in value)), acc[1] + Vec(*weights))
 
-        zero_w = Vec(*(ir.Float(0.0) for _ in range(structure.footprint ** 2)))
-        image, weights = ir.fori_loop(ir.UInt(0), spp, splat, (zero, zero_w))
+        image, weights = ir.fori_loop(ir.UInt(0), spp, splat, (zero, _zeros(structure.footprint ** 2)))
         return {"image": image, "weights": weights}
 
     def _outputs(self, structure: Structure) -> dict:
@@ -177,10 +184,9 @@ class Integrator:
         the film buffers only, so every integrator shares it."""
         def body(**b):
             ctx = Context.create(b, structure, False, self.spectrum)
-            zero = Vec(*(ir.Float(0.0) for _ in range(structure.footprint ** 2)))
             return {"weights": ir.fori_loop(ir.UInt(0), b["spp"].value,
                                             lambda s, acc: acc + Vec(*film.splat_weights(ctx, s, structure.footprint)),
-                                            zero)}
+                                            _zeros(structure.footprint ** 2))}
         return ir.trace(body, layout.scene_inputs(self.spectrum.channels),
                         {"weights": ir.Out("f32", (structure.footprint ** 2,))},
                         name="film_weights" + structure.suffix())
@@ -208,8 +214,7 @@ class Integrator:
             return {"image": tangent["image"]}
 
         return ir.trace(fwd, inputs, {"image": ir.Out("f32", (self.block_width(structure),))},
-                        name=f"{self.name}_forward_" + "_".join(active) + ("_alpha" if self.alpha else "")
-                        + structure.suffix())
+                        name=f"{self.name}_forward_" + "_".join(active) + self._variant(structure))
 
     def adjoint_kernel(self, active: tuple, method: str, structure: Structure = Structure()) -> ir.Kernel:
         raise ValueError(f"the {self.name} integrator has no adjoint")
@@ -322,5 +327,4 @@ class ReplayIntegrator(Integrator):
         inputs = dict(self.inputs(), grad_image=ir.In("f32", (self.block_width(structure),)))
         outputs = {"grad_" + n: ir.Accum(inputs[n].dtype, inputs[n].item_shape) for n in active}
         return ir.trace(functools.partial(self._adjoint_body, active, method, structure), inputs, outputs,
-                        name=f"{self.name}_adjoint_{method}_" + "_".join(active) + ("_alpha" if self.alpha else "")
-                        + structure.suffix())
+                        name=f"{self.name}_adjoint_{method}_" + "_".join(active) + self._variant(structure))
