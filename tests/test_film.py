@@ -155,3 +155,11 @@ def test_alpha_and_luminance_gradients_are_those_of_the_rgb_image():
 def test_bad_film_settings_raise(film, match):
     with pytest.raises(jaxrender.SceneError, match=match):
         jaxrender.load_dict(_scene(**film))
+
+
+def test_pixel_format_other_than_rgb_with_an_aov_integrator_raises():
+    d = _scene(pixel_format="rgba")
+    d["integrator"] = {"type": "aov", "aovs": "d:depth"}
+    scene = jaxrender.load_dict(d)
+    with pytest.raises(jaxrender.SceneError, match="pixel_format 'rgba' with an aov integrator is not supported"):
+        jaxrender.render(scene, spp=1)
