@@ -11,7 +11,7 @@ colour type and whether the code is traced for derivatives.
 Example::
 
     ctx = Context.create(buffers, Structure(bsdfs=("diffuse",)))
-    u = ctx.rand(sample, dim)                    # 4 uniforms, reproducible
+    x, y, a, b = ctx.rand(sample, group)         # a 2D and two 1D sampler dimensions
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import dataclasses
 from typing import Any
 
 from .. import ir
-from . import layout, textures
+from . import layout, samplers, textures
 from .bsdfs import registry as bsdf_registry
 from .geometry import SceneGeometry
 from .spectrum import RGB, SpectrumType
@@ -37,7 +37,8 @@ class Structure:
     shading frame is the geometric one), ``bsdfs`` the BSDF types its
     kernels dispatch over (registry names, in registry order; default: every
     built-in type), ``sensor`` the sensor type (``sensors.TYPES``),
-    ``textures`` the texture plugins it uses (``textures.PLUGINS`` names)."""
+    ``textures`` the texture plugins it uses (``textures.PLUGINS`` names),
+    ``sampler`` the sampler type (``samplers.TYPES``)."""
     tex_slots: int = 0
     envmap: bool = False
     analytic: bool = False
@@ -45,6 +46,7 @@ class Structure:
     bsdfs: tuple = bsdf_registry.BUILTIN_NAMES
     sensor: str = "perspective"
     textures: tuple = ()
+    sampler: str = "independent"
 
     def __post_init__(self):
         if not 0 <= self.tex_slots <= layout.MAX_TEX_SLOTS:
@@ -55,6 +57,8 @@ class Structure:
         unknown = [t for t in self.textures if t not in textures.PLUGINS]
         if unknown:
             raise ValueError(f"unknown texture plugin(s) {unknown}")
+        if self.sampler not in samplers.TYPES:
+            raise ValueError(f"unknown sampler {self.sampler!r} ({', '.join(samplers.NAMES)})")
 
     @property
     def bsdf_types(self) -> list:
@@ -67,7 +71,8 @@ class Structure:
                 + ("_analytic" if self.analytic else "") + ("_smooth" if self.shading_normals else "")
                 + ("" if self.bsdfs == bsdf_registry.BUILTIN_NAMES else f"_{len(self.bsdfs)}bsdf")
                 + ("" if self.sensor == "perspective" else f"_{self.sensor}")
-                + "".join(f"_{t}" for t in self.textures))
+                + "".join(f"_{t}" for t in self.textures)
+                + ("" if self.sampler == "independent" else f"_{self.sampler}"))
 
 
 @dataclasses.dataclass
@@ -80,10 +85,10 @@ class Context:
     b: dict                  # input name -> ir Buffer
     geo: SceneGeometry
     pixel: Any
-    seed: Any
     diff: bool
     structure: Structure
     spectrum: SpectrumType = RGB
+    sampler: samplers.Sampler | None = None
 
     @classmethod
     def create(cls, b: dict, structure: Structure = Structure(), diff: bool = False,
@@ -93,16 +98,19 @@ class Context:
         else:
             geo = SceneGeometry(b["tris"], b["bvh_bounds"], b["bvh_links"],
                                 wide=(b["wide_nodes"], b["wide_leaves"]))
-        return cls(b, geo, ir.item_index(), b["seed"].value, diff, structure, spectrum)
+        pixel = ir.item_index()
+        return cls(b, geo, pixel, diff, structure, spectrum,
+                   samplers.create(structure.sampler, b, pixel))
 
     def primal(self) -> "Context":
         """This context traced without derivatives."""
         return dataclasses.replace(self, diff=False)
 
-    def rand(self, stream, dim):
-        """Four uniforms of sample ``stream``, dimension ``dim`` (Philox:
-        the same numbers whenever they are asked for again)."""
-        return ir.rng.uniform4(self.seed, self.pixel, dim, stream)
+    def rand(self, s, group):
+        """(x, y, a, b) of sample ``s``, dimension group ``group`` from the
+        scene's sampler: (x, y) one 2D dimension, a and b two 1D ones (see
+        ``samplers``). The same numbers whenever they are asked for again."""
+        return self.sampler.rand(s, group)
 
     def detach(self, x):
         """``x`` without derivatives where derivatives are traced."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import SceneError
+from .sampler import SamplerSpec
 
 
 @dataclass
@@ -22,7 +23,8 @@ class Camera:
     """A perspective sensor: its transform, the tangents of half its field
     of view, clip distances, film size, reconstruction filter (Mitsuba's
     name and shape parameters, e.g. ``(("stddev", 0.5),)``), the sampler's
-    sample count and seed."""
+    sample count (rounded as its type requires) and seed, and its type and
+    settings."""
     to_world: np.ndarray
     tan_x: float
     tan_y: float
@@ -34,6 +36,7 @@ class Camera:
     spp: int
     seed: int = 0
     rfilter_params: tuple = ()
+    sampler: SamplerSpec = SamplerSpec()
 
     def filter_tables(self) -> dict:
         """The kernel buffers of its reconstruction filter."""
