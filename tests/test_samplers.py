@@ -34,7 +34,7 @@ from jaxrender import ir
 from jaxrender.kernels import samplers
 from jaxrender.kernels.samplers import strata
 from jaxrender.primitives import launch
-from jaxrender.scene.sampler import SampleCountWarning
+from jaxrender import SampleCountWarning
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "references"))

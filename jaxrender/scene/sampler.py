@@ -20,7 +20,8 @@ from .errors import SceneError
 
 
 class SampleCountWarning(UserWarning):
-    """A sampler rounded the requested sample count (as Mitsuba does)."""
+    """A sampler rounded the requested sample count (as Mitsuba does).
+    Example: ``warnings.simplefilter("ignore", jaxrender.SampleCountWarning)``."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -48,11 +48,11 @@ class Sampler:
         return self.kind.rand(self.seq, s, group)
 
 
-def create(name: str, b: dict, pixel=None, seed=None) -> Sampler:
+def create(name: str, b: dict, pixel=None) -> Sampler:
     """Sampler ``name`` for the work item's pixel (or ``pixel``) from a
     kernel's buffers ``b`` (``seed``, ``spp``, ``sampler_jitter``,
     ``sampler_strength``)."""
     kind = TYPES[name]
-    seq = kind.sequence(b["seed"].value if seed is None else seed, ir.item_index() if pixel is None else pixel,
-                        b["spp"].value, b["sampler_jitter"].value != 0, b["sampler_strength"].value)
+    seq = kind.sequence(b["seed"].value, ir.item_index() if pixel is None else pixel, b["spp"].value,
+                        b["sampler_jitter"].value != 0, b["sampler_strength"].value)
     return Sampler(kind, seq)
