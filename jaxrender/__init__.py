@@ -14,6 +14,7 @@ from .primitives.render_rules import NotDifferentiableError
 from .render import aov_names, render
 from .scene.cornell import cornell_box
 from .scene.errors import SceneError
+from .scene.sampler import SampleCountWarning
 from .scene.scene import Scene, load_dict
 
 
@@ -24,4 +25,5 @@ def load_file(path, **overrides) -> Scene:
     return load_dict(parse_xml(path, **overrides))
 
 
-__all__ = ["render", "aov_names", "NotDifferentiableError", "load_dict", "load_file", "cornell_box", "Scene", "SceneError"]
+__all__ = ["render", "aov_names", "NotDifferentiableError", "load_dict", "load_file", "cornell_box", "Scene", "SceneError",
+           "SampleCountWarning"]

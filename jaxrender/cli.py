@@ -62,10 +62,12 @@ def cmd_render(args) -> None:
     import jaxrender
     scene = _load(args.scene, args.define)
     try:
-        spp = args.spp or scene.sensor(args.sensor)[1].spp
+        sampler = scene.sensor(args.sensor)[1].sampler
+        spp = sampler.sample_count(args.spp) if args.spp else scene.sensor(args.sensor)[1].spp
     except jaxrender.SceneError as exc:
         raise SystemExit(f"jaxrender: {exc}") from None
-    passes = max(1, min(args.passes, spp))
+    # A stratifying sampler's strata span all of a pixel's samples: one pass.
+    passes = max(1, min(args.passes, spp)) if sampler.type == "independent" else 1
     base, extra = divmod(spp, passes)
     t0 = time.perf_counter()
     acc = None
@@ -106,7 +108,7 @@ def main(argv=None) -> None:
     r.add_argument("--spp", type=int, default=None, help="samples per pixel (default: the scene's)")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--sensor", type=int, default=0, help="which sensor of the scene (file order)")
-    r.add_argument("--passes", type=int, default=8, help="sample passes (progress bar granularity)")
+    r.add_argument("--passes", type=int, default=8, help="sample passes (progress bar granularity; the independent sampler only)")
     r.add_argument("-D", "--define", action="append", help="override an XML <default>: name=value")
     r.add_argument("-q", "--quiet", action="store_true")
     r.set_defaults(fn=cmd_render)

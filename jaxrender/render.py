@@ -70,7 +70,7 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
 
     ``sensor`` picks the scene's sensor (index in file order, as in
     ``mitsuba.render(scene, sensor=1)``), with its own film size, filter
-    and sample count. ``params`` overrides values of ``scene.params`` (same keys as
+    and sampler. ``params`` overrides values of ``scene.params`` (same keys as
     ``mitsuba.traverse``). The image is differentiable with respect to those
     values (``jax.grad``, ``jax.jvp``, ``jax.vjp``, ``jax.linearize``):
     derivatives are computed by a forward-mode kernel and its transpose, an
@@ -80,7 +80,10 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     ``seed_grad`` / ``spp_grad`` (defaults: a hash of ``seed`` / ``spp``),
     decorrelated from the primal image as unbiased gradients of non-linear
     losses require. ``seed`` may be a traced value under ``jax.jit``;
-    changing parameters, spp or seeds never recompiles the kernels.
+    changing parameters, spp or seeds never recompiles the kernels. ``spp``
+    (default: the sampler's ``sample_count``) and ``spp_grad`` are rounded
+    as the sensor's sampler requires, as Mitsuba does (with a warning; e.g.
+    up to a square for ``stratified``).
 
     Example::
 
@@ -92,8 +95,11 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
         g = jax.grad(loss)(scene.params[key])
     """
     cam_key, cam = scene.sensor(sensor)
-    spp = _positive_int(cam.spp if spp is None else spp, "spp")
-    spp_grad = _positive_int(spp if spp_grad is None else spp_grad, "spp_grad")
+    # Sample counts are rounded as the scene's sampler type requires (as
+    # Mitsuba's render(spp=...) does; a warning says so).
+    spp = cam.spp if spp is None else cam.sampler.sample_count(_positive_int(spp, "spp"), "spp")
+    spp_grad = spp if spp_grad is None else cam.sampler.sample_count(_positive_int(spp_grad, "spp_grad"),
+                                                                      "spp_grad")
     if method not in ADJOINT_METHODS:
         raise SceneError(f"method must be one of {ADJOINT_METHODS}, got {method!r}")
     try:
@@ -118,8 +124,7 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     why = (("camera", scene.nondifferentiable[cam_key]), ("tris", _GEOMETRY_WHY),
            ("shape_data", _GEOMETRY_WHY), ("tri_normals", _GEOMETRY_WHY))
     film = FilmGeometry(grid=cam.grid_size[::-1], border=cam.border, footprint=cam.footprint)
-    structure = dataclasses.replace(scene.structure, footprint=cam.footprint)
-    config = RenderConfig(film, method, why, structure, integrator)
+    config = RenderConfig(film, method, why, scene.sensor_structure(sensor), integrator)
     return to_pixel_format(render_image(config, inputs), cam.pixel_format)
 
 

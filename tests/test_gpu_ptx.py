@@ -25,6 +25,7 @@ from jaxrender.lowering import bvh_traversal, ptx, toolkit
 import test_codegen_lanes
 import test_control_flow
 import test_ir_ops
+import test_samplers
 import test_scatter_dispatch
 
 needs_libdevice = pytest.mark.skipif(
@@ -60,6 +61,7 @@ ENGINE_KERNELS = {
     "cond_effects": test_control_flow.cond_effect_kernel,
     "scatter": test_scatter_dispatch.scatter_kernel, "vector_accum": test_scatter_dispatch.vector_accum_kernel,
     "dispatch_in_loop": test_scatter_dispatch.bounce_kernel, "kitchen_sink": test_codegen_lanes.kitchen_sink,
+    "samplers": test_samplers.all_samplers_kernel,
 }
 
 

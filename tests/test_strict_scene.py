@@ -79,6 +79,10 @@ PLUGINS = {
     "mitchell": ("sensor.film.rfilter", {"type": "mitchell"}, "b"),
     "catmullrom": ("sensor.film.rfilter", {"type": "catmullrom"}, "radius"),
     "independent": ("sensor.sampler", None, "sample_cont"),
+    "stratified": ("sensor.sampler", {"type": "stratified"}, "jiter"),
+    "multijitter": ("sensor.sampler", {"type": "multijitter"}, "strength"),
+    "orthogonal": ("sensor.sampler", {"type": "orthogonal"}, "strenght"),
+    "ldsampler": ("sensor.sampler", {"type": "ldsampler"}, "jitter"),
     "path": ("integrator", {"type": "path"}, "max_dept"),
     "direct": ("integrator", {"type": "direct"}, "max_depth"),
     "aov": ("integrator", {"type": "aov", "aovs": "dd:depth"}, "aov"),
@@ -281,6 +285,11 @@ MITSUBA_PROPERTIES = [
     ("tent", "radius", 1.5, None), ("gaussian", "stddev", 0.3, None), ("lanczos", "lobes", 2, None),
     ("mitchell", "B", 0.5, None), ("mitchell", "C", 0.2, None),
     ("independent", "sample_count", 16, None), ("independent", "seed", 7, None),
+    ("stratified", "sample_count", 16, None), ("stratified", "seed", 7, None), ("stratified", "jitter", False, None),
+    ("multijitter", "sample_count", 12, None), ("multijitter", "seed", 7, None),
+    ("multijitter", "jitter", False, None), ("orthogonal", "sample_count", 25, None),
+    ("orthogonal", "seed", 7, None), ("orthogonal", "jitter", False, None), ("orthogonal", "strength", 3, None),
+    ("ldsampler", "sample_count", 64, None), ("ldsampler", "seed", 7, None),
     ("path", "max_depth", 3, None), ("path", "rr_depth", 2, None), ("path", "hide_emitters", True, None),
     ("path", "timeout", -1.0, None), ("path", "timeout", 5.0, "a render time limit"),
     ("path", "block_size", 16, None), ("path", "samples_per_pass", 4, None),
@@ -312,14 +321,6 @@ def test_every_property_mitsuba_reads_is_honoured_or_refused_as_not_supported(pl
         mi.load_dict(mitsuba_dict(plugin, **{name: _mitsuba_value(mi, value)}))
     except RuntimeError as exc:     # e.g. a medium needs a scene: only "unreferenced" would be wrong
         assert "unreferenced" not in str(exc)
-
-
-@pytest.mark.parametrize("plugin", ["stratified", "multijitter", "orthogonal", "ldsampler"])
-def test_other_samplers_are_not_supported_yet(plugin):
-    d = with_plugin(small_box(), "sensor.sampler", {"type": plugin})
-    with pytest.raises(jaxrender.SceneError, match=rf"sensor.sampler: sampler type '{plugin}' is not supported yet "
-                                                   r"\(independent\)"):
-        jaxrender.load_dict(d)
 
 
 @pytest.mark.parametrize("edit, message", [

@@ -11,7 +11,7 @@ colour type and whether the code is traced for derivatives.
 Example::
 
     ctx = Context.create(buffers, Structure(bsdfs=("diffuse",)))
-    u = ctx.rand(sample, dim)                    # 4 uniforms, reproducible
+    x, y, a, b = ctx.rand(sample, group)         # a 2D and two 1D sampler dimensions
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import dataclasses
 from typing import Any
 
 from .. import ir
-from . import layout, textures
+from . import layout, samplers, textures
 from .bsdfs import registry as bsdf_registry
 from .geometry import SceneGeometry
 from .spectrum import RGB, SpectrumType
@@ -40,7 +40,7 @@ class Structure:
     ``textures`` the texture plugins it uses (``textures.PLUGINS`` names),
     ``footprint`` the width in pixels of the square a sample is splatted
     into (odd: 1 for the box filter, 5 for Mitsuba's default Gaussian; see
-    ``sensors/film.py``)."""
+    ``sensors/film.py``), ``sampler`` the sampler type (``samplers.TYPES``)."""
     tex_slots: int = 0
     envmap: bool = False
     analytic: bool = False
@@ -49,6 +49,7 @@ class Structure:
     sensor: str = "perspective"
     textures: tuple = ()
     footprint: int = 1
+    sampler: str = "independent"
 
     def __post_init__(self):
         if not (isinstance(self.footprint, int) and self.footprint >= 1 and self.footprint % 2 == 1):
@@ -61,6 +62,8 @@ class Structure:
         unknown = [t for t in self.textures if t not in textures.PLUGINS]
         if unknown:
             raise ValueError(f"unknown texture plugin(s) {unknown}")
+        if self.sampler not in samplers.TYPES:
+            raise ValueError(f"unknown sampler {self.sampler!r} ({', '.join(samplers.NAMES)})")
 
     @property
     def bsdf_types(self) -> list:
@@ -74,7 +77,8 @@ class Structure:
                 + ("" if self.bsdfs == bsdf_registry.BUILTIN_NAMES else f"_{len(self.bsdfs)}bsdf")
                 + ("" if self.sensor == "perspective" else f"_{self.sensor}")
                 + "".join(f"_{t}" for t in self.textures)
-                + ("" if self.footprint == 1 else f"_splat{self.footprint}"))
+                + ("" if self.footprint == 1 else f"_splat{self.footprint}")
+                + ("" if self.sampler == "independent" else f"_{self.sampler}"))
 
 
 @dataclasses.dataclass
@@ -87,10 +91,10 @@ class Context:
     b: dict                  # input name -> ir Buffer
     geo: SceneGeometry
     pixel: Any
-    seed: Any
     diff: bool
     structure: Structure
     spectrum: SpectrumType = RGB
+    sampler: samplers.Sampler | None = None
 
     @classmethod
     def create(cls, b: dict, structure: Structure = Structure(), diff: bool = False,
@@ -100,16 +104,19 @@ class Context:
         else:
             geo = SceneGeometry(b["tris"], b["bvh_bounds"], b["bvh_links"],
                                 wide=(b["wide_nodes"], b["wide_leaves"]))
-        return cls(b, geo, ir.item_index(), b["seed"].value, diff, structure, spectrum)
+        pixel = ir.item_index()
+        return cls(b, geo, pixel, diff, structure, spectrum,
+                   samplers.create(structure.sampler, b, pixel))
 
     def primal(self) -> "Context":
         """This context traced without derivatives."""
         return dataclasses.replace(self, diff=False)
 
-    def rand(self, stream, dim):
-        """Four uniforms of sample ``stream``, dimension ``dim`` (Philox:
-        the same numbers whenever they are asked for again)."""
-        return ir.rng.uniform4(self.seed, self.pixel, dim, stream)
+    def rand(self, s, group):
+        """(x, y, a, b) of sample ``s``, dimension group ``group`` from the
+        scene's sampler: (x, y) one 2D dimension, a and b two 1D ones (see
+        ``samplers``). The same numbers whenever they are asked for again."""
+        return self.sampler.rand(s, group)
 
     def detach(self, x):
         """``x`` without derivatives where derivatives are traced."""

@@ -112,6 +112,8 @@ def scene_inputs(channels: int = 3) -> dict:
         "film_height": ir.Scalar("f32"),
         "spp": ir.Scalar("u32"),
         "seed": ir.Scalar("u32"),
+        "sampler_jitter": ir.Scalar("u32"),               # the sampler's jitter flag (samplers/)
+        "sampler_strength": ir.Scalar("u32"),             # its orthogonal-array strength
         "bsdf_table": ir.In("f32"),                       # BSDF_TABLE_STRIDE floats a BSDF
         "emitter_frame": ir.In("f32", (EMITTER_FRAME_ROW,)),
         "tri_normals": ir.In("f32", (TRI_NORMALS_ROW,)),  # 0 rows: no vertex normals

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import SceneError
+from .sampler import SamplerSpec
 
 
 @dataclass
@@ -27,9 +28,10 @@ class Camera:
     """A perspective sensor: its transform, the tangents of half its field
     of view, clip distances, film size, reconstruction filter (Mitsuba's
     name and shape parameters, e.g. ``(("stddev", 0.5),)``), the sampler's
-    sample count and seed, the film's crop window (offset and size in
-    pixels, default the whole film), whether it samples the border outside
-    the crop window that its filter reaches, and its pixel format."""
+    sample count (rounded as its type requires), seed, type and settings,
+    the film's crop window (offset and size in pixels, default the whole
+    film), whether it samples the border outside the crop window that its
+    filter reaches, and its pixel format."""
     to_world: np.ndarray
     tan_x: float
     tan_y: float
@@ -45,6 +47,7 @@ class Camera:
     crop_size: tuple | None = None
     sample_border: bool = False
     pixel_format: str = "rgb"
+    sampler: SamplerSpec = SamplerSpec()
 
     def __post_init__(self):
         if self.crop_size is None:

@@ -14,12 +14,13 @@ arrays. Supported so far: shapes rectangle, cube, obj, ply, sphere, disk;
 the BSDFs of ``kernels.bsdfs.registry`` (also inside twosided), with
 ``bitmap`` or ``checkerboard`` textures; area, point, spot, directional,
 constant and envmap emitters; perspective sensor; hdrfilm with box, tent
-and gaussian filters; independent sampler; path, direct and aov
-integrators. Anything else raises :class:`SceneError` naming the plugin,
-never a wrong image.
+and gaussian filters; independent, stratified, multijitter, orthogonal and
+ldsampler samplers; path, direct and aov integrators. Anything else raises
+:class:`SceneError` naming the plugin, never a wrong image.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -112,7 +113,17 @@ class Scene:
         return Structure(max((len(s) for s in self.bsdf_slots), default=0), self.env_texture >= 0,
                          len(self.shape_data) > 0, len(self.tri_normals) > 0,
                          tuple(t for t, _, _ in self.bsdfs) or ("diffuse",),
-                         textures=tuple(n for n in ktex.PLUGINS if n in plugins))
+                         textures=tuple(n for n in ktex.PLUGINS if n in plugins),
+                         sampler=self.sensor(0)[1].sampler.type, footprint=self.sensor(0)[1].footprint)
+
+    def sensor_structure(self, index: int = 0):
+        """:attr:`structure` with sensor ``index``'s sampler type and filter
+        footprint (sensors may differ in both)."""
+        cam = self.sensor(index)[1]
+        s = self.structure
+        if (s.sampler, s.footprint) == (cam.sampler.type, cam.footprint):
+            return s
+        return dataclasses.replace(s, sampler=cam.sampler.type, footprint=cam.footprint)
 
     @property
     def bsdf_types(self) -> list:
@@ -199,7 +210,7 @@ class Scene:
                     emitter_geom=self.emitter_geom, env_emitter=np.int32(self.env_emitter),
                     emitter_frame=self.emitter_frame, tri_normals=self.tri_normals, prim_shape=self.prim_shape,
                     shape_data=self.shape_data,
-                    camera=camera[None, :], **self.texture_inputs(p),
+                    camera=camera[None, :], **self.texture_inputs(p), **cam.sampler.kernel_inputs(),
                     **cam.film_inputs())
 
 

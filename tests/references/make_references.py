@@ -5,8 +5,9 @@ per-pixel mean and standard error as small committed test data.
 
 Images of the aov integrator (AOV_VARIANTS) keep all their channels.
 Each reference is the mean of RENDERS independent renders (different
-seeds) of SPP samples per pixel; the standard error of that mean comes from
-their spread, so tests can judge differences against Monte Carlo noise.
+seeds) of SPP samples per pixel (SAMPLER_VARIANTS: of their sampler's own
+sample count); the standard error of that mean comes from their spread,
+so tests can judge differences against Monte Carlo noise.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from scenes import AOV_VARIANTS, RENDERS, SPP, VARIANTS  # noqa: E402
+from scenes import AOV_VARIANTS, RENDERS, SAMPLER_VARIANTS, SPP, VARIANTS  # noqa: E402
 
 OUT = HERE.parent / "data" / "references"
 
@@ -27,16 +28,18 @@ def main() -> None:
     import mitsuba as mi
     mi.set_variant("scalar_rgb")
     OUT.mkdir(parents=True, exist_ok=True)
-    everything = {**VARIANTS, **AOV_VARIANTS}
+    everything = {**VARIANTS, **AOV_VARIANTS, **SAMPLER_VARIANTS}
     names = sys.argv[1:] or list(everything)
     for name in names:
         make = everything[name]
         scene = mi.load_dict(make(mi.cornell_box()))
-        imgs = np.stack([np.array(mi.render(scene, spp=SPP, seed=s)) for s in range(RENDERS)])
+        spp = 0 if name in SAMPLER_VARIANTS else SPP          # 0: the scene's sampler's sample count
+        imgs = np.stack([np.array(mi.render(scene, spp=spp, seed=s)) for s in range(RENDERS)])
         mean = imgs.mean(0)
         stderr = imgs.std(0, ddof=1) / np.sqrt(RENDERS)
         np.savez_compressed(OUT / f"{name}.npz", mean=mean.astype(np.float32), stderr=stderr.astype(np.float32),
-                            spp=SPP * RENDERS, mitsuba=mi.__version__)
+                            spp=(spp or scene.sensors()[0].sampler().sample_count()) * RENDERS,
+                            mitsuba=mi.__version__)
         print(f"{name}: {mean.shape}, mean {mean.mean(axis=(0, 1))}")
 
 

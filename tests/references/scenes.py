@@ -253,6 +253,42 @@ VARIANTS = {f.__name__: f for f in (cbox_gaussian, cbox_box_direct, cbox_tent_de
                                     cbox_shape_lights, cbox_smooth_meshes)}
 
 
+# Mitsuba's samplers: references rendered with the scene's own sampler and
+# sample count (not SPP), compared by tests/test_samplers.py.
+def _sampled(d, sampler, integrator=None, rfilter=None):
+    d = _base(d)
+    d["sensor"]["sampler"] = sampler
+    if integrator is not None:
+        d["integrator"] = integrator
+    if rfilter is not None:
+        d["sensor"]["film"]["rfilter"] = {"type": rfilter}
+    return d
+
+
+def cbox_stratified(d):
+    return _sampled(d, {"type": "stratified", "sample_count": 64}, {"type": "direct"}, "box")
+
+
+def cbox_multijitter(d):
+    return _sampled(d, {"type": "multijitter", "sample_count": 48}, {"type": "path", "max_depth": 4}, "tent")
+
+
+def cbox_orthogonal(d):
+    return _sampled(d, {"type": "orthogonal", "sample_count": 49}, {"type": "path", "max_depth": 3})
+
+
+def cbox_orthogonal_strength3(d):
+    """Bush's construction (p^3 rows, of which a pixel takes p^2, as in Mitsuba)."""
+    return _sampled(d, {"type": "orthogonal", "sample_count": 25, "strength": 3}, {"type": "direct"}, "box")
+
+
+def cbox_ldsampler(d):
+    return _sampled(d, {"type": "ldsampler", "sample_count": 64, "seed": 5})
+
+
+SAMPLER_VARIANTS = {f.__name__: f for f in (cbox_stratified, cbox_multijitter, cbox_orthogonal,
+                                            cbox_orthogonal_strength3, cbox_ldsampler)}
+
 # AOV integrator references: (H, W, C) images, channels in the order of the
 # "aovs" string (compared by tests/test_aov.py; uv is not, see there).
 AOVS = "dd:depth,pp:position,uv:uv,nn:geo_normal,sh:sh_normal,al:albedo"

@@ -15,7 +15,7 @@ Emitters are chosen uniformly, as in Mitsuba.
 
 Example::
 
-    es = sample(ctx, si, d, u4)                    # u4: 4 uniforms
+    es = sample(ctx, si, d, ctx.rand(s, group))    # (x, y, a, b) of the sampler
     radiance = eval_sample(ctx, es)                # times es.factor, per emitter
 """
 from __future__ import annotations
@@ -57,14 +57,17 @@ def selection_pdf(ctx):
 
 
 def sample(ctx, si, d: Vec, u) -> EmitterSample:
-    """Choose an emitter with ``u[0]`` and sample a direction towards it with
-    ``u[1:4]`` from interaction ``si`` (reached along ``d``); the reference
-    point is offset to the side the ray came from."""
+    """Sample a direction towards an emitter from interaction ``si``
+    (reached along ``d``; the reference point is offset to the side the ray
+    came from) with one dimension group ``u`` = (x, y, a, b) of the sampler
+    (``Context.rand``): ``a`` chooses the emitter, ``b`` a part of it (a
+    mesh's triangle) and (x, y) the point on it."""
+    x, y, a, b = u
     n_em = ctx.n_emitters
-    sel = ir.minimum(ir.cast(u[0] * ir.cast(n_em, "f32"), "i32"), n_em - 1)
+    sel = ir.minimum(ir.cast(a * ir.cast(n_em, "f32"), "i32"), n_em - 1)
     ref = si.p + si.ng * ir.copysign(si.scale, -ir.dot(si.ng, d))
     kind = ctx.b["emitter_meta"].read(sel, layout.META_TYPE)
-    rest = (u[1], u[2], u[3])
+    rest = (b, x, y)
     ds = ir.dispatch(kind, [lambda t=t: t.sample(ctx, sel, ref, rest) for t in _used(ctx.structure)])
     return EmitterSample(ds.w, ds.dist, ds.factor, ds.pdf, ds.delta, sel, kind)
 

@@ -23,7 +23,9 @@ class EmitterType:
     """One emitter type.
 
     ``sample(ctx, sel, ref, u)``: a :class:`DirectionSample` towards emitter
-    ``sel`` from point ``ref``, u = (u0, u1, u2) uniform. ``pdf(ctx, sel, si)``
+    ``sel`` from point ``ref``, u = (u0, u1, u2) uniform: u0 a 1D sample (to
+    choose a part, e.g. a triangle), (u1, u2) a 2D one (a point on it),
+    stratified jointly by the samplers that stratify. ``pdf(ctx, sel, si)``
     (surface emitters): the solid-angle density of hitting it along the ray
     of interaction ``si``, 0 to use the area density
     (``emitter_geom``'s area); None: always the area density.

@@ -117,7 +117,7 @@ class EnvMap:
 
 
 def sample(ctx, sel, ref: Vec, u) -> DirectionSample:
-    w, pdf = EnvMap(ctx.b, sel).sample(u[0], u[1], u[2])
+    w, pdf = EnvMap(ctx.b, sel).sample(u[1], u[2], u[0])      # (row, column): the 2D sample
     return DirectionSample(w, ir.Float(INF), ir.Float(1.0), pdf, ir.Bool(False))
 
 

@@ -122,6 +122,9 @@ class PathIntegrator(ReplayIntegrator):
         # (as in Mitsuba), without counting a bounce.
         pass_through = si.is_emitter & (st.depth == 0) & ~show_emitters
         active_next = si.hit & ((max_d < 0) | (st.depth + 1 < max_d)) & ~pass_through
+        # Two dimension groups per vertex (group 0 is the film's): the emitter
+        # sample's, and the BSDF's: (u[0], u[1]) its direction, a 2D sample
+        # of the scene's sampler, u[2] roulette and u[3] the lobe, 1D ones.
         es = emitters.sample(ctx, si, st.d, ctx.rand(s, 1 + st.depth * 2))
         u = ctx.rand(s, 2 + st.depth * 2)
         sh = shade(si, es, u, st.depth, st.prev_pdf, st.prev_delta, show_emitters)

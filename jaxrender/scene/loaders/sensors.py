@@ -1,12 +1,13 @@
 """The sensor and what it holds: ``perspective`` sensors, the ``hdrfilm``
-film, Mitsuba's six reconstruction filters and the ``independent``
-sampler, as Mitsuba 3.9.1 reads them.
+film, Mitsuba's six reconstruction filters and Mitsuba's five samplers
+(``independent``, ``stratified``, ``multijitter``, ``orthogonal``,
+``ldsampler``: the types of ``kernels.samplers``), as Mitsuba 3.9.1 reads
+them.
 
 The sensor loader returns a :class:`~jaxrender.scene.scene.Camera`; the
 film, filter and sampler loaders (``loader(builder, props)``) return their
-settings to it. Mitsuba's other sensors, films, filters and samplers are
-"not supported yet" errors (its other samplers would draw other sample
-patterns, so none silently stands in for another).
+settings to it. Mitsuba's other sensors, films and filters are "not
+supported yet" errors.
 """
 from __future__ import annotations
 
@@ -15,8 +16,11 @@ from typing import TYPE_CHECKING, Mapping, NamedTuple
 
 import numpy as np
 
+from ...kernels import samplers as ksamplers
 from ..camera import Camera
+from ..errors import SceneError
 from ..properties import Properties
+from ..sampler import SamplerSpec
 from .registry import PluginRegistry, load_plugin, reject_nested
 
 if TYPE_CHECKING:
@@ -47,6 +51,7 @@ class Film(NamedTuple):
 class Sampler(NamedTuple):
     spp: int
     seed: int
+    spec: SamplerSpec
 
 
 def _nested(builder: SceneBuilder, props: Properties, category: str, registry: PluginRegistry,
@@ -85,7 +90,8 @@ def load_perspective(builder: SceneBuilder, props: Properties) -> Camera:
         raise props.error("the camera's to_world must not scale (Mitsuba refuses scale factors here)", "to_world")
     return Camera(to_world, tan_x, tan_y, near, far, film.width, film.height, film.rfilter, sampler.spp,
                   seed=sampler.seed, rfilter_params=film.rfilter_params, crop_offset=film.crop_offset,
-                  crop_size=film.crop_size, sample_border=film.sample_border, pixel_format=film.pixel_format)
+                  crop_size=film.crop_size, sample_border=film.sample_border, pixel_format=film.pixel_format,
+                  sampler=sampler.spec)
 
 
 def _shutter(props: Properties) -> None:
@@ -202,12 +208,28 @@ def _positive(props: Properties, name: str, default: float) -> float:
     return v
 
 
-@SAMPLERS.register("independent")
-def load_independent(builder: SceneBuilder, props: Properties) -> Sampler:
-    spp = props.int("sample_count", 4)
-    if spp <= 0:
-        raise props.error(f"must be a positive integer, got {spp}", "sample_count")
+def load_sampler(builder: SceneBuilder, props: Properties) -> Sampler:
+    """Any sampler of ``kernels.samplers``: ``sample_count`` rounded as
+    Mitsuba's sampler of that type rounds it, ``seed``, and ``jitter`` /
+    ``strength`` where the type reads them."""
+    kind = ksamplers.TYPES[props.plugin]
+    n = props.int("sample_count", 4)
+    if n <= 0:
+        raise props.error(f"must be a positive integer, got {n}", "sample_count")
     seed = props.int("seed", 0)
     if not 0 <= seed < 2 ** 32:
         raise props.error(f"must be an unsigned 32-bit integer, got {seed}", "seed")
-    return Sampler(spp, seed)
+    jitter = props.bool("jitter", True) if "jitter" in kind.properties else True
+    strength = props.int("strength", 2) if "strength" in kind.properties else 2
+    if strength < 2:
+        # Mitsuba 3.9.1 loads it, then divides by zero or loops on such arrays
+        raise props.error(f"must be at least 2, got {strength}", "strength")
+    spec = SamplerSpec(kind.name, jitter, strength)
+    try:
+        spp = spec.sample_count(n, props.where("sample_count"))
+    except SceneError as exc:
+        raise props.locate(exc, "sample_count") from None
+    return Sampler(spp, seed, spec)
+
+
+SAMPLERS.serve(lambda: set(ksamplers.TYPES), load_sampler)
