@@ -140,6 +140,20 @@ def test_empty_buffer_reads_zero_and_has_length_zero():
     np.testing.assert_array_equal(np.asarray(out["y"]), 1.0)
 
 
+@pytest.mark.parametrize("lanes", [1, 8])
+def test_empty_rows_read_zero_batched_and_compile_to_one_xla_op(lanes):
+    # Empty inputs reach the handler unpadded; its zero row serves every
+    # batch element and every component of the row.
+    a, b = rng_arrays(5, 4)
+    f = jax.vmap(lambda a, b: launch(affine_kernel(), (6,), a=a, b=b, s=2.0, simd_lanes=lanes)["y"])
+    out = f(np.stack([a, a + 1]), np.zeros((2, 0, 3), np.float32))
+    np.testing.assert_array_equal(np.asarray(out), np.stack([affine_ref(a, np.zeros((1, 3), np.float32), 2.0, 6),
+                                                             affine_ref(a + 1, np.zeros((1, 3), np.float32), 2.0, 6)]))
+    hlo = jax.jit(lambda b: launch(affine_kernel(), (3,), a=a, b=b, s=1.0)["y"]).lower(
+        np.zeros((0, 3), np.float32)).compile().as_text()
+    assert "broadcast" not in hlo and "fusion" not in hlo, hlo  # nothing but the custom call to compile
+
+
 def test_values_and_sizes_never_recompile():
     a, b = rng_arrays()
     launch(affine_kernel(), (10,), a=a, b=b, s=1.0)["y"].block_until_ready()

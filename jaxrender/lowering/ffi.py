@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from llvmlite import ir as ll
 
-from ..ir.kernel import Kernel
+from ..ir.kernel import Kernel, _width
 from .abi import InfoLayout
 from .codegen import i1, i8, i32, i64, ptr
 
@@ -176,9 +176,16 @@ def build_handler(module: ll.Module, kernel: Kernel, layout: InfoLayout, ctx_typ
 
     b.store(info, ctx_slot(0))
     in_names = list(kernel.inputs)
-    for i in range(ni):
+    zero_row = _zero_row(module, kernel)
+    for i, spec in enumerate(kernel.inputs.values()):
         data, _ = e.sized_buffer(args, 1 + i, info_at(layout.in_elems(i)), fail,
                                  f"jaxrender kernel '{name}': input '{in_names[i]}'")
+        if not spec.scalar:
+            # An input with no rows arrives empty (the bridge pads nothing:
+            # ZERO_ROW_FOR_EMPTY_INPUTS); its reads, clamped to row 0 (and
+            # its batch strides, 0), land in a zero row of our own.
+            empty = b.icmp_signed("==", info_at(layout.rows(i)), i64(0))
+            data = b.select(empty, zero_row, data)
         b.store(data, ctx_slot(1, i))
     out_names = list(kernel.item_outputs) + list(kernel.accumulators)
     memset = module.globals.get("llvm.memset.p0.i64") or ll.Function(
@@ -237,6 +244,18 @@ def build_handler(module: ll.Module, kernel: Kernel, layout: InfoLayout, ctx_typ
             fail(f"jaxrender kernel '{name}': check failed: {msg}", ERRC_INVALID_ARGUMENT)
     b.ret(null)
     return fn
+
+
+def _zero_row(module: ll.Module, kernel: Kernel):
+    """A constant row of zeros as wide as the kernel's widest input row."""
+    words = max([_width(spec.item_shape) for spec in kernel.inputs.values()] + [1])
+    ty = ll.ArrayType(i32, words)
+    g = ll.GlobalVariable(module, ty, "jaxrender_zero_row")
+    g.global_constant = True
+    g.linkage = "private"
+    g.align = 64
+    g.initializer = ll.Constant(ty, None)
+    return _opaque(g)
 
 
 def _opaque(value):

@@ -32,6 +32,7 @@ from ..kernels import layout
 from ..kernels import textures as ktex
 from ..kernels.bsdfs import registry as bsdf_registry
 from . import textures as tex_io
+from .arrays import array_module
 from .builder import SceneBuilder
 from .camera import Camera, filter_tables
 from .errors import SceneError
@@ -121,7 +122,6 @@ class Scene:
 
     def texture_inputs(self, p: Mapping[str, Any]) -> dict:
         """The texture buffers of the path kernel from parameter values ``p``."""
-        import jax.numpy as jnp
         slots, rows = [], []
         for s in self.bsdf_slots:
             rows.append((len(slots), len(s)))
@@ -134,8 +134,8 @@ class Scene:
             kind = t.kind if t.plugin is None else ktex.CUSTOM + plugins.index(t.plugin)
             meta[i, :7] = (offsets[i], t.width, t.height, t.channels, kind, t.wrap, t.filter)
             uv[i] = (t.to_uv if t.to_uv is not None else np.eye(3)[:2]).reshape(6)
-        texels = jnp.concatenate([t.texels(p) for t in self.textures]) if self.textures \
-            else jnp.zeros((0,), jnp.float32)
+        blocks = [t.texels(p) for t in self.textures]
+        texels = array_module(*blocks).concatenate(blocks) if blocks else np.zeros((0,), np.float32)
         textured = bool(slots)
         if self.env_texture >= 0:
             env = self.textures[self.env_texture]
@@ -168,28 +168,34 @@ class Scene:
                     raise SceneError(f"parameter {k!r} must have shape {tuple(np.shape(p[k]))}, "
                                      f"got {tuple(np.shape(v))}")
             p.update(params)
-        import jax.numpy as jnp
+        # numpy unless a value is traced (see arrays.py): each row, and each
+        # buffer, uses jax.numpy only when one of its own values is traced.
         rows = []
         for _, fields, twosided in self.bsdfs:
             # a field is a parameter key, a constant (a flag such as nonlinear),
             # or None: a textured field, filled in by the kernel
-            parts = [jnp.zeros(w, jnp.float32) if k is None else
-                     jnp.asarray(p[k] if isinstance(k, str) else np.full(w, k), jnp.float32).reshape(w)
+            xp = array_module(*(p[k] for k, _ in fields if isinstance(k, str)))
+            parts = [np.zeros(w, np.float32) if k is None else
+                     xp.asarray(p[k] if isinstance(k, str) else np.full(w, k), np.float32).reshape(w)
                      for k, w in fields]
             used = sum(w for _, w in fields)
-            parts.append(jnp.zeros(layout.BSDF_ROW - 1 - used, jnp.float32))
-            parts.append(jnp.full((1,), 1.0 if twosided else 0.0, jnp.float32))
-            rows.append(jnp.concatenate(parts))
-        bsdf_data = jnp.stack(rows) if rows else jnp.zeros((0, layout.BSDF_ROW), jnp.float32)
+            parts.append(np.zeros(layout.BSDF_ROW - 1 - used, np.float32))
+            parts.append(np.full((1,), 1.0 if twosided else 0.0, np.float32))
+            rows.append(xp.concatenate(parts))
+        bsdf_data = array_module(*rows).stack(rows) if rows else np.zeros((0, layout.BSDF_ROW), np.float32)
         order = self.structure.bsdfs
         bsdf_type = np.array([order.index(t) for t, _, _ in self.bsdfs], np.int32)
         # (an envmap's row is its scalar scale, broadcast)
-        rad = jnp.stack([jnp.broadcast_to(jnp.asarray(p[k], jnp.float32).reshape(-1), (3,))
-                         for k in self.emitter_keys]) if self.emitter_keys else jnp.zeros((0, 3), jnp.float32)
+        rad = []
+        for k in self.emitter_keys:
+            xp = array_module(p[k])
+            rad.append(xp.broadcast_to(xp.asarray(p[k], np.float32).reshape(-1), (3,)))
+        rad = array_module(*rad).stack(rad) if rad else np.zeros((0, 3), np.float32)
         cam_key, cam = self.sensor(sensor)
-        to_world = jnp.asarray(p[cam_key], jnp.float32).reshape(16)
-        camera = jnp.concatenate([to_world, jnp.array([cam.tan_x, cam.tan_y, cam.near_clip, cam.far_clip],
-                                                      jnp.float32)])
+        xp = array_module(p[cam_key])
+        to_world = xp.asarray(p[cam_key], np.float32).reshape(16)
+        camera = xp.concatenate([to_world, np.array([cam.tan_x, cam.tan_y, cam.near_clip, cam.far_clip],
+                                                    np.float32)])
         w = self.wide_bvh
         bvh = (dict(_NO_SKIP_LINK_BVH, wide_nodes=w[0], wide_leaves=w[1]) if w is not None else
                dict(_NO_WIDE_BVH, bvh_bounds=self.bvh_bounds, bvh_links=self.bvh_links))
