@@ -7,12 +7,13 @@ computation of its own the first time a process meets it: a dozen small
 compilations were most of the time between ``render()`` and the image when
 the kernel itself came from the disk cache. numpy computes the same thing
 on the host with nothing to compile, so it is used whenever no value is a
-JAX tracer; under ``jit``, ``grad`` or ``vmap`` jax.numpy follows the trace.
+JAX tracer; under ``jit``, ``grad`` or ``vmap`` jax.numpy follows the trace
+(``Scene.param_buffers`` then runs each such buffer as one jitted call).
 
 Example::
 
     xp = array_module(p["red.reflectance.value"])   # numpy unless traced
-    row = xp.concatenate([xp.asarray(v, np.float32).reshape(3), xp.zeros(5, np.float32)])
+    row = xp.concatenate([xp.asarray(p["red.reflectance.value"], np.float32), np.zeros(5, np.float32)])
 """
 from __future__ import annotations
 

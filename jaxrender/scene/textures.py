@@ -153,22 +153,23 @@ class TextureSpec:
     def size(self) -> int:
         return self.width * self.height * self.channels
 
-    def texels(self, p: Mapping[str, Any]):
-        """Its block of the ``texels`` buffer (jax.numpy when a value is
-        traced, so gradients flow; else numpy, see ``arrays.py``)."""
-        xp = array_module(*(p[k] for k in self.keys))
+    def texels(self, p: Mapping[str, Any], xp=None):
+        """Its block of the ``texels`` buffer, computed with ``xp`` (numpy or
+        jax.numpy; by default jax.numpy when a value is traced, so
+        gradients flow)."""
+        xp = xp or array_module(*(p[k] for k in self.keys))
         if self.kind == ktex.ENVMAP:
             data = xp.asarray(p[self.keys[0]], np.float32)
             return data[:, 1:self.width + 1, :].reshape(-1)
         return xp.concatenate([xp.asarray(p[k], np.float32).reshape(-1) for k in self.keys])
 
 
-def envmap_tables(tex: TextureSpec, data):
+def envmap_tables(tex: TextureSpec, data, xp=None):
     """The ``env_dist`` buffer (see ``kernels.envmap``) of an envmap whose
     parameter value is ``data`` (H, W + 2, 3), built from the current values
-    (jax.numpy when they are traced, else numpy: see ``arrays.py``); not
-    differentiated."""
-    xp = array_module(data)
+    with ``xp`` (numpy or jax.numpy; by default jax.numpy when ``data`` is
+    traced); not differentiated."""
+    xp = xp or array_module(data)
     f32 = np.float32
     W, H = tex.width, tex.height
     img = xp.asarray(data, f32)
