@@ -154,6 +154,29 @@ def test_empty_rows_read_zero_batched_and_compile_to_one_xla_op(lanes):
     assert "broadcast" not in hlo and "fusion" not in hlo, hlo  # nothing but the custom call to compile
 
 
+def test_handler_rejects_a_buffer_of_another_size_naming_it():
+    """XLA hands the handler buffers; each must have the element count the
+    launch info promises, else an error names it (never a read past it)."""
+    from jaxrender.lowering import cpu
+    from jaxrender.primitives import kernel_call as kc
+    k = affine_kernel()
+    a, b = rng_arrays(5, 4)
+    target = cpu.compile_kernel(k, 0, cpu.simd_lanes()).target_name
+    info = kc._launch_info(k, [a.shape, b.shape, ()], (4,), (), (), ((), (), ()), 1, pad_empty=False)
+    info32 = jnp.asarray(info.view(np.int32))
+
+    def call(a, b, y_rows=4):
+        out = [jax.ShapeDtypeStruct((y_rows, 3), np.float32), jax.ShapeDtypeStruct((4,), np.int32)]
+        return np.asarray(jax.ffi.ffi_call(target, out)(info32, a, b, np.float32(2.0))[0])
+    np.testing.assert_array_equal(call(a, b), affine_ref(a, b, 2.0, 4))
+    with pytest.raises(Exception, match="input 'a' has a different number of elements"):
+        call(a[:4], b)
+    with pytest.raises(Exception, match="input 'b' has a different number of elements"):
+        call(a, b[:3])
+    with pytest.raises(Exception, match="result 'y' has a different number of elements"):
+        call(a, b, y_rows=5)
+
+
 def test_values_and_sizes_never_recompile():
     a, b = rng_arrays()
     launch(affine_kernel(), (10,), a=a, b=b, s=1.0)["y"].block_until_ready()

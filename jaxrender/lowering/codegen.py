@@ -487,6 +487,18 @@ class ItemCodegen:
         self._merge(n, incoming, merge_bb)
 
 
+class _Literal(ll.Constant):
+    """A constant printed as given (``splat (float 1.0)``, ``poison``).
+    llvmlite spells a vector constant element by element, which made up
+    most of a module's text and of the time to print and parse it."""
+
+    def __init__(self, typ: ll.Type, text: str):
+        self.type, self.constant = typ, text
+
+    def _get_reference(self) -> str:
+        return self.constant
+
+
 def context_type(kernel: Kernel) -> ll.LiteralStructType:
     """Launch context: info*, input/output/accumulator pointers, the tile
     counter, the error code, and the tile size / total item count."""
@@ -581,6 +593,7 @@ class PacketCodegen(ItemCodegen):
         super().__init__(kernel, module, layout, ctx_type)
         self.lanes = lanes
         self.mask = None
+        self._vector_consts: dict[tuple, ll.Constant] = {}
 
     # -- vector helpers -------------------------------------------------
     def T(self, t: str) -> ll.Type:
@@ -589,16 +602,36 @@ class PacketCodegen(ItemCodegen):
     def T64(self) -> ll.Type:
         return ll.VectorType(i64, self.lanes)
 
+    def vector_literal(self, vt: ll.VectorType, text: str) -> ll.Constant:
+        """The constant of type ``vt`` spelled ``text``, one object per
+        spelling (llvmlite formats a constant each time a new object is
+        printed)."""
+        key = (str(vt), text)
+        c = self._vector_consts.get(key)
+        if c is None:
+            c = self._vector_consts[key] = _Literal(vt, text)
+        return c
+
     def broadcast(self, c: ll.Constant):
-        # Built per element: llvmlite cannot print a vector bitcast expression.
-        return ll.Constant(ll.VectorType(c.type, self.lanes), [c] * self.lanes)
+        vt = ll.VectorType(c.type, self.lanes)
+        if type(c) is ll.Constant:
+            return self.vector_literal(vt, f"splat ({c})")
+        # A constant expression (a NaN's bitcast): built per element, as
+        # llvmlite cannot print a vector bitcast expression.
+        return ll.Constant(vt, [c] * self.lanes)
+
+    def poison(self, vt: ll.VectorType) -> ll.Constant:
+        return self.vector_literal(vt, "poison")
 
     def splat(self, v):
         b = self.b
         vt = ll.VectorType(v.type, self.lanes)
-        one = b.insert_element(ll.Constant(vt, ll.Undefined), v, i32(0))
-        return b.shuffle_vector(one, ll.Constant(vt, ll.Undefined),
-                                ll.Constant(ll.VectorType(i32, self.lanes), [i32(0)] * self.lanes))
+        one = b.insert_element(self.poison(vt), v, i32(0))
+        mask = self._vector_consts.get("splat mask")
+        if mask is None:  # (llvmlite reads a shuffle mask's elements: a plain constant)
+            mask = self._vector_consts["splat mask"] = ll.Constant(ll.VectorType(i32, self.lanes),
+                                                                   [i32(0)] * self.lanes)
+        return b.shuffle_vector(one, self.poison(vt), mask)
 
     def type_suffix(self, t: str) -> str:
         return f"v{self.lanes}" + super().type_suffix(t)
@@ -607,7 +640,7 @@ class PacketCodegen(ItemCodegen):
         # The C math library is scalar: call it lane by lane.
         b = self.b
         fn = self.decl(name, f32, [f32] * len(vals))
-        out = ll.Constant(self.T(F32), ll.Undefined)
+        out = self.poison(self.T(F32))
         for lane in range(self.lanes):
             args = [b.extract_element(v, i32(lane)) for v in vals]
             out = b.insert_element(out, b.call(fn, args), i32(lane))
