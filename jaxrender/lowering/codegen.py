@@ -18,7 +18,8 @@ from __future__ import annotations
 from llvmlite import ir as ll
 
 from ..ir.bvh_query import CLOSEST
-from ..ir.graph import BOOL, F32, I32, U32, Block, Node, f32_bits
+from ..ir.bvh_query import OP as BVH_QUERY
+from ..ir.graph import BOOL, F32, I32, U32, Block, Node, f32_bits, walk
 from ..ir.kernel import Kernel, _width
 from . import bvh_traversal, vmath
 from .abi import InfoLayout
@@ -141,9 +142,14 @@ class ItemCodegen:
         else:
             bidx, local, midx = i64(0), g, []
         self.local = local
-        # Input bases, lengths and clamp bounds.
+        # Input bases, lengths and clamp bounds (of the inputs the kernel reads).
         self.in_base, self.in_rows, self.in_maxrow = [], [], []
+        used = used_inputs(self.k)
         for i, spec in enumerate(self.in_specs):
+            if i not in used:
+                for field in (self.in_base, self.in_rows, self.in_maxrow):
+                    field.append(None)
+                continue
             data = self.ctx_field_ptr(b, ctx, 1, i, f"in{i}")
             off = i64(0)
             for k in range(L.nb):
@@ -487,6 +493,18 @@ class ItemCodegen:
         self._merge(n, incoming, merge_bb)
 
 
+def used_inputs(kernel: Kernel) -> set[int]:
+    """Indices of the inputs that ``kernel``'s graph reads (gathers, lengths,
+    BVH queries)."""
+    used = set()
+    for n in walk(kernel.block):
+        if n.op in ("gather", "buffer_len"):
+            used.add(n.attrs[0])
+        elif n.op == BVH_QUERY:
+            used.update(n.attrs[2:])
+    return used
+
+
 class _Literal(ll.Constant):
     """A constant printed as given (``splat (float 1.0)``, ``poison``).
     llvmlite spells a vector constant element by element, which made up
@@ -703,7 +721,12 @@ class PacketCodegen(ItemCodegen):
             bidx, local, midx = zero64, g, []
         self.local = local
         self.in_data, self.in_off, self.in_rows, self.in_maxrow = [], [], [], []
+        used = used_inputs(self.k)
         for i, spec in enumerate(self.in_specs):
+            if i not in used:  # (no code for the inputs the kernel never reads)
+                for field in (self.in_data, self.in_off, self.in_rows, self.in_maxrow):
+                    field.append(None)
+                continue
             self.in_data.append(self.ctx_field_ptr(b, ctx, 1, i, f"in{i}"))
             off = zero64
             for k in range(L.nb):

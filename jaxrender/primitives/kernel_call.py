@@ -142,6 +142,18 @@ def launch(kernel: Kernel, launch_shape: tuple[int, ...], accum_rows: Mapping[st
     return dict(zip(names, outs))
 
 
+def prefetch(kernel: Kernel, *, simd_lanes: int | None = None) -> None:
+    """Start compiling ``kernel`` for an unbatched launch on JAX's default
+    backend in the background, where that backend can (the CPU: see
+    ``lowering.cpu.prefetch``); a later :func:`launch` of it then waits for
+    that compile instead of starting its own. Returns at once."""
+    platform = jax.default_backend()
+    start = getattr(lowering.backend(platform), "prefetch", None) if platform in lowering.BACKENDS else None
+    if start is not None:
+        from ..lowering import cpu
+        start(kernel, 0, cpu.simd_lanes() if simd_lanes is None else cpu.check_lanes(simd_lanes, "simd_lanes"))
+
+
 # ---------------------------------------------------------------------------
 # Primitive rules
 # ---------------------------------------------------------------------------
