@@ -22,9 +22,10 @@ dispatch, eager operations, Python). "steady call" is a second identical
 call in the same process: the kernel run plus dispatch. Each cell is the
 minimum over ``--reps`` runs (the machine may be shared and noisy).
 
-``--runtime`` renders a larger image (default 256x256, 64 spp) in one
-process and prints the best of ``--reps`` steady-state renders: the kernel
-run time that a compile-time optimisation must not slow down.
+``--runtime`` renders a larger image (default 256x256, 64 spp, and a
+value_and_grad at 16 spp) in one process and prints the best of ``--reps``
+steady-state calls: the kernel run time that a compile-time optimisation
+must not slow down.
 """
 from __future__ import annotations
 
@@ -206,19 +207,34 @@ def child(mode: str, size: int, spp: int) -> dict:
     return {"phases": phases, "cpu": cpu_phases, "stats": dict(cpu.stats), "background": background}
 
 
-def child_runtime(size: int, spp: int, reps: int) -> dict:
+def child_runtime(size: int, spp: int, grad_spp: int, reps: int) -> dict:
+    import jax
+    import jax.numpy as jnp
+
     import jaxrender
     d = jaxrender.cornell_box()
     d["sensor"]["film"]["width"] = d["sensor"]["film"]["height"] = size
     scene = jaxrender.load_dict(d)
-    jaxrender.render(scene, spp=spp).block_until_ready()
-    walls, cpus = [], []
-    for r in range(reps):
-        c0, w0 = time.process_time(), time.perf_counter()
-        jaxrender.render(scene, spp=spp, seed=r + 1).block_until_ready()
-        walls.append(time.perf_counter() - w0)
-        cpus.append(time.process_time() - c0)
-    return {"wall": min(walls), "cpu": min(cpus), "walls": walls}
+    x0 = jnp.asarray(scene.params[KEY], jnp.float32)
+
+    def primal(seed):
+        return jaxrender.render(scene, spp=spp, seed=seed).block_until_ready()
+
+    def grad(seed):
+        loss = lambda x: jnp.mean(jaxrender.render(scene, {KEY: x}, spp=grad_spp, seed=seed) ** 2)
+        return jax.value_and_grad(loss)(x0)[1].block_until_ready()
+
+    out = {}
+    for name, fn in (("primal", primal), ("grad", grad)):
+        fn(0)
+        walls, cpus = [], []
+        for r in range(reps):
+            c0, w0 = time.process_time(), time.perf_counter()
+            fn(r + 1)
+            walls.append(time.perf_counter() - w0)
+            cpus.append(time.process_time() - c0)
+        out[name] = {"wall": min(walls), "cpu": min(cpus), "walls": walls}
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -243,6 +259,7 @@ def main() -> None:
     ap.add_argument("--runtime", action="store_true", help="measure the kernel run time instead")
     ap.add_argument("--runtime-size", type=int, default=256)
     ap.add_argument("--runtime-spp", type=int, default=64)
+    ap.add_argument("--runtime-grad-spp", type=int, default=16)
     ap.add_argument("--scenarios", default="cold_primal,warm_primal,cold_grad,warm_grad")
     ap.add_argument("--json", help="also write the raw results here")
     ap.add_argument("--cpu", action="store_true",
@@ -251,7 +268,8 @@ def main() -> None:
     args = ap.parse_args()
 
     if args.child:
-        res = (child_runtime(args.runtime_size, args.runtime_spp, args.reps) if args.child == "runtime"
+        res = (child_runtime(args.runtime_size, args.runtime_spp, args.runtime_grad_spp, args.reps)
+               if args.child == "runtime"
                else child(args.child, args.size, args.spp))
         print(json.dumps(res))
         return
@@ -260,10 +278,15 @@ def main() -> None:
     if args.runtime:
         with tempfile.TemporaryDirectory(prefix="jaxrender-bench-cache-") as d:
             r = run_child(["--child", "runtime", "--runtime-size", str(args.runtime_size),
-                           "--runtime-spp", str(args.runtime_spp), "--reps", str(args.reps)], d)
-        print(f"Cornell box {args.runtime_size}x{args.runtime_size}, {args.runtime_spp} spp: "
-              f"best of {args.reps} {r['wall']:.3f} s wall, {r['cpu']:.3f} s CPU "
-              f"(all: {', '.join(f'{w:.3f}' for w in r['walls'])})")
+                           "--runtime-spp", str(args.runtime_spp), "--runtime-grad-spp",
+                           str(args.runtime_grad_spp), "--reps", str(args.reps)], d)
+        n = args.runtime_size
+        for name, what in (("primal", f"render {args.runtime_spp} spp"),
+                           ("grad", f"value_and_grad {args.runtime_grad_spp} spp")):
+            print(f"Cornell box {n}x{n}, {what}: best of {args.reps} {r[name]['wall']:.3f} s wall, "
+                  f"{r[name]['cpu']:.3f} s CPU (all: {', '.join(f'{w:.3f}' for w in r[name]['walls'])})")
+        if args.json:
+            Path(args.json).write_text(json.dumps(r, indent=1))
         return
 
     scenarios = args.scenarios.split(",")
@@ -295,7 +318,7 @@ def main() -> None:
     if args.cpu:
         print(f"\nCPU seconds (all threads of the process for 'first call' and 'other'), min of {args.reps}")
         for key, label in PHASES:
-            if key in ("import_jax", "import_jaxrender", "scene", "steady"):
+            if key in ("import_jax", "import_jaxrender", "scene", "steady", "other"):
                 continue
             print(f"{label:46s}" + "".join(f"{min(r['cpu'].get(key, 0.0) for r in runs[c]):13.3f}" for c in cols))
     print(f"{'import + scene + first call':46s}" + "".join(

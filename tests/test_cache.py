@@ -121,8 +121,9 @@ def test_key_depends_on_pipeline_codegen_target_and_lanes(monkeypatch):
     from jaxrender import ir
     from jaxrender.lowering import cpu
     k = ir.trace(lambda x: x[ir.item_index()] * 2.0, {"x": ir.In("f32")}, {"y": ir.Out("f32")}, name="key_probe")
-    base = cpu.kernel_key(k, 0, 8)
+    base, shared = cpu.kernel_key(k, 0, 8), cpu.shared_key(8)
     assert cpu.kernel_key(k, 0, 8) == base
+    assert len({shared, cpu.shared_key(16), base}) == 3
     assert len({base, cpu.kernel_key(k, 1, 8), cpu.kernel_key(k, 0, 4)}) == 3
     monkeypatch.setitem(cpu.PIPELINE, "speed_level", 3)
     assert cpu.kernel_key(k, 0, 8) != base
@@ -132,3 +133,4 @@ def test_key_depends_on_pipeline_codegen_target_and_lanes(monkeypatch):
     monkeypatch.undo()
     monkeypatch.setattr(cpu.llvm, "get_host_cpu_name", lambda: "some-other-cpu")
     assert cpu.kernel_key(k, 0, 8) != base
+    assert cpu.shared_key(8) != shared

@@ -38,6 +38,7 @@ WORKER = textwrap.dedent("""
         if event == "/jax/core/compile/backend_compile_duration" else None)
     jaxrender.render(scene, spp=1).block_until_ready()
     out["primal_xla_compiles"] = compiles[:]
+    out["shared_cached"] = cache.load(cpu.shared_key(cpu.simd_lanes())) is not None
 
     v, g = jax.value_and_grad(lambda x: jnp.mean(jaxrender.render(scene, {key: x}, spp=1)))(x)
     out["grad"] = g.tolist()
@@ -73,6 +74,7 @@ def test_derivative_kernels_compile_in_the_background(worker):
     assert r["after_grad"]["prefetched"] == 1 and r["after_grad"]["prefetch_hits"] == 1, r
     assert r["after_grad"]["compiled"] == 2, r
     assert r["same_object"]
+    assert r["shared_cached"]  # the BVH routines the kernels link, on disk like a kernel
     assert np.all(np.isfinite(r["grad"])) and np.any(np.asarray(r["grad"]) != 0)
     # jvp: the forward kernel is the one started.
     assert r["after_jvp"]["prefetched"] == 2 and r["after_jvp"]["prefetch_hits"] == 2, r

@@ -493,6 +493,11 @@ class ItemCodegen:
         self._merge(n, incoming, merge_bb)
 
 
+def queries_bvh(kernel: Kernel) -> bool:
+    """Whether ``kernel``'s graph has a BVH query."""
+    return any(n.op == BVH_QUERY for n in walk(kernel.block))
+
+
 def used_inputs(kernel: Kernel) -> set[int]:
     """Indices of the inputs that ``kernel``'s graph reads (gathers, lengths,
     BVH queries)."""
@@ -607,9 +612,13 @@ class PacketCodegen(ItemCodegen):
     so every lane computes exactly what the one-lane code computes.
     """
 
-    def __init__(self, kernel: Kernel, module: ll.Module, layout: InfoLayout, ctx_type, lanes: int):
+    def __init__(self, kernel: Kernel, module: ll.Module, layout: InfoLayout, ctx_type, lanes: int,
+                 shared_routines: bool = True):
         super().__init__(kernel, module, layout, ctx_type)
         self.lanes = lanes
+        # The BVH packet routines are declared, and linked from their own
+        # object (bvh_traversal.shared_module), unless defined here.
+        self.shared_routines = shared_routines
         self.mask = None
         self._vector_consts: dict[tuple, ll.Constant] = {}
 
@@ -853,7 +862,7 @@ class PacketCodegen(ItemCodegen):
         buffer offsets and results pass through memory once per query."""
         b = self.b
         n = self.lanes
-        fn = bvh_traversal.packet_routine(self.m, mode, n)
+        fn = bvh_traversal.packet_routine(self.m, mode, n, declare_only=self.shared_routines)
         vf, vi = self.T(F32), self.T(I32)
         rays, offs, out = self.entry_alloca(vf, 11), self.entry_alloca(vi, len(bufs)), self.entry_alloca(vi, 4)
         for j, v in enumerate(a):
@@ -862,7 +871,7 @@ class PacketCodegen(ItemCodegen):
             b.store(self.in_off[i], b.gep(offs, [i64(j)], inbounds=True, source_etype=vi), align=4)
         bits = b.zext(b.bitcast(self.mask, ll.IntType(n)), i32)
         b.call(fn, [self.in_data[i] for i in bufs] + [self.in_rows[bufs[0]], self.in_rows[bufs[1]], offs, rays,
-                                                       bits, out])
+                                                       bits, out], cconv=fn.calling_convention)
         got = [b.load(b.gep(out, [i64(k)], inbounds=True, source_etype=vi), typ=vi, align=4)
                for k in range(4 if mode == CLOSEST else 1)]
         if mode != CLOSEST:

@@ -26,7 +26,8 @@ from llvmlite import ir as ll
 from ..ir.kernel import Kernel
 from . import cache
 from .abi import InfoLayout
-from .codegen import ItemCodegen, PacketCodegen, build_worker, context_type
+from . import bvh_traversal
+from .codegen import ItemCodegen, PacketCodegen, build_worker, context_type, queries_bvh
 from .ffi import build_handler
 
 # Bump when the generated code's meaning changes without the IR text changing.
@@ -48,7 +49,7 @@ _target_machine = None
 _native_ready = False
 
 
-def _new_target_machine():
+def _new_target_machine(reloc: str = "pic"):
     global _native_ready
     if not _native_ready:  # once (its registration must not race a background compile)
         llvm.initialize_native_target()
@@ -57,7 +58,7 @@ def _new_target_machine():
     target = llvm.Target.from_default_triple()
     return target.create_target_machine(
         cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-        opt=3, reloc="pic", codemodel="jitdefault")
+        opt=3, reloc=reloc, codemodel="jitdefault")
 
 
 def target_machine():
@@ -118,7 +119,9 @@ def check_lanes(value, what: str) -> int:
 
 
 def generate_llvm_ir(kernel: Kernel, nb: int, lanes: int | None = None) -> str:
-    """The complete LLVM module (text) for ``kernel`` with ``nb`` batch dims."""
+    """The LLVM module (text) for ``kernel`` with ``nb`` batch dims. With
+    SIMD packets (``lanes`` > 1) it declares the BVH traversal routines
+    that :func:`shared_object` defines."""
     lanes = simd_lanes() if lanes is None else lanes
     m = ll.Module(name=f"jaxrender.{kernel.name}")
     m.triple = llvm.get_process_triple()
@@ -198,10 +201,10 @@ def emit_object(mod, tm) -> bytes:
         ffi.lib.LLVMPY_DisposeMemoryBuffer(buf)
 
 
-def _optimize_and_emit(text: str) -> bytes:
+def _optimize_and_emit(text: str, reloc: str = "pic") -> bytes:
     context = llvm.create_context()  # private: see _unlocked
     mod = parse_llvm_ir(text, context)
-    tm = _new_target_machine()
+    tm = _new_target_machine(reloc)
     optimize_module(mod, tm)
     obj = emit_object(mod, tm)
     mod.close()  # before its context
@@ -289,10 +292,50 @@ def prefetch(kernel: Kernel, nb: int = 0, lanes: int | None = None) -> None:
         stats["prefetched"] += 1
 
 
-def load_object(obj: bytes):
-    """Link object code into a fresh MCJIT engine; returns (engine, handler address)."""
+def shared_key(lanes: int) -> str:
+    """Cache key of :func:`shared_object` (as :func:`kernel_key`'s)."""
+    parts = [target_description(), codegen_digest(), f"bvh routines, lanes={lanes}"]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _build_shared(lanes: int) -> bytes:
+    key = shared_key(lanes)
+    obj = cache.load(key)
+    if obj is None:
+        # Absolute addresses: it shares an engine with a kernel's object,
+        # and MCJIT resolves _GLOBAL_OFFSET_TABLE_ (position-independent
+        # code's base for its constants) to one object's table only.
+        obj = _optimize_and_emit(str(bvh_traversal.shared_module(lanes, llvm.get_process_triple())), "static")
+        cache.store(key, obj)
+    return obj
+
+
+_shared: dict = {}             # lanes -> Future of the shared object code
+_shared_thread = None
+
+
+def shared_object(lanes: int) -> concurrent.futures.Future:
+    """The object code of the BVH packet routines for ``lanes`` (see
+    ``bvh_traversal.shared_module``), linked with every kernel that queries
+    the BVH: compiled once per target and cached on disk like a kernel, on
+    a thread of its own, so that it builds while the first kernel does."""
+    global _shared_thread
+    with _prefetch_lock:
+        fut = _shared.get(lanes)
+        if fut is None:
+            if _shared_thread is None:
+                _shared_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="jaxrender-shared")
+            fut = _shared[lanes] = _shared_thread.submit(_build_shared, lanes)
+        return fut
+
+
+def load_object(obj: bytes, shared: bytes | None = None):
+    """Link object code (and the ``shared`` routines' object code it calls,
+    if any) into a fresh MCJIT engine; returns (engine, handler address)."""
     engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _new_target_machine())
     engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    if shared is not None:
+        engine.add_object_file(llvm.ObjectFileRef.from_data(shared))
     engine.finalize_object()
     addr = engine.get_function_address("jaxrender_handler")
     if not addr:
@@ -313,8 +356,9 @@ def compile_kernel(kernel: Kernel, nb: int = 0, lanes: int | None = None) -> Com
         if hit is not None:
             stats["memory_hits"] += 1
             return hit
+        shared = shared_object(lanes) if lanes > 1 and queries_bvh(kernel) else None
         key, obj = object_code(kernel, nb, lanes)
-        engine, addr = load_object(obj)
+        engine, addr = load_object(obj, shared.result() if shared else None)
         name = f"jaxrender_{kernel.name}_{key[:20]}"
         register_ffi_target(name, addr)
         ck = CompiledKernel(key, name, engine, addr)
