@@ -24,9 +24,8 @@ from llvmlite.binding import ffi
 from llvmlite import ir as ll
 
 from ..ir.kernel import Kernel
-from . import cache
+from . import bvh_traversal, cache
 from .abi import InfoLayout
-from . import bvh_traversal
 from .codegen import ItemCodegen, PacketCodegen, build_worker, context_type, queries_bvh
 from .ffi import build_handler
 

@@ -83,7 +83,8 @@ def _prefetch_derivative_kernel(config: RenderConfig, inputs, tin) -> None:
     if not active or any(isinstance(x, BatchTracer) for x in (*inputs.values(), *tin.values())):
         return
     if any(isinstance(tin[n], pe.JaxprTracer) for n in active):
-        prefetch(integrator.adjoint_kernel(active, config.method, config.structure))
+        if config.method in integrator.adjoint_methods:  # (else the transpose will say why)
+            prefetch(integrator.adjoint_kernel(active, config.method, config.structure))
     else:
         prefetch(integrator.forward_kernel(active, config.structure))
 
