@@ -22,6 +22,10 @@ dispatch, eager operations, Python). "steady call" is a second identical
 call in the same process: the kernel run plus dispatch. Each cell is the
 minimum over ``--reps`` runs (the machine may be shared and noisy).
 
+``--cpu`` adds CPU seconds per phase (the calling thread's, or for XLA's
+compile the whole process's, which then includes a concurrent background
+compile): steadier than wall time when other jobs share the machine.
+
 ``--runtime`` renders a larger image (default 256x256, 64 spp, and a
 value_and_grad at 16 spp) in one process and prints the best of ``--reps``
 steady-state calls: the kernel run time that a compile-time optimisation
@@ -315,15 +319,15 @@ def main() -> None:
             vals = [r["phases"].get(key, 0.0) for r in runs[c]]
             cells.append(f"{min(vals):13.3f}")
         print(f"{label:46s}" + "".join(cells))
+    total = ("import_jax", "import_jaxrender", "scene", "first_call")
+    print(f"{'import + scene + first call':46s}" + "".join(
+        f"{min(sum(r['phases'][k] for k in total) for r in runs[c]):13.3f}" for c in cols))
     if args.cpu:
-        print(f"\nCPU seconds (all threads of the process for 'first call' and 'other'), min of {args.reps}")
+        print(f"\nCPU seconds (first call: all threads of the process), min of {args.reps}")
         for key, label in PHASES:
             if key in ("import_jax", "import_jaxrender", "scene", "steady", "other"):
                 continue
-            print(f"{label:46s}" + "".join(f"{min(r['cpu'].get(key, 0.0) for r in runs[c]):13.3f}" for c in cols))
-    print(f"{'import + scene + first call':46s}" + "".join(
-        f"{min(sum(r['phases'][k] for k in ('import_jax', 'import_jaxrender', 'scene', 'first_call')) for r in runs[c]):13.3f}"
-        for c in cols))
+            print(f"{label.replace(' (wall)', ''):46s}" + "".join(f"{min(r['cpu'].get(key, 0.0) for r in runs[c]):13.3f}" for c in cols))
     for c in cols:
         bg = [r["background"] for r in runs[c] if r["background"]]
         if bg:
