@@ -327,7 +327,8 @@ def main() -> None:
         for key, label in PHASES:
             if key in ("import_jax", "import_jaxrender", "scene", "steady", "other"):
                 continue
-            print(f"{label.replace(' (wall)', ''):46s}" + "".join(f"{min(r['cpu'].get(key, 0.0) for r in runs[c]):13.3f}" for c in cols))
+            cells = "".join(f"{min(r['cpu'].get(key, 0.0) for r in runs[c]):13.3f}" for c in cols)
+            print(f"{label.replace(' (wall)', ''):46s}" + cells)
     for c in cols:
         bg = [r["background"] for r in runs[c] if r["background"]]
         if bg:
