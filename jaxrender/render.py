@@ -47,6 +47,8 @@ def _offset(seed, by: int):
 def _decorrelated(seed):
     # An affine bijection of uint32 with no fixed point (odd multiplier,
     # odd increment): seed_grad differs from seed for every seed.
+    if isinstance(seed, np.uint32):  # a Python seed: no eager JAX op (an XLA compile each)
+        return np.uint32((int(seed) * 2654435761 + 0x632BE5AB) % 2 ** 32)
     return (jnp.asarray(seed, jnp.uint32) * jnp.uint32(2654435761) + jnp.uint32(0x632BE5AB)).astype(jnp.uint32)
 
 

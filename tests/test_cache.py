@@ -113,3 +113,24 @@ def test_key_depends_on_code_not_on_values(tmp_path):
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1])["stats"]["compiled"] == 1
     assert len(entries(tmp_path)) == 2
+
+
+def test_key_depends_on_pipeline_codegen_target_and_lanes(monkeypatch):
+    """Everything the machine code is a function of is in the key: the
+    optimisation pipeline, the code generator version, the target, lanes."""
+    from jaxrender import ir
+    from jaxrender.lowering import cpu
+    k = ir.trace(lambda x: x[ir.item_index()] * 2.0, {"x": ir.In("f32")}, {"y": ir.Out("f32")}, name="key_probe")
+    base, shared = cpu.kernel_key(k, 0, 8), cpu.shared_key(8)
+    assert cpu.kernel_key(k, 0, 8) == base
+    assert len({shared, cpu.shared_key(16), base}) == 3
+    assert len({base, cpu.kernel_key(k, 1, 8), cpu.kernel_key(k, 0, 4)}) == 3
+    monkeypatch.setitem(cpu.PIPELINE, "speed_level", 3)
+    assert cpu.kernel_key(k, 0, 8) != base
+    monkeypatch.undo()
+    monkeypatch.setattr(cpu, "CODEGEN_VERSION", cpu.CODEGEN_VERSION + "x")
+    assert cpu.kernel_key(k, 0, 8) != base
+    monkeypatch.undo()
+    monkeypatch.setattr(cpu.llvm, "get_host_cpu_name", lambda: "some-other-cpu")
+    assert cpu.kernel_key(k, 0, 8) != base
+    assert cpu.shared_key(8) != shared

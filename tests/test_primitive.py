@@ -140,6 +140,43 @@ def test_empty_buffer_reads_zero_and_has_length_zero():
     np.testing.assert_array_equal(np.asarray(out["y"]), 1.0)
 
 
+@pytest.mark.parametrize("lanes", [1, 8])
+def test_empty_rows_read_zero_batched_and_compile_to_one_xla_op(lanes):
+    # Empty inputs reach the handler unpadded; its zero row serves every
+    # batch element and every component of the row.
+    a, b = rng_arrays(5, 4)
+    f = jax.vmap(lambda a, b: launch(affine_kernel(), (6,), a=a, b=b, s=2.0, simd_lanes=lanes)["y"])
+    out = f(np.stack([a, a + 1]), np.zeros((2, 0, 3), np.float32))
+    np.testing.assert_array_equal(np.asarray(out), np.stack([affine_ref(a, np.zeros((1, 3), np.float32), 2.0, 6),
+                                                             affine_ref(a + 1, np.zeros((1, 3), np.float32), 2.0, 6)]))
+    hlo = jax.jit(lambda b: launch(affine_kernel(), (3,), a=a, b=b, s=1.0)["y"]).lower(
+        np.zeros((0, 3), np.float32)).compile().as_text()
+    assert "broadcast" not in hlo and "fusion" not in hlo, hlo  # nothing but the custom call to compile
+
+
+def test_handler_rejects_a_buffer_of_another_size_naming_it():
+    """XLA hands the handler buffers; each must have the element count the
+    launch info promises, else an error names it (never a read past it)."""
+    from jaxrender.lowering import cpu
+    from jaxrender.primitives import kernel_call as kc
+    k = affine_kernel()
+    a, b = rng_arrays(5, 4)
+    target = cpu.compile_kernel(k, 0, cpu.simd_lanes()).target_name
+    info = kc._launch_info(k, [a.shape, b.shape, ()], (4,), (), (), ((), (), ()), 1, pad_empty=False)
+    info32 = jnp.asarray(info.view(np.int32))
+
+    def call(a, b, y_rows=4):
+        out = [jax.ShapeDtypeStruct((y_rows, 3), np.float32), jax.ShapeDtypeStruct((4,), np.int32)]
+        return np.asarray(jax.ffi.ffi_call(target, out)(info32, a, b, np.float32(2.0))[0])
+    np.testing.assert_array_equal(call(a, b), affine_ref(a, b, 2.0, 4))
+    with pytest.raises(Exception, match="input 'a' has a different number of elements"):
+        call(a[:4], b)
+    with pytest.raises(Exception, match="input 'b' has a different number of elements"):
+        call(a, b[:3])
+    with pytest.raises(Exception, match="result 'y' has a different number of elements"):
+        call(a, b, y_rows=5)
+
+
 def test_values_and_sizes_never_recompile():
     a, b = rng_arrays()
     launch(affine_kernel(), (10,), a=a, b=b, s=1.0)["y"].block_until_ready()

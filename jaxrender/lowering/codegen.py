@@ -18,7 +18,8 @@ from __future__ import annotations
 from llvmlite import ir as ll
 
 from ..ir.bvh_query import CLOSEST
-from ..ir.graph import BOOL, F32, I32, U32, Block, Node, f32_bits
+from ..ir.bvh_query import OP as BVH_QUERY
+from ..ir.graph import BOOL, F32, I32, U32, Block, Node, f32_bits, walk
 from ..ir.kernel import Kernel, _width
 from . import bvh_traversal, vmath
 from .abi import InfoLayout
@@ -141,9 +142,14 @@ class ItemCodegen:
         else:
             bidx, local, midx = i64(0), g, []
         self.local = local
-        # Input bases, lengths and clamp bounds.
+        # Input bases, lengths and clamp bounds (of the inputs the kernel reads).
         self.in_base, self.in_rows, self.in_maxrow = [], [], []
+        used = used_inputs(self.k)
         for i, spec in enumerate(self.in_specs):
+            if i not in used:
+                for field in (self.in_base, self.in_rows, self.in_maxrow):
+                    field.append(None)
+                continue
             data = self.ctx_field_ptr(b, ctx, 1, i, f"in{i}")
             off = i64(0)
             for k in range(L.nb):
@@ -487,6 +493,35 @@ class ItemCodegen:
         self._merge(n, incoming, merge_bb)
 
 
+def queries_bvh(kernel: Kernel) -> bool:
+    """Whether ``kernel``'s graph has a BVH query."""
+    return any(n.op == BVH_QUERY for n in walk(kernel.block))
+
+
+def used_inputs(kernel: Kernel) -> set[int]:
+    """Indices of the inputs that ``kernel``'s graph reads (gathers, lengths,
+    BVH queries)."""
+    used = set()
+    for n in walk(kernel.block):
+        if n.op in ("gather", "buffer_len"):
+            used.add(n.attrs[0])
+        elif n.op == BVH_QUERY:
+            used.update(n.attrs[2:])
+    return used
+
+
+class _Literal(ll.Constant):
+    """A constant printed as given (``splat (float 1.0)``, ``poison``).
+    llvmlite spells a vector constant element by element, which made up
+    most of a module's text and of the time to print and parse it."""
+
+    def __init__(self, typ: ll.Type, text: str):
+        self.type, self.constant = typ, text
+
+    def _get_reference(self) -> str:
+        return self.constant
+
+
 def context_type(kernel: Kernel) -> ll.LiteralStructType:
     """Launch context: info*, input/output/accumulator pointers, the tile
     counter, the error code, and the tile size / total item count."""
@@ -577,10 +612,15 @@ class PacketCodegen(ItemCodegen):
     so every lane computes exactly what the one-lane code computes.
     """
 
-    def __init__(self, kernel: Kernel, module: ll.Module, layout: InfoLayout, ctx_type, lanes: int):
+    def __init__(self, kernel: Kernel, module: ll.Module, layout: InfoLayout, ctx_type, lanes: int,
+                 shared_routines: bool = True):
         super().__init__(kernel, module, layout, ctx_type)
         self.lanes = lanes
+        # The BVH packet routines are declared, and linked from their own
+        # object (bvh_traversal.shared_module), unless defined here.
+        self.shared_routines = shared_routines
         self.mask = None
+        self._vector_consts: dict[tuple, ll.Constant] = {}
 
     # -- vector helpers -------------------------------------------------
     def T(self, t: str) -> ll.Type:
@@ -589,16 +629,36 @@ class PacketCodegen(ItemCodegen):
     def T64(self) -> ll.Type:
         return ll.VectorType(i64, self.lanes)
 
+    def vector_literal(self, vt: ll.VectorType, text: str) -> ll.Constant:
+        """The constant of type ``vt`` spelled ``text``, one object per
+        spelling (llvmlite formats a constant each time a new object is
+        printed)."""
+        key = (str(vt), text)
+        c = self._vector_consts.get(key)
+        if c is None:
+            c = self._vector_consts[key] = _Literal(vt, text)
+        return c
+
     def broadcast(self, c: ll.Constant):
-        # Built per element: llvmlite cannot print a vector bitcast expression.
-        return ll.Constant(ll.VectorType(c.type, self.lanes), [c] * self.lanes)
+        vt = ll.VectorType(c.type, self.lanes)
+        if type(c) is ll.Constant:
+            return self.vector_literal(vt, f"splat ({c})")
+        # A constant expression (a NaN's bitcast): built per element, as
+        # llvmlite cannot print a vector bitcast expression.
+        return ll.Constant(vt, [c] * self.lanes)
+
+    def poison(self, vt: ll.VectorType) -> ll.Constant:
+        return self.vector_literal(vt, "poison")
 
     def splat(self, v):
         b = self.b
         vt = ll.VectorType(v.type, self.lanes)
-        one = b.insert_element(ll.Constant(vt, ll.Undefined), v, i32(0))
-        return b.shuffle_vector(one, ll.Constant(vt, ll.Undefined),
-                                ll.Constant(ll.VectorType(i32, self.lanes), [i32(0)] * self.lanes))
+        one = b.insert_element(self.poison(vt), v, i32(0))
+        mask = self._vector_consts.get("splat mask")
+        if mask is None:  # (llvmlite reads a shuffle mask's elements: a plain constant)
+            mask = self._vector_consts["splat mask"] = ll.Constant(ll.VectorType(i32, self.lanes),
+                                                                   [i32(0)] * self.lanes)
+        return b.shuffle_vector(one, self.poison(vt), mask)
 
     def type_suffix(self, t: str) -> str:
         return f"v{self.lanes}" + super().type_suffix(t)
@@ -607,7 +667,7 @@ class PacketCodegen(ItemCodegen):
         # The C math library is scalar: call it lane by lane.
         b = self.b
         fn = self.decl(name, f32, [f32] * len(vals))
-        out = ll.Constant(self.T(F32), ll.Undefined)
+        out = self.poison(self.T(F32))
         for lane in range(self.lanes):
             args = [b.extract_element(v, i32(lane)) for v in vals]
             out = b.insert_element(out, b.call(fn, args), i32(lane))
@@ -670,7 +730,12 @@ class PacketCodegen(ItemCodegen):
             bidx, local, midx = zero64, g, []
         self.local = local
         self.in_data, self.in_off, self.in_rows, self.in_maxrow = [], [], [], []
+        used = used_inputs(self.k)
         for i, spec in enumerate(self.in_specs):
+            if i not in used:  # (no code for the inputs the kernel never reads)
+                for field in (self.in_data, self.in_off, self.in_rows, self.in_maxrow):
+                    field.append(None)
+                continue
             self.in_data.append(self.ctx_field_ptr(b, ctx, 1, i, f"in{i}"))
             off = zero64
             for k in range(L.nb):
@@ -797,7 +862,7 @@ class PacketCodegen(ItemCodegen):
         buffer offsets and results pass through memory once per query."""
         b = self.b
         n = self.lanes
-        fn = bvh_traversal.packet_routine(self.m, mode, n)
+        fn = bvh_traversal.packet_routine(self.m, mode, n, declare_only=self.shared_routines)
         vf, vi = self.T(F32), self.T(I32)
         rays, offs, out = self.entry_alloca(vf, 11), self.entry_alloca(vi, len(bufs)), self.entry_alloca(vi, 4)
         for j, v in enumerate(a):
@@ -806,7 +871,7 @@ class PacketCodegen(ItemCodegen):
             b.store(self.in_off[i], b.gep(offs, [i64(j)], inbounds=True, source_etype=vi), align=4)
         bits = b.zext(b.bitcast(self.mask, ll.IntType(n)), i32)
         b.call(fn, [self.in_data[i] for i in bufs] + [self.in_rows[bufs[0]], self.in_rows[bufs[1]], offs, rays,
-                                                       bits, out])
+                                                       bits, out], cconv=fn.calling_convention)
         got = [b.load(b.gep(out, [i64(k)], inbounds=True, source_etype=vi), typ=vi, align=4)
                for k in range(4 if mode == CLOSEST else 1)]
         if mode != CLOSEST:

@@ -4,10 +4,13 @@
 target running ``kernel`` with ``nb`` batch dimensions. Compilation is
 cached in memory (per process) and on disk (object code, see :mod:`.cache`);
 :data:`stats` counts what each request cost, so tests can prove that a warm
-process does not compile.
+process does not compile. :func:`prefetch` starts a kernel's compile on a
+background thread when it is known to be needed soon (the adjoint of a
+``value_and_grad``), so that two kernels compile at once.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
 import hashlib
 import os
@@ -17,18 +20,23 @@ from pathlib import Path
 
 import llvmlite
 import llvmlite.binding as llvm
+from llvmlite.binding import ffi
 from llvmlite import ir as ll
 
 from ..ir.kernel import Kernel
-from . import cache
+from . import bvh_traversal, cache
 from .abi import InfoLayout
-from .codegen import ItemCodegen, PacketCodegen, build_worker, context_type
+from .codegen import ItemCodegen, PacketCodegen, build_worker, context_type, queries_bvh
 from .ffi import build_handler
 
 # Bump when the generated code's meaning changes without the IR text changing.
 CODEGEN_VERSION = "2"
 
-stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0}
+stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0, "prefetched": 0, "prefetch_hits": 0}
+
+# The handler points an input with no rows at a zero row of its own, so the
+# JAX bridge passes empty inputs unpadded (see primitives.kernel_call).
+ZERO_ROW_FOR_EMPTY_INPUTS = True
 
 
 class CompileError(RuntimeError):
@@ -37,21 +45,26 @@ class CompileError(RuntimeError):
 
 _lock = threading.Lock()
 _target_machine = None
+_native_ready = False
 
 
-def _new_target_machine():
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
+def _new_target_machine(reloc: str = "pic"):
+    global _native_ready
+    if not _native_ready:  # once (its registration must not race a background compile)
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        _native_ready = True
     target = llvm.Target.from_default_triple()
     return target.create_target_machine(
         cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-        opt=3, reloc="pic", codemodel="jitdefault")
+        opt=3, reloc=reloc, codemodel="jitdefault")
 
 
 def target_machine():
-    """The shared target machine for optimising and emitting object code.
-    (An execution engine takes ownership of the machine it is given, so
-    engines get their own, see :func:`load_object`.)"""
+    """A shared target machine (the GPU backends' host code, the emulator).
+    CPU kernels compile with one of their own each, see ``_unlocked``; an
+    execution engine takes ownership of the machine it is given, so engines
+    get their own too (:func:`load_object`)."""
     global _target_machine
     if _target_machine is None:
         _target_machine = _new_target_machine()
@@ -62,7 +75,8 @@ def target_description() -> str:
     target_machine()
     return "|".join([llvm.get_process_triple(), llvm.get_host_cpu_name(),
                      llvm.get_host_cpu_features().flatten(), llvmlite.__version__,
-                     ".".join(map(str, llvm.llvm_version_info)), CODEGEN_VERSION])
+                     ".".join(map(str, llvm.llvm_version_info)), CODEGEN_VERSION,
+                     repr(sorted(PIPELINE.items()))])
 
 
 def num_threads() -> int:
@@ -104,7 +118,9 @@ def check_lanes(value, what: str) -> int:
 
 
 def generate_llvm_ir(kernel: Kernel, nb: int, lanes: int | None = None) -> str:
-    """The complete LLVM module (text) for ``kernel`` with ``nb`` batch dims."""
+    """The LLVM module (text) for ``kernel`` with ``nb`` batch dims. With
+    SIMD packets (``lanes`` > 1) it declares the BVH traversal routines
+    that :func:`shared_object` defines."""
     lanes = simd_lanes() if lanes is None else lanes
     m = ll.Module(name=f"jaxrender.{kernel.name}")
     m.triple = llvm.get_process_triple()
@@ -131,17 +147,67 @@ class CompiledKernel:
 _compiled: dict[str, CompiledKernel] = {}
 
 
-def _optimize_and_emit(text: str) -> bytes:
+# The optimisation pipeline: LLVM's -O2 without its loop and SLP
+# vectorizers and loop unroller. The code generator already writes SIMD
+# packets, and the kernels' loops (paths, samples, BVH traversal) run a
+# data-dependent number of times: those passes found nothing to do but cost
+# a third of the optimisation time. Measured on the Cornell box primal and
+# PRB adjoint (benchmarks/bench_compile.py): -25% compile time against -O3,
+# kernel run time unchanged within the noise of a shared machine.
+PIPELINE = dict(speed_level=2, loop_vectorization=False, slp_vectorization=False, loop_unrolling=False)
+
+
+def parse_llvm_ir(text: str, context=None):
+    """The module ``text`` parsed into ``context`` (default: LLVM's global
+    one) and verified."""
     try:
-        mod = llvm.parse_assembly(text)
+        mod = llvm.parse_assembly(text, context=context)
         mod.verify()
     except RuntimeError as exc:  # a code generator bug, not user error
         raise CompileError(f"jaxrender generated invalid LLVM IR: {exc}") from exc
-    tm = target_machine()
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    return mod
+
+
+def _unlocked(fn):
+    """The ctypes function beneath one of llvmlite's binding functions,
+    called without llvmlite's process-wide lock. That lock serialises every
+    LLVM call of the process, while LLVM itself lets threads work at once on
+    modules of different LLVMContexts: each compile here has a context and
+    a target machine of its own, so the two long calls (the optimisation
+    pipeline, machine code generation) of two kernels run in parallel, and
+    release the GIL. Falls back to the locked call if llvmlite's wrapper
+    changes shape."""
+    return getattr(fn, "_cfn", fn)
+
+
+def optimize_module(mod, tm) -> None:
+    pto = llvm.create_pipeline_tuning_options(speed_level=PIPELINE["speed_level"])
+    pto.loop_vectorization = PIPELINE["loop_vectorization"]
+    pto.slp_vectorization = PIPELINE["slp_vectorization"]
+    pto.loop_unrolling = PIPELINE["loop_unrolling"]
     pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(mod, pb)
-    return tm.emit_object(mod)
+    _unlocked(ffi.lib.LLVMPY_RunNewModulePassManager)(pb.getModulePassManager(), mod, pb)
+
+
+def emit_object(mod, tm) -> bytes:
+    with ffi.OutputString() as err:
+        buf = _unlocked(ffi.lib.LLVMPY_TargetMachineEmitToMemory)(tm, mod, 1, err)
+        if not buf:
+            raise CompileError(f"LLVM could not emit object code: {err}")
+    try:
+        return ctypes.string_at(ffi.lib.LLVMPY_GetBufferStart(buf), ffi.lib.LLVMPY_GetBufferSize(buf))
+    finally:
+        ffi.lib.LLVMPY_DisposeMemoryBuffer(buf)
+
+
+def _optimize_and_emit(text: str, reloc: str = "pic") -> bytes:
+    context = llvm.create_context()  # private: see _unlocked
+    mod = parse_llvm_ir(text, context)
+    tm = _new_target_machine(reloc)
+    optimize_module(mod, tm)
+    obj = emit_object(mod, tm)
+    mod.close()  # before its context
+    return obj
 
 
 _codegen_digest: str | None = None
@@ -167,25 +233,108 @@ def kernel_key(kernel: Kernel, nb: int, lanes: int) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
-def object_code(kernel: Kernel, nb: int = 0, lanes: int | None = None) -> tuple[str, bytes]:
-    """``(key, object code)`` for ``kernel``: from the disk cache when a valid
-    entry exists, else generated, optimised (-O3), emitted and stored."""
-    lanes = simd_lanes() if lanes is None else lanes
-    key = kernel_key(kernel, nb, lanes)
+def _build_object(kernel: Kernel, nb: int, lanes: int, key: str) -> tuple[bytes, str]:
+    """(object code, which stats counter it counts for): the disk cache's
+    entry, else generated, optimised, emitted and stored. Safe to run on a
+    background thread (it touches no shared state but the disk cache)."""
     obj = cache.load(key)
     if obj is not None:
-        stats["disk_hits"] += 1
-        return key, obj
+        return obj, "disk_hits"
     obj = _optimize_and_emit(generate_llvm_ir(kernel, nb, lanes))
-    stats["compiled"] += 1
     cache.store(key, obj)
+    return obj, "compiled"
+
+
+def object_code(kernel: Kernel, nb: int = 0, lanes: int | None = None) -> tuple[str, bytes]:
+    """``(key, object code)`` for ``kernel``: from a background compile
+    started by :func:`prefetch`, from the disk cache when a valid entry
+    exists, else generated, optimised, emitted and stored."""
+    lanes = simd_lanes() if lanes is None else lanes
+    key = kernel_key(kernel, nb, lanes)
+    with _prefetch_lock:
+        pending = _prefetched.pop(key, None)
+    if pending is not None:
+        obj, counter = pending.result()
+        stats["prefetch_hits"] += 1
+    else:
+        obj, counter = _build_object(kernel, nb, lanes, key)
+    stats[counter] += 1
     return key, obj
 
 
-def load_object(obj: bytes):
-    """Link object code into a fresh MCJIT engine; returns (engine, handler address)."""
+# Kernels being compiled ahead of their launch (see prefetch): key -> Future.
+_prefetched: dict = {}
+_prefetch_lock = threading.Lock()
+_compiler_thread = None
+
+
+def prefetch(kernel: Kernel, nb: int = 0, lanes: int | None = None) -> None:
+    """Start compiling ``kernel`` (or reading it from the disk cache) on a
+    background thread and return at once; :func:`compile_kernel` then
+    waits for that result instead of starting over.
+
+    For a kernel that is sure to be launched soon after another one: the
+    adjoint of a ``value_and_grad`` compiles while the primal compiles and
+    runs. The two compiles overlap where they are in LLVM (no lock, no GIL:
+    see ``_unlocked``), the Python code generation of one with the LLVM
+    work of the other. A prefetched kernel that is never launched costs
+    only the background work (``stats`` counts it when it is used)."""
+    global _compiler_thread
+    lanes = simd_lanes() if lanes is None else lanes
+    key = kernel_key(kernel, nb, lanes)
+    with _prefetch_lock:
+        if key in _compiled or key in _prefetched:
+            return
+        if _compiler_thread is None:
+            _compiler_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="jaxrender-compile")
+        _prefetched[key] = _compiler_thread.submit(_build_object, kernel, nb, lanes, key)
+        stats["prefetched"] += 1
+
+
+def shared_key(lanes: int) -> str:
+    """Cache key of :func:`shared_object` (as :func:`kernel_key`'s)."""
+    parts = [target_description(), codegen_digest(), f"bvh routines, lanes={lanes}"]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _build_shared(lanes: int) -> bytes:
+    key = shared_key(lanes)
+    obj = cache.load(key)
+    if obj is None:
+        # Absolute addresses: it shares an engine with a kernel's object,
+        # and MCJIT resolves _GLOBAL_OFFSET_TABLE_ (position-independent
+        # code's base for its constants) to one object's table only.
+        obj = _optimize_and_emit(str(bvh_traversal.shared_module(lanes, llvm.get_process_triple())), "static")
+        cache.store(key, obj)
+    return obj
+
+
+_shared: dict = {}             # lanes -> Future of the shared object code
+_shared_thread = None
+
+
+def shared_object(lanes: int) -> concurrent.futures.Future:
+    """The object code of the BVH packet routines for ``lanes`` (see
+    ``bvh_traversal.shared_module``), linked with every kernel that queries
+    the BVH: compiled once per target and cached on disk like a kernel, on
+    a thread of its own, so that it builds while the first kernel does."""
+    global _shared_thread
+    with _prefetch_lock:
+        fut = _shared.get(lanes)
+        if fut is None:
+            if _shared_thread is None:
+                _shared_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="jaxrender-shared")
+            fut = _shared[lanes] = _shared_thread.submit(_build_shared, lanes)
+        return fut
+
+
+def load_object(obj: bytes, shared: bytes | None = None):
+    """Link object code (and the ``shared`` routines' object code it calls,
+    if any) into a fresh MCJIT engine; returns (engine, handler address)."""
     engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _new_target_machine())
     engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    if shared is not None:
+        engine.add_object_file(llvm.ObjectFileRef.from_data(shared))
     engine.finalize_object()
     addr = engine.get_function_address("jaxrender_handler")
     if not addr:
@@ -206,8 +355,9 @@ def compile_kernel(kernel: Kernel, nb: int = 0, lanes: int | None = None) -> Com
         if hit is not None:
             stats["memory_hits"] += 1
             return hit
+        shared = shared_object(lanes) if lanes > 1 and queries_bvh(kernel) else None
         key, obj = object_code(kernel, nb, lanes)
-        engine, addr = load_object(obj)
+        engine, addr = load_object(obj, shared.result() if shared else None)
         name = f"jaxrender_{kernel.name}_{key[:20]}"
         register_ffi_target(name, addr)
         ck = CompiledKernel(key, name, engine, addr)

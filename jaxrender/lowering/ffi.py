@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from llvmlite import ir as ll
 
-from ..ir.kernel import Kernel
+from ..ir.kernel import Kernel, _width
 from .abi import InfoLayout
 from .codegen import i1, i8, i32, i64, ptr
 
@@ -89,19 +89,39 @@ class _Emitter:
         return make_error
 
     def buffer(self, array, k):
-        """The ``XLA_FFI_Buffer*`` at index ``k`` of an argument/result array."""
-        return self.b.load(self.b.gep(array, [i64(k)], inbounds=True, source_etype=ptr), typ=ptr)
+        """The ``XLA_FFI_Buffer*`` at index ``k`` (an int or an i64 value)
+        of an argument/result array."""
+        idx = i64(k) if isinstance(k, int) else k
+        return self.b.load(self.b.gep(array, [idx], inbounds=True, source_etype=ptr), typ=ptr)
 
     def elements(self, buf):
         """Element count of an ``XLA_FFI_Buffer`` (product of its dims)."""
         b = self.b
         rank = self.load_at(buf, 32, i64)
         dims = self.load_at(buf, 40, ptr)
-        acc = self.alloca(i64)
-        b.store(i64(1), acc)
-        self.for_range(rank, lambda k: b.store(
-            b.mul(b.load(acc, typ=i64), b.load(b.gep(dims, [k], source_etype=i64), typ=i64)), acc))
-        return b.load(acc, typ=i64)
+        pre = b.block
+        head, body, after = (self.fn.append_basic_block(x) for x in ("dims.head", "dims.body", "dims.end"))
+        b.branch(head)
+        b.position_at_end(head)
+        k, acc = b.phi(i64), b.phi(i64)
+        k.add_incoming(i64(0), pre)
+        acc.add_incoming(i64(1), pre)
+        b.cbranch(b.icmp_signed("<", k, rank), body, after)
+        b.position_at_end(body)
+        k.add_incoming(b.add(k, i64(1)), body)
+        acc.add_incoming(b.mul(acc, b.load(b.gep(dims, [k], source_etype=i64), typ=i64)), body)
+        b.branch(head)
+        b.position_at_end(after)
+        return acc
+
+    def string_table(self, texts: list[str]):
+        """A constant array of pointers to the C strings ``texts``."""
+        ty = ll.ArrayType(ptr, max(len(texts), 1))
+        g = ll.GlobalVariable(self.m, ty, f"msgtab{len(self.m.globals)}")
+        g.global_constant = True
+        g.linkage = "private"
+        g.initializer = ll.Constant(ty, [self.cstring(t) for t in texts] or [ll.Constant(ptr, None)])
+        return _opaque(g)
 
     def sized_buffer(self, array, k, expected, fail, what: str):
         """(data pointer, element count) of buffer ``k`` of ``array``, after
@@ -175,23 +195,54 @@ def build_handler(module: ll.Module, kernel: Kernel, layout: InfoLayout, ctx_typ
         return b.gep(ctx, [i32(0)] + [i32(x) for x in idx], inbounds=True, source_etype=ctx_type)
 
     b.store(info, ctx_slot(0))
-    in_names = list(kernel.inputs)
-    for i in range(ni):
-        data, _ = e.sized_buffer(args, 1 + i, info_at(layout.in_elems(i)), fail,
-                                 f"jaxrender kernel '{name}': input '{in_names[i]}'")
-        b.store(data, ctx_slot(1, i))
-    out_names = list(kernel.item_outputs) + list(kernel.accumulators)
+
+    def info_at_index(k):
+        return b.load(b.gep(info, [k], inbounds=True, source_etype=i64), typ=i64)
+
+    def checked_buffers(array, first: int, count: int, expected_at: int, names: list[str], what: str, body):
+        """For k < count: buffer ``first + k`` of ``array`` must have the
+        element count in launch info word ``expected_at + k`` (else an XLA
+        error naming it); ``body(k, data pointer, elements)``. One loop over
+        tables rather than code per buffer: the handler's size no longer
+        grows with the kernel's signature, nor its share of compile time."""
+        if not count:
+            return
+        msgs = e.string_table([f"jaxrender kernel '{name}': {what} '{n}' has a different number of "
+                               "elements than the launch was prepared for" for n in names])
+
+        def one(k):
+            buf = e.buffer(array, b.add(k, i64(first)) if first else k)
+            n = e.elements(buf)
+            with b.if_then(b.icmp_signed("!=", n, info_at_index(b.add(k, i64(expected_at)))), likely=False):
+                msg = b.load(b.gep(msgs, [k], inbounds=True, source_etype=ptr), typ=ptr)
+                b.ret(make_error(msg, ERRC_INVALID_ARGUMENT))
+            body(k, e.load_at(buf, 24, ptr), n)
+        e.for_range(i64(count), one)
+
+    zero_row = _zero_row(module, kernel)
+
+    def set_input(k, data, n):
+        # An input with no rows arrives empty (the bridge pads nothing:
+        # ZERO_ROW_FOR_EMPTY_INPUTS); its reads, clamped to row 0 (and its
+        # batch strides, 0), land in a zero row of our own. (A scalar input
+        # has one row.)
+        empty = b.icmp_signed("==", info_at_index(b.add(k, i64(layout.rows(0)))), i64(0))
+        b.store(b.select(empty, zero_row, data), b.gep(ctx, [i32(0), i32(1), k], inbounds=True,
+                                                       source_etype=ctx_type))
+
     memset = module.globals.get("llvm.memset.p0.i64") or ll.Function(
         module, ll.FunctionType(ll.VoidType(), [ptr, i8, i64, i1]), "llvm.memset.p0.i64")
-    for j in range(no + na):
-        data, n = e.sized_buffer(rets, j, info_at(layout.out_elems(j)), fail,
-                                 f"jaxrender kernel '{name}': result '{out_names[j]}'")
-        if j < no:
-            b.store(data, ctx_slot(2, j))
-        else:
-            b.store(data, ctx_slot(3, j - no))
-            nbytes = b.mul(n, i64(4))  # every dtype we store is 32-bit
-            b.call(memset, [data, i8(0), nbytes, i1(0)])
+
+    def set_output(k, data, n):
+        b.store(data, b.gep(ctx, [i32(0), i32(2), k], inbounds=True, source_etype=ctx_type))
+
+    def set_accumulator(k, data, n):
+        b.store(data, b.gep(ctx, [i32(0), i32(3), k], inbounds=True, source_etype=ctx_type))
+        b.call(memset, [data, i8(0), b.mul(n, i64(4)), i1(0)])  # every dtype we store is 32-bit
+
+    checked_buffers(args, 1, ni, layout.in_elems(0), list(kernel.inputs), "input", set_input)
+    checked_buffers(rets, 0, no, layout.out_elems(0), list(kernel.item_outputs), "result", set_output)
+    checked_buffers(rets, no, na, layout.out_elems(no), list(kernel.accumulators), "result", set_accumulator)
 
     total = info_at(1)
     tile = info_at(2)
@@ -237,6 +288,18 @@ def build_handler(module: ll.Module, kernel: Kernel, layout: InfoLayout, ctx_typ
             fail(f"jaxrender kernel '{name}': check failed: {msg}", ERRC_INVALID_ARGUMENT)
     b.ret(null)
     return fn
+
+
+def _zero_row(module: ll.Module, kernel: Kernel):
+    """A constant row of zeros as wide as the kernel's widest input row."""
+    words = max([_width(spec.item_shape) for spec in kernel.inputs.values()] + [1])
+    ty = ll.ArrayType(i32, words)
+    g = ll.GlobalVariable(module, ty, "jaxrender_zero_row")
+    g.global_constant = True
+    g.linkage = "private"
+    g.align = 64
+    g.initializer = ll.Constant(ty, None)
+    return _opaque(g)
 
 
 def _opaque(value):

@@ -53,7 +53,7 @@ def bsdf_table(types, bsdf_data) -> jax.Array:
         if t.table is not None:
             groups.setdefault(t.table, []).append(i)
     if not groups:
-        return jnp.zeros((1,), jnp.float32)
+        return np.zeros((1,), np.float32)
     data = jax.lax.stop_gradient(jnp.asarray(bsdf_data, jnp.float32))
     rows = jnp.zeros((len(types), layout.BSDF_TABLE_STRIDE), jnp.float32)
     for (distribution, alpha, eta), idx in groups.items():

@@ -90,9 +90,9 @@ def to_pixel_format(image, pixel_format: str):
     ``pixel_format``'s channels, as Mitsuba's film develops it."""
     if pixel_format not in PIXEL_FORMATS:
         raise ValueError(f"unknown pixel format {pixel_format!r}")
-    rgb, rest = image[..., :3], image[..., 3:]
     if pixel_format.startswith("rgb"):
         return image
+    rgb, rest = image[..., :3], image[..., 3:]
     m = jnp.asarray(RGB_TO_XYZ, image.dtype)
     color = rgb @ m[1:2].T if pixel_format.startswith("luminance") else rgb @ m.T
     return jnp.concatenate([color, rest], axis=-1) if has_alpha(pixel_format) else color

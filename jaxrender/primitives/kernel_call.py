@@ -142,6 +142,18 @@ def launch(kernel: Kernel, launch_shape: tuple[int, ...], accum_rows: Mapping[st
     return dict(zip(names, outs))
 
 
+def prefetch(kernel: Kernel, *, simd_lanes: int | None = None) -> None:
+    """Start compiling ``kernel`` for an unbatched launch on JAX's default
+    backend in the background, where that backend can (the CPU: see
+    ``lowering.cpu.prefetch``); a later :func:`launch` of it then waits for
+    that compile instead of starting its own. Returns at once."""
+    platform = jax.default_backend()
+    start = getattr(lowering.backend(platform), "prefetch", None) if platform in lowering.BACKENDS else None
+    if start is not None:
+        from ..lowering import cpu
+        start(kernel, 0, cpu.simd_lanes() if simd_lanes is None else cpu.check_lanes(simd_lanes, "simd_lanes"))
+
+
 # ---------------------------------------------------------------------------
 # Primitive rules
 # ---------------------------------------------------------------------------
@@ -171,7 +183,7 @@ kernel_call_p.def_impl(_impl)
 
 
 def _launch_info(kernel: Kernel, arrays_shapes, launch_shape, accum_rows, batch_shape, in_batch,
-                 threads: int) -> np.ndarray:
+                 threads: int, pad_empty: bool = True) -> np.ndarray:
     nb = len(batch_shape)
     layout = InfoLayout(nb, len(kernel.inputs), len(kernel.item_outputs), len(kernel.accumulators))
     info = np.zeros(layout.size, np.int64)
@@ -186,7 +198,7 @@ def _launch_info(kernel: Kernel, arrays_shapes, launch_shape, accum_rows, batch_
         nbi = sum(flags)
         dims = list(shape)
         info[layout.rows(i)] = 1 if spec.scalar else dims[nbi]
-        if not spec.scalar and dims[nbi] == 0:
+        if pad_empty and not spec.scalar and dims[nbi] == 0:
             dims[nbi] = 1  # empty inputs are padded to one zero row (see _ffi_call)
         info[layout.in_elems(i)] = _prod(dims)
         # Element stride of each batch dim this input carries (row-major).
@@ -212,15 +224,19 @@ def _ffi_call(*args, kernel, launch_shape, accum_rows, batch_shape, in_batch, nu
                              "at most 2**31 - 1 are supported")
     target = lowering.backend(platform)
     compiled = target.compile_kernel(k, len(batch_shape), simd_lanes)
+    # Reads from an empty buffer are clamped to a zero row. A backend whose
+    # handler supplies that row itself gets the empty buffer as it is (a
+    # padding row would be a zero constant, which XLA turns into a broadcast
+    # and compiles into a kernel of its own: most of a first call's XLA time).
+    pad_empty = not getattr(target, "ZERO_ROW_FOR_EMPTY_INPUTS", False)
     padded = []
     for spec, x, flags in zip(k.inputs.values(), args, in_batch):
         nbi = sum(flags)
-        if not spec.scalar and x.shape[nbi] == 0:
-            # Reads from an empty buffer are clamped to a zero row; give it one.
+        if pad_empty and not spec.scalar and x.shape[nbi] == 0:
             x = jnp.zeros(x.shape[:nbi] + (1,) + x.shape[nbi + 1:], x.dtype)
         padded.append(x)
     info = _launch_info(k, [a.shape for a in args], launch_shape, accum_rows, batch_shape, in_batch,
-                        num_threads)
+                        num_threads, pad_empty)
     out_types = [jax.ShapeDtypeStruct(a.shape, a.dtype)
                  for a in _out_avals(k, launch_shape, accum_rows, batch_shape)]
     if not out_types:

@@ -32,12 +32,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
 from jax.extend.core import Primitive
+from jax._src.interpreters.batching import BatchTracer
 from jax.interpreters import ad, batching, mlir
+from jax.interpreters import partial_eval as pe
 
 from ..kernels.context import Structure
 from ..kernels.integrators import Integrator, PathIntegrator
 from .film import FilmGeometry, develop
-from .kernel_call import launch
+from .kernel_call import launch, prefetch
 
 
 class NotDifferentiableError(ValueError):
@@ -108,8 +110,28 @@ def render_image(config: RenderConfig, inputs: dict) -> jax.Array:
     return _develop(config, out["image"], weights)
 
 
+def _prefetch_derivative_kernel(config: RenderConfig, inputs, tin) -> None:
+    """Start compiling the derivative kernels this jvp leads to while the
+    primal compiles and runs: the adjoint under reverse mode (``grad``,
+    ``vjp``: the tangents are staged, to be transposed), else the forward
+    kernel, and the film-weights kernel of a splatting film. Not under
+    ``vmap`` (its launches are batched kernels)."""
+    integrator = config.integrator
+    active = tuple(n for n in integrator.differentiable if n in tin and not _is_zero(tin[n]))
+    if not active or any(isinstance(x, BatchTracer) for x in (*inputs.values(), *tin.values())):
+        return
+    if config.film.footprint > 1:  # the tangent's film weights (_film_weights)
+        prefetch(integrator.weights_kernel(config.structure))
+    if any(isinstance(tin[n], pe.JaxprTracer) for n in active):
+        if config.method in integrator.adjoint_methods:  # (else the transpose will say why)
+            prefetch(integrator.adjoint_kernel(active, config.method, config.structure))
+    else:
+        prefetch(integrator.forward_kernel(active, config.structure))
+
+
 def _render_jvp(config: RenderConfig, primals, tangents):
     (inputs,), (tin,) = primals, tangents
+    _prefetch_derivative_kernel(config, inputs, tin)
     out = render_image(config, inputs)
     integrator = config.integrator
     reasons = dict(config.why_not)

@@ -33,6 +33,7 @@ from ..kernels import layout
 from ..kernels import textures as ktex
 from ..kernels.bsdfs import registry as bsdf_registry
 from . import textures as tex_io
+from .arrays import is_traced
 from .builder import SceneBuilder
 from .camera import Camera, filter_table
 from .errors import SceneError
@@ -103,6 +104,8 @@ class Scene:
     # (nodes, leaves) buffers of wide_bvh.WideBVH.packed; None with analytic
     # shapes, whose kernels walk bvh_bounds / bvh_links.
     wide_bvh: tuple | None = None
+    # (buffer name, sensor) -> its jitted builder (see param_buffers)
+    _jitted_param_buffers: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @functools.cached_property
     def structure(self):
@@ -130,9 +133,9 @@ class Scene:
         """The kernel-side BsdfType of each BSDF row."""
         return [bsdf_registry.TYPES[t] for t, _, _ in self.bsdfs]
 
-    def texture_inputs(self, p: Mapping[str, Any]) -> dict:
-        """The texture buffers of the path kernel from parameter values ``p``."""
-        import jax.numpy as jnp
+    def texture_inputs(self) -> dict:
+        """The texture buffers of the path kernel that no parameter value
+        changes (texels and envmap tables: :meth:`param_buffers`)."""
         slots, rows = [], []
         for s in self.bsdf_slots:
             rows.append((len(slots), len(s)))
@@ -145,19 +148,13 @@ class Scene:
             kind = t.kind if t.plugin is None else ktex.CUSTOM + plugins.index(t.plugin)
             meta[i, :7] = (offsets[i], t.width, t.height, t.channels, kind, t.wrap, t.filter)
             uv[i] = (t.to_uv if t.to_uv is not None else np.eye(3)[:2]).reshape(6)
-        texels = jnp.concatenate([t.texels(p) for t in self.textures]) if self.textures \
-            else jnp.zeros((0,), jnp.float32)
         textured = bool(slots)
-        if self.env_texture >= 0:
-            env = self.textures[self.env_texture]
-            env_dist = tex_io.envmap_tables(env, p[env.keys[0]])
-            env_frame = self.env_frame.astype(np.float32).reshape(1, 9)
-        else:
-            env_dist, env_frame = np.zeros((0,), np.float32), np.zeros((0, 9), np.float32)
+        env_frame = (self.env_frame.astype(np.float32).reshape(1, 9) if self.env_texture >= 0
+                     else np.zeros((0, 9), np.float32))
         return dict(tri_uv=self.tri_uv if textured else np.zeros((0, 6), np.float32),
                     bsdf_tex=np.array(rows, np.int32).reshape(-1, 2),
                     tex_slots=np.array(slots, np.int32).reshape(-1, 4), tex_meta=meta, tex_uv=uv,
-                    texels=texels, env_dist=env_dist, env_frame=env_frame)
+                    env_frame=env_frame)
 
     def sensor(self, index: int = 0) -> tuple[str, "Camera"]:
         """(to_world parameter key, Camera) of sensor ``index`` (file order)."""
@@ -179,39 +176,87 @@ class Scene:
                     raise SceneError(f"parameter {k!r} must have shape {tuple(np.shape(p[k]))}, "
                                      f"got {tuple(np.shape(v))}")
             p.update(params)
-        import jax.numpy as jnp
-        rows = []
-        for _, fields, twosided in self.bsdfs:
-            # a field is a parameter key, a constant (a flag such as nonlinear),
-            # or None: a textured field, filled in by the kernel
-            parts = [jnp.zeros(w, jnp.float32) if k is None else
-                     jnp.asarray(p[k] if isinstance(k, str) else np.full(w, k), jnp.float32).reshape(w)
-                     for k, w in fields]
-            used = sum(w for _, w in fields)
-            parts.append(jnp.zeros(layout.BSDF_ROW - 1 - used, jnp.float32))
-            parts.append(jnp.full((1,), 1.0 if twosided else 0.0, jnp.float32))
-            rows.append(jnp.concatenate(parts))
-        bsdf_data = jnp.stack(rows) if rows else jnp.zeros((0, layout.BSDF_ROW), jnp.float32)
+        _, cam = self.sensor(sensor)
         order = self.structure.bsdfs
         bsdf_type = np.array([order.index(t) for t, _, _ in self.bsdfs], np.int32)
-        # (an envmap's row is its scalar scale, broadcast)
-        rad = jnp.stack([jnp.broadcast_to(jnp.asarray(p[k], jnp.float32).reshape(-1), (3,))
-                         for k in self.emitter_keys]) if self.emitter_keys else jnp.zeros((0, 3), jnp.float32)
-        cam_key, cam = self.sensor(sensor)
-        to_world = jnp.asarray(p[cam_key], jnp.float32).reshape(16)
-        camera = jnp.concatenate([to_world, jnp.array([cam.tan_x, cam.tan_y, cam.near_clip, cam.far_clip],
-                                                      jnp.float32)])
         w = self.wide_bvh
         bvh = (dict(_NO_SKIP_LINK_BVH, wide_nodes=w[0], wide_leaves=w[1]) if w is not None else
                dict(_NO_WIDE_BVH, bvh_bounds=self.bvh_bounds, bvh_links=self.bvh_links))
-        return dict(tris=self.triangles, tri_attr=self.tri_attr, **bvh, bsdf_type=bsdf_type, bsdf_data=bsdf_data,
-                    emitter_radiance=rad,
+        return dict(tris=self.triangles, tri_attr=self.tri_attr, **bvh, bsdf_type=bsdf_type,
                     light_tris=self.light_tris, light_cdf=self.light_cdf, emitter_meta=self.emitter_meta,
                     emitter_geom=self.emitter_geom, env_emitter=np.int32(self.env_emitter),
                     emitter_frame=self.emitter_frame, tri_normals=self.tri_normals, prim_shape=self.prim_shape,
-                    shape_data=self.shape_data,
-                    camera=camera[None, :], **self.texture_inputs(p), **cam.sampler.kernel_inputs(),
-                    **cam.film_inputs())
+                    shape_data=self.shape_data, **self.texture_inputs(), **self.param_buffers(p, sensor),
+                    **cam.sampler.kernel_inputs(), **cam.film_inputs())
+
+    def param_buffers(self, p: Mapping[str, Any], sensor: int = 0) -> dict:
+        """The buffers computed from the parameter values ``p`` (every key of
+        ``params``): BSDF rows, emitter radiance, the camera, texels and the
+        envmap's sampling tables.
+
+        A buffer whose values are concrete is computed with numpy: eager
+        jax.numpy would compile one XLA computation per operation the first
+        time a process meets it, most of a first render's time when its
+        kernel comes from the disk cache. A buffer with a traced value
+        (under ``grad``, ``jit``, ``vmap``) is one jitted function of its
+        values: one call for JAX to differentiate and compile, not a dozen."""
+        out = {}
+        for name, (keys, build) in self._param_buffer_builders(sensor).items():
+            values = {k: p[k] for k in keys}
+            if not any(is_traced(v) for v in values.values()):
+                out[name] = build(values, np)
+                continue
+            fn = self._jitted_param_buffers.get((name, sensor))
+            if fn is None:
+                import jax
+                import jax.numpy as jnp
+                fn = self._jitted_param_buffers[name, sensor] = jax.jit(functools.partial(build, xp=jnp))
+            out[name] = fn(values)
+        return out
+
+    def _param_buffer_builders(self, sensor: int) -> dict:
+        """buffer name -> (the parameter keys it reads, build(values, xp))."""
+        f32 = np.float32
+
+        def bsdf_data(p, xp):
+            rows = []
+            for _, fields, twosided in self.bsdfs:
+                # a field is a parameter key, a constant (a flag such as
+                # nonlinear), or None: a textured field, filled in by the kernel
+                parts = [np.zeros(w, f32) if k is None else
+                         xp.asarray(p[k], f32).reshape(w) if isinstance(k, str) else np.full(w, k, f32)
+                         for k, w in fields]
+                used = sum(w for _, w in fields)
+                parts.append(np.zeros(layout.BSDF_ROW - 1 - used, f32))
+                parts.append(np.full((1,), 1.0 if twosided else 0.0, f32))
+                rows.append(xp.concatenate(parts))
+            return xp.stack(rows) if rows else np.zeros((0, layout.BSDF_ROW), f32)
+
+        def emitter_radiance(p, xp):
+            # (an envmap's row is its scalar scale, broadcast)
+            rad = [xp.broadcast_to(xp.asarray(p[k], f32).reshape(-1), (3,)) for k in self.emitter_keys]
+            return xp.stack(rad) if rad else np.zeros((0, 3), f32)
+
+        cam_key, cam = self.sensor(sensor)
+
+        def camera(p, xp):
+            to_world = xp.asarray(p[cam_key], f32).reshape(16)
+            return xp.concatenate([to_world, np.array([cam.tan_x, cam.tan_y, cam.near_clip, cam.far_clip],
+                                                      f32)])[None, :]
+
+        def texels(p, xp):
+            blocks = [t.texels(p, xp) for t in self.textures]
+            return xp.concatenate(blocks) if blocks else np.zeros((0,), f32)
+
+        env = self.textures[self.env_texture] if self.env_texture >= 0 else None
+
+        def env_dist(p, xp):
+            return tex_io.envmap_tables(env, p[env.keys[0]], xp) if env is not None else np.zeros((0,), f32)
+
+        bsdf_keys = [k for _, fields, _ in self.bsdfs for k, _ in fields if isinstance(k, str)]
+        return dict(bsdf_data=(bsdf_keys, bsdf_data), emitter_radiance=(self.emitter_keys, emitter_radiance),
+                    camera=([cam_key], camera), texels=([k for t in self.textures for k in t.keys], texels),
+                    env_dist=([env.keys[0]] if env is not None else [], env_dist))
 
 
 # The BVH a scene's kernels do not read gets no rows (see Scene.wide_bvh).

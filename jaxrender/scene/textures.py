@@ -33,6 +33,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..kernels import textures as ktex
+from .arrays import array_module
 from .errors import SceneError
 
 
@@ -152,41 +153,48 @@ class TextureSpec:
     def size(self) -> int:
         return self.width * self.height * self.channels
 
-    def texels(self, p: Mapping[str, Any]):
-        """Its block of the ``texels`` buffer (jax.numpy, so gradients flow)."""
-        import jax.numpy as jnp
+    def texels(self, p: Mapping[str, Any], xp=None):
+        """Its block of the ``texels`` buffer, computed with ``xp`` (numpy or
+        jax.numpy; by default jax.numpy when a value is traced, so
+        gradients flow)."""
+        xp = xp or array_module(*(p[k] for k in self.keys))
         if self.kind == ktex.ENVMAP:
-            data = jnp.asarray(p[self.keys[0]], jnp.float32)
+            data = xp.asarray(p[self.keys[0]], np.float32)
             return data[:, 1:self.width + 1, :].reshape(-1)
-        return jnp.concatenate([jnp.asarray(p[k], jnp.float32).reshape(-1) for k in self.keys])
+        return xp.concatenate([xp.asarray(p[k], np.float32).reshape(-1) for k in self.keys])
 
 
-def envmap_tables(tex: TextureSpec, data):
+def envmap_tables(tex: TextureSpec, data, xp=None):
     """The ``env_dist`` buffer (see ``kernels.envmap``) of an envmap whose
-    parameter value is ``data`` (H, W + 2, 3), built with jax.numpy so that it
-    follows the current (possibly traced) values; not differentiated."""
-    import jax
-    import jax.numpy as jnp
+    parameter value is ``data`` (H, W + 2, 3), built from the current values
+    with ``xp`` (numpy or jax.numpy; by default jax.numpy when ``data`` is
+    traced); not differentiated."""
+    xp = xp or array_module(data)
+    f32 = np.float32
     W, H = tex.width, tex.height
-    img = jax.lax.stop_gradient(jnp.asarray(data, jnp.float32))[:, 1:W + 1, :]
-    lum = jnp.maximum(img @ jnp.asarray(ktex.LUMINANCE, jnp.float32), 0.0)
-    lum = jnp.where(jnp.isfinite(lum), lum, 0.0)
+    img = xp.asarray(data, f32)
+    if xp is not np:
+        import jax
+        img = jax.lax.stop_gradient(img)
+    img = img[:, 1:W + 1, :]
+    lum = xp.maximum(img @ np.asarray(ktex.LUMINANCE, f32), f32(0.0))
+    lum = xp.where(xp.isfinite(lum), lum, f32(0.0))
     rows = lum[:-1] + lum[1:]
-    cell = 0.25 * (rows + jnp.roll(rows, -1, axis=1))               # (H - 1, W)
+    cell = f32(0.25) * (rows + xp.roll(rows, -1, axis=1))           # (H - 1, W)
     cos = np.cos(np.pi * np.arange(H) / (H - 1))
-    solid = (2.0 * math.pi / W) * (cos[:-1] - cos[1:])              # (H - 1,)
-    weights = cell * jnp.asarray(solid, jnp.float32)[:, None]
-    total = jnp.sum(weights)
+    solid = ((2.0 * math.pi / W) * (cos[:-1] - cos[1:])).astype(f32)  # (H - 1,)
+    weights = cell * solid[:, None]
+    total = xp.sum(weights)
     ok = total > 0
-    cell = jnp.where(ok, cell, 1.0)
-    weights = jnp.where(ok, weights, jnp.broadcast_to(jnp.asarray(solid, jnp.float32)[:, None], weights.shape))
-    total = jnp.sum(weights)
-    row_w = jnp.sum(weights, axis=1)
-    marginal = jnp.cumsum(row_w) / total
-    marginal = marginal.at[-1].set(1.0)
-    safe_row = jnp.where(row_w > 0, row_w, 1.0)
-    conditional = jnp.where(row_w[:, None] > 0, jnp.cumsum(weights, axis=1) / safe_row[:, None],
-                            jnp.arange(1, W + 1, dtype=jnp.float32)[None, :] / W)
-    conditional = conditional.at[:, -1].set(1.0)
+    cell = xp.where(ok, cell, f32(1.0))
+    weights = xp.where(ok, weights, xp.broadcast_to(solid[:, None], weights.shape))
+    total = xp.sum(weights)
+    row_w = xp.sum(weights, axis=1)
+    marginal = xp.cumsum(row_w) / total
+    marginal = xp.concatenate([marginal[:-1], np.ones(1, f32)])
+    safe_row = xp.where(row_w > 0, row_w, f32(1.0))
+    conditional = xp.where(row_w[:, None] > 0, xp.cumsum(weights, axis=1) / safe_row[:, None],
+                           np.arange(1, W + 1, dtype=f32)[None, :] / f32(W))
+    conditional = xp.concatenate([conditional[:, :-1], np.ones((H - 1, 1), f32)], axis=1)
     pdf = cell / total
-    return jnp.concatenate([jnp.asarray(cos, jnp.float32), marginal, conditional.reshape(-1), pdf.reshape(-1)])
+    return xp.concatenate([cos.astype(f32), marginal, conditional.reshape(-1), pdf.reshape(-1)]).astype(f32)

@@ -1,0 +1,37 @@
+"""Which array library computes a buffer from parameter values.
+
+A render lays parameter values into kernel buffers (a BSDF row, the camera,
+texels, an envmap's sampling tables). Done with jax.numpy on concrete
+values, every operation is an eager JAX call that compiles an XLA
+computation of its own the first time a process meets it: a dozen small
+compilations were most of the time between ``render()`` and the image when
+the kernel itself came from the disk cache. numpy computes the same thing
+on the host with nothing to compile, so it is used whenever no value is a
+JAX tracer; under ``jit``, ``grad`` or ``vmap`` jax.numpy follows the trace
+(``Scene.param_buffers`` then runs each such buffer as one jitted call).
+
+Example::
+
+    xp = array_module(p["red.reflectance.value"])   # numpy unless traced
+    row = xp.concatenate([xp.asarray(p["red.reflectance.value"], np.float32), np.zeros(5, np.float32)])
+"""
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+
+def is_traced(value: Any) -> bool:
+    """True when ``value`` is a JAX tracer (a value under jit, grad, vmap...)."""
+    import jax
+    return isinstance(value, jax.core.Tracer)
+
+
+def array_module(*values: Any) -> ModuleType:
+    """``jax.numpy`` if any of ``values`` is traced, else ``numpy``."""
+    if any(is_traced(v) for v in values):
+        import jax.numpy as jnp
+        return jnp
+    return np

@@ -1,0 +1,118 @@
+"""What makes the first image and the first gradient fast: kernels compiled
+on a background thread (the adjoint of a value_and_grad while the primal
+compiles), LLVM calls made without llvmlite's process-wide lock, and no
+eager XLA compilations besides the kernel launch itself."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+from jaxrender import ir
+from jaxrender.lowering import cpu
+
+WORKER = textwrap.dedent("""
+    import json
+    import jax, jax.numpy as jnp
+    from jax._src import monitoring
+    import jaxrender
+    from jaxrender.lowering import cache, cpu
+    from jaxrender.kernels import integrators
+
+    d = jaxrender.cornell_box()
+    d["sensor"]["film"]["width"] = d["sensor"]["film"]["height"] = 8
+    scene = jaxrender.load_dict(d)
+    key = "red.reflectance.value"
+    x = jnp.asarray(scene.params[key])
+    out = {}
+
+    compiles = []
+    monitoring.register_event_duration_secs_listener(
+        lambda event, secs, **kw: compiles.append(kw.get("fun_name"))
+        if event == "/jax/core/compile/backend_compile_duration" else None)
+    jaxrender.render(scene, spp=1).block_until_ready()
+    out["primal_xla_compiles"] = compiles[:]
+    out["shared_cached"] = cache.load(cpu.shared_key(cpu.simd_lanes())) is not None
+
+    v, g = jax.value_and_grad(lambda x: jnp.mean(jaxrender.render(scene, {key: x}, spp=1)))(x)
+    out["grad"] = g.tolist()
+    out["after_grad"] = dict(cpu.stats)
+    # What the background thread stored is what a serial compile makes.
+    integ = integrators.create(scene.integrator)
+    adjoint = integ.adjoint_kernel(("bsdf_data",), "prb", scene.structure)
+    k = cpu.kernel_key(adjoint, 0, cpu.simd_lanes())
+    out["same_object"] = cache.load(k) == cpu._optimize_and_emit(cpu.generate_llvm_ir(adjoint, 0))
+
+    t = jax.jvp(lambda x: jaxrender.render(scene, {key: x}, spp=1), (x,), (jnp.ones(3),))[1]
+    t.block_until_ready()
+    out["after_jvp"] = dict(cpu.stats)
+    print(json.dumps(out))
+""")
+
+
+@pytest.fixture(scope="module")
+def worker(tmp_path_factory) -> dict:
+    """One fresh process with an empty kernel cache (its results serve
+    every test here)."""
+    env = dict(os.environ, JAXRENDER_CACHE_DIR=str(tmp_path_factory.mktemp("cache")))
+    env.pop("JAXRENDER_DISABLE_DISK_CACHE", None)
+    proc = subprocess.run([sys.executable, "-c", WORKER], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_derivative_kernels_compile_in_the_background(worker):
+    r = worker
+    # value_and_grad: the adjoint and the film-weights kernel (the Cornell
+    # box's gaussian filter splats) were started before the primal compiled,
+    # and their launches used those compiles (three compiles in all).
+    assert r["after_grad"]["prefetched"] == 2 and r["after_grad"]["prefetch_hits"] == 2, r
+    assert r["after_grad"]["compiled"] == 3, r
+    assert r["same_object"]
+    assert r["shared_cached"]  # the BVH routines the kernels link, on disk like a kernel
+    assert np.all(np.isfinite(r["grad"])) and np.any(np.asarray(r["grad"]) != 0)
+    # jvp: the forward kernel is the one started.
+    assert r["after_jvp"]["prefetched"] == 3 and r["after_jvp"]["prefetch_hits"] == 3, r
+    assert r["after_jvp"]["compiled"] == 4, r
+
+
+def test_first_render_compiles_nothing_in_xla_but_the_launch(worker):
+    """Eager jax.numpy operations on parameter values (or a zero row padded
+    onto an empty input) would each be an XLA compilation in every new
+    process: most of a warm first render. The launch, and the reshape of its
+    result into an image, are all that should remain."""
+    assert len(worker["primal_xla_compiles"]) <= 2, worker["primal_xla_compiles"]
+
+
+def _kernels() -> list[ir.Kernel]:
+    def body(x, s):
+        i = ir.item_index()
+        v = x[i]
+        n, acc = ir.while_loop(lambda st: st[0] < 7, lambda st: (st[0] + 1, ir.sin(st[1]) * s.value + v), (0, v))
+        return acc + ir.cast(n, "f32")
+    return [ir.trace(lambda x, s, k=k: body(x, s) * float(k), {"x": ir.In("f32"), "s": ir.Scalar("f32")},
+                     {"y": ir.Out("f32")}, name=f"parallel_probe{k}") for k in range(1, 4)]
+
+
+def test_concurrent_llvm_compiles_match_serial_ones():
+    """Compiles on several threads at once (each with its own LLVM context
+    and target machine, outside llvmlite's lock) give the bytes a lone
+    compile gives."""
+    texts = [cpu.generate_llvm_ir(k, 0) for k in _kernels()] * 2
+    serial = [cpu._optimize_and_emit(t) for t in texts]
+    results = [None] * len(texts)
+
+    def work(i):
+        results[i] = cpu._optimize_and_emit(texts[i])
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(texts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == serial
