@@ -219,6 +219,52 @@ def test_nested_loops_inner_trip_count_depends_on_outer_index(lanes):
 
 
 @functools.cache
+def uniform_loops_kernel() -> ir.Kernel:
+    """Loops whose trip count is the same for every item (a scalar input, a
+    row read at a uniform index, a count built in a uniform loop), run by
+    all lanes, by some (inside a branch) and nested in a divergent loop."""
+    def body(n, rows, x):
+        i = ir.item_index()
+        v = x[i]
+
+        def uniform_sum(count):
+            return ir.fori_loop(ir.Int(0), count, lambda k, acc: acc + v * ir.cast(k + 1, "f32"), ir.Float(0.0))
+
+        top = uniform_sum(n.value)
+        # A branch taken by some lanes: its loop reads the count from a row
+        # at a uniform index (lanes outside the branch may read zeros).
+        side = ir.cond(v > 0.0, lambda: uniform_sum(rows[n.value % 3]), lambda: ir.Float(-1.0))
+        # A uniform count made by a uniform loop, used inside a divergent one.
+        m = ir.fori_loop(ir.Int(0), n.value, lambda k, c: c + 2, ir.Int(1))
+        steps = ir.cast(ir.abs(v) * 3.0, "i32")
+        inner = ir.fori_loop(ir.Int(0), steps, lambda k, acc: acc + uniform_sum(m), ir.Float(0.0))
+        return {"top": top, "side": side, "inner": inner}
+
+    return ir.trace(body, {"n": ir.Scalar("i32"), "rows": ir.In("i32"), "x": ir.In("f32")},
+                    {"top": ir.Out("f32"), "side": ir.Out("f32"), "inner": ir.Out("f32")}, name="uniform_loops")
+
+
+@pytest.mark.parametrize("lanes", LANES)
+@pytest.mark.parametrize("n", [0, 1, 5])
+def test_uniform_trip_count_loops_in_partial_packets_and_branches(n, lanes):
+    from jaxrender.lowering.codegen import uniform_values
+    k = uniform_loops_kernel()
+    # The analysis finds the uniform loops (the one-lane generator ignores it).
+    assert sum(isinstance(u, tuple) and u[0] == "loop" for u in uniform_values(k.block)) >= 4
+    rng = np.random.default_rng(n)
+    x = np.float32(rng.uniform(-2, 2, 37))        # not a multiple of any packet width
+    rows = np.int32([4, 0, 7])
+    out = run(k, (len(x),), lanes, n=np.int32(n), rows=rows, x=x)
+
+    def tri(c):
+        return c * (c + 1) / 2
+    m = 1 + 2 * n
+    np.testing.assert_allclose(out["top"], x * tri(n), rtol=1e-6)
+    np.testing.assert_allclose(out["side"], np.where(x > 0, x * tri(rows[n % 3]), -1.0), rtol=1e-6)
+    np.testing.assert_allclose(out["inner"], np.trunc(np.abs(x) * np.float32(3)) * x * tri(m), rtol=1e-5)
+
+
+@functools.cache
 def fori_kernel() -> ir.Kernel:
     def body(lo, hi, ulo, uhi, vals):
         i = ir.item_index()

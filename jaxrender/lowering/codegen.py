@@ -19,7 +19,7 @@ from llvmlite import ir as ll
 
 from ..ir.bvh_query import CLOSEST
 from ..ir.bvh_query import OP as BVH_QUERY
-from ..ir.graph import BOOL, F32, I32, U32, Block, Node, f32_bits, walk
+from ..ir.graph import BOOL, F32, I32, PURE_OPS, U32, Block, Node, f32_bits, walk
 from ..ir.kernel import Kernel, _width
 from . import bvh_traversal, vmath
 from .abi import InfoLayout
@@ -415,6 +415,10 @@ class ItemCodegen:
             b.atomic_rmw("umax", self.err_ptr, i32(n.attrs[0]), "monotonic")
 
     # -- structured control flow ----------------------------------------
+    def loop_goes_on(self, c):
+        """The branch condition of a loop whose condition value is ``c``."""
+        return c
+
     def lower_loop(self, n: Node, init: list) -> None:
         b = self.b
         cond, body = n.regions
@@ -424,13 +428,13 @@ class ItemCodegen:
         exit_bb = self.fn.append_basic_block("loop.exit")
         b.branch(header)
         b.position_at_end(header)
-        phis = [b.phi(LLTYPE[x.type]) for x in n.args]
+        phis = [b.phi(self.T(x.type)) for x in n.args]
         for p, v in zip(phis, init):
             p.add_incoming(v, pre)
         for prm, ph in zip(cond.params, phis):
             self.vals[prm.id] = ph
         (c,) = self.lower_block(cond)
-        b.cbranch(c, body_bb, exit_bb)
+        b.cbranch(self.loop_goes_on(c), body_bb, exit_bb)
         b.position_at_end(body_bb)
         for prm, ph in zip(body.params, phis):
             self.vals[prm.id] = ph
@@ -601,6 +605,64 @@ def _ieee_float_mode(module: ll.Module, b: ll.IRBuilder):
     return restore
 
 
+# Launch-environment reads that are the same for every work item.
+_UNIFORM_ENV_OPS = ("const", "launch_size", "buffer_len")
+
+
+def uniform_values(block: Block) -> set:
+    """What a packet computes identically in every lane: the ids of nodes
+    (and ``(loop id, k)`` for loop results) whose value depends on no work
+    item, and ``("loop", id)`` for each loop whose condition is such a
+    value, so that all lanes run it the same number of times (a loop over
+    a kernel's ``spp``). Conservative: a value it cannot prove uniform
+    (after a branch, a dispatch, a BVH query) counts as varying."""
+    uniform: set = set()
+    _uniform_block(block, uniform)
+    return uniform
+
+
+def _uniform_block(block: Block, uniform: set) -> None:
+    for n in block.nodes:
+        op = n.op
+        if op == "proj":
+            if (n.args[0].id, n.attrs[0]) in uniform:
+                uniform.add(n.id)
+        elif op in _UNIFORM_ENV_OPS or ((op in PURE_OPS or op == "gather")
+                                         and all(a.id in uniform for a in n.args)):
+            # (a gather reads a read-only input: the same row, the same value)
+            uniform.add(n.id)
+        elif op == "loop":
+            _uniform_loop(n, uniform)
+        else:
+            for region in n.regions:      # their params count as varying
+                _uniform_block(region, uniform)
+
+
+def _uniform_loop(n: Node, uniform: set) -> None:
+    # A loop variable is uniform if its initial value and its update are;
+    # inside the loop every lane runs every iteration (finished lanes keep
+    # computing, masked), so that holds for divergent loops too. Assume it of
+    # every variable with a uniform start and drop those whose update is not,
+    # until nothing changes.
+    cond, body = n.regions
+    candidates = {k for k, a in enumerate(n.args) if a.id in uniform}
+    while True:
+        trial = set(uniform)
+        for k in candidates:
+            trial.update((cond.params[k].id, body.params[k].id))
+        _uniform_block(cond, trial)
+        _uniform_block(body, trial)
+        kept = {k for k in candidates if body.results[k].id in trial}
+        if kept == candidates:
+            break
+        candidates = kept
+    uniform |= trial
+    if cond.results[0].id in trial:
+        # Every lane leaves after the same iteration: its results are uniform too.
+        uniform.add(("loop", n.id))
+        uniform.update((n.id, k) for k in candidates)
+
+
 class PacketCodegen(ItemCodegen):
     """Emits the graph for a packet of ``lanes`` consecutive work items in
     SIMD registers (one vector lane per work item), Dr.Jit-style.
@@ -675,6 +737,22 @@ class PacketCodegen(ItemCodegen):
 
     def any(self, mask):
         return self.b.call(self.decl(f"llvm.vector.reduce.or.v{self.lanes}i1", i1, [self.T(BOOL)]), [mask])
+
+    def lower_cast(self, v, src: str, dst: str):
+        if src != F32 or dst not in (I32, U32):
+            return super().lower_cast(v, src, dst)
+        # Saturating float->int with the packet's own compares and selects:
+        # LLVM expands a vector llvm.fpto[su]i.sat into one scalar
+        # conversion, compare and cmov per lane on x86.
+        b = self.b
+        lo, hi, top = (-2.0 ** 31, 2147483520.0, 2 ** 31 - 1) if dst == I32 else (0.0, 4294967040.0, 2 ** 32 - 1)
+        # (hi: the largest float below the type's bound; NaN fails "v > lo")
+        inside = b.select(b.fcmp_ordered(">", v, self.cf32(lo)), v, self.cf32(lo))
+        inside = b.select(b.fcmp_ordered("<", inside, self.cf32(hi)), inside, self.cf32(hi))
+        r = b.fptosi(inside, self.T(I32)) if dst == I32 else b.fptoui(inside, self.T(U32))
+        r = b.select(b.fcmp_ordered(">=", v, self.cf32(2.0 ** 31 if dst == I32 else 2.0 ** 32)),
+                     self.ci32(top), r)
+        return b.select(b.fcmp_unordered("uno", v, v), self.ci32(0), r) if dst == I32 else r
 
     def lane_ptrs(self, base, offsets, etype):
         """Vector GEP: one address per lane."""
@@ -896,6 +974,26 @@ class PacketCodegen(ItemCodegen):
 
     # -- masked control flow ------------------------------------------------
     def lower_loop(self, n: Node, init: list) -> None:
+        if ("loop", n.id) in self.uniform:
+            # Its condition is the same in every lane (uniform_values): no
+            # per-lane exit to record, so the one-lane code's plain phis do.
+            ItemCodegen.lower_loop(self, n, init)
+            return
+        self._lower_divergent_loop(n, init)
+
+    def loop_goes_on(self, c):
+        # (of a uniform loop) the active lanes decide: a packet with none
+        # active, in a branch no lane takes, skips the loop
+        return self.any(self.b.and_(self.mask, c))
+
+    @property
+    def uniform(self) -> set:
+        u = getattr(self, "_uniform", None)
+        if u is None:
+            u = self._uniform = uniform_values(self.k.block)
+        return u
+
+    def _lower_divergent_loop(self, n: Node, init: list) -> None:
         """Run while any lane is active. Lanes keep computing after their
         condition fails (their values are unused and every effect is masked),
         and each lane's result is captured when it leaves. Freezing finished
