@@ -311,17 +311,18 @@ def used_inputs(kernel: ir.Kernel) -> set:
 
 
 def test_structure_flags_follow_the_scene():
+    # (the Cornell box's gaussian filter splats into 5x5 pixels)
     diffuse = ("diffuse",)
     cbox = jaxrender.load_dict(jaxrender.cornell_box())
-    assert cbox.structure == Structure(bsdfs=diffuse)
+    assert cbox.structure == Structure(bsdfs=diffuse, footprint=5)
     d = jaxrender.cornell_box()
     d["ball"] = {"type": "sphere", "radius": 0.2}
-    assert jaxrender.load_dict(d).structure == Structure(analytic=True, bsdfs=diffuse)
+    assert jaxrender.load_dict(d).structure == Structure(analytic=True, bsdfs=diffuse, footprint=5)
     d = jaxrender.cornell_box()
     d["torus"] = {"type": "ply", "filename": str(MESHES / "lowpoly_torus.ply")}
-    assert jaxrender.load_dict(d).structure == Structure(shading_normals=True, bsdfs=diffuse)
+    assert jaxrender.load_dict(d).structure == Structure(shading_normals=True, bsdfs=diffuse, footprint=5)
     d["torus"]["face_normals"] = True
-    assert jaxrender.load_dict(d).structure == Structure(bsdfs=diffuse)
+    assert jaxrender.load_dict(d).structure == Structure(bsdfs=diffuse, footprint=5)
 
 
 def test_triangle_only_kernels_do_not_touch_shape_buffers():

@@ -373,7 +373,7 @@ def test_three_channel_texture_for_a_scalar_is_its_luminance():
 
 
 def test_untextured_scenes_keep_the_plain_kernel_and_values_do_not_recompile():
-    assert jaxrender.load_dict(jaxrender.cornell_box()).structure == Structure(bsdfs=("diffuse",))
+    assert jaxrender.load_dict(jaxrender.cornell_box()).structure == Structure(bsdfs=("diffuse",), footprint=5)
     scene = jaxrender.load_dict(small_plane({"type": "bitmap", "filename": str(DATA / "albedo16.png")}))
     assert scene.structure == Structure(1, False, bsdfs=("diffuse",))
     key = "plane.bsdf.reflectance.data"
