@@ -74,7 +74,7 @@ def sample_kernel() -> ir.Kernel:
         i = ir.item_index()
         u = ir.rng.uniform4(seed.value, i, 0)
         e = EnvMap(b, em.value)
-        w, pdf = e.sample(u[0], u[1], u[2])
+        w, pdf = e.sample(u[0], u[1])
         return {"d": tuple(w), "pdf": pdf, "pdf_again": e.pdf(w)}
     inputs = {k: SCENE_INPUTS[k] for k in ENV_INPUTS}
     inputs.update(seed=ir.Scalar("u32"), em=ir.Scalar("i32"))
@@ -116,35 +116,58 @@ def test_data_layout_and_radiance_match_mitsuba(source):
     np.testing.assert_allclose(scene.params["sky.data"], ref_data, rtol=1e-6, atol=1e-7)
     assert scene.params["sky.scale"].shape == () and float(scene.params["sky.scale"]) == pytest.approx(1.7)
     d = uniform_dirs(np.random.default_rng(0), 1500)
-    ours, _ = evaluate(scene, d)
+    ours, ours_pdf = evaluate(scene, d)
     si = mi.SurfaceInteraction3f()
-    ref = []
+    it, ds = mi.Interaction3f(), mi.DirectionSample3f()
+    ref, ref_pdf = [], []
     for q in d:
         si.wi = [-float(q[0]), -float(q[1]), -float(q[2])]
         ref.append(np.array(e.eval(si), np.float64) / 1.7)   # our eval is before scale
+        ds.d = [float(v) for v in q]
+        ref_pdf.append(e.pdf_direction(it, ds))
     np.testing.assert_allclose(ours, np.array(ref), rtol=2e-5, atol=2e-5)
+    # The sampling density is Mitsuba's too (its bilinear warp of the luminance).
+    np.testing.assert_allclose(ours_pdf, np.array(ref_pdf), rtol=2e-4)
 
 
 # ---------------------------------------------------------------------------
 # Sampling
 # ---------------------------------------------------------------------------
 
-def expected_patch_pdf(img: np.ndarray) -> np.ndarray:
-    """Independent model of the sampling density: per patch between texel
-    positions, mean corner luminance over its luminance-weighted solid angle."""
+def expected_weights(img: np.ndarray) -> np.ndarray:
+    """Independent model of the sampling density: the luminance of each
+    texel times sin(theta) of its row, interpolated bilinearly between the
+    texel positions (columns texel-centred and periodic, rows corner
+    aligned), normalised to integrate to one over the (u, v) square."""
     h, w, _ = img.shape
-    lum = np.maximum(img.astype(np.float64) @ LUM, 0)
+    lum = np.maximum(img.astype(np.float64) @ LUM, 0) * np.sin(np.pi * np.arange(h) / (h - 1))[:, None]
     rows = lum[:-1] + lum[1:]
-    cell = 0.25 * (rows + np.roll(rows, -1, axis=1))
-    cos = np.cos(np.pi * np.arange(h) / (h - 1))
-    solid = 2 * np.pi / w * (cos[:-1] - cos[1:])
-    return cell / np.sum(cell * solid[:, None]), cos
+    mass = 0.25 * (rows + np.roll(rows, -1, axis=1)).sum() / (w * (h - 1))
+    return lum / mass
+
+
+def patch_coords(d: np.ndarray, w: int, h: int):
+    """(x, y, s, t): the patch of each direction (emitter frame) and the
+    position in it."""
+    u = (np.arctan2(d[:, 0], -d[:, 2]) / (2 * np.pi)) % 1.0
+    px = u * w - 0.5
+    x = np.floor(px).astype(int) % w
+    py = np.arccos(np.clip(d[:, 1], -1, 1)) / np.pi * (h - 1)
+    y = np.clip(np.floor(py).astype(int), 0, h - 2)
+    return x, y, px - np.floor(px), np.clip(py - y, 0, 1)
+
+
+def bilinear_density(f: np.ndarray, x, y, s, t):
+    """The model's density on the (u, v) square in patch (x, y) at (s, t)."""
+    x1 = (x + 1) % f.shape[1]
+    return ((1 - t) * ((1 - s) * f[y, x] + s * f[y, x1]) + t * ((1 - s) * f[y + 1, x] + s * f[y + 1, x1]))
 
 
 def test_sampling_matches_pdf_chi2():
     """Histogram of N sampled directions (emitter frame) on the patches, each
-    cut 2 x 2 uniformly in u and cos(theta) (the density is constant on a
-    patch), against the independent model of the density."""
+    cut 2 x 2 in (u, v), against the independent model (a bilinear
+    function integrates exactly by the midpoint rule); each sample's pdf is
+    the model's, converted to solid angle."""
     scene = jaxrender.load_dict(env_scene())
     n = 400_000
     s = sample(scene, n)
@@ -152,28 +175,24 @@ def test_sampling_matches_pdf_chi2():
     assert np.allclose(np.linalg.norm(d, axis=1), 1.0, atol=1e-5)
     img = scene.params["sky.data"][:, 1:-1]
     h, w, _ = img.shape
-    pdf, cos = expected_patch_pdf(img)
-    # Each sample's pdf is its patch's density, and pdf() of the direction agrees.
-    u = (np.arctan2(d[:, 0], -d[:, 2]) / (2 * np.pi)) % 1.0
-    px = u * w - 0.5
-    x = np.floor(px).astype(int) % w
-    sx = np.floor(2 * (px - np.floor(px))).astype(int).clip(0, 1)
-    y = np.clip(np.searchsorted(-cos, -d[:, 1], side="right") - 1, 0, h - 2)
-    t = (cos[y] - d[:, 1]) / (cos[y] - cos[y + 1])
-    sy = np.floor(2 * t).astype(int).clip(0, 1)
-    interior = (np.abs(px - np.round(px)) > 1e-4) & (t > 1e-4) & (t < 1 - 1e-4)
-    np.testing.assert_allclose(s["pdf"][interior], pdf[y, x][interior], rtol=1e-4)
-    np.testing.assert_allclose(s["pdf_again"][interior], s["pdf"][interior], rtol=1e-5)
+    f = expected_weights(img)
+    x, y, ps, pt = patch_coords(d, w, h)
+    sin_theta = np.sqrt(np.maximum(0, 1 - d[:, 1] ** 2))
+    model_pdf = bilinear_density(f, x, y, ps, pt) / (2 * np.pi ** 2 * sin_theta)
+    inside = sin_theta > 1e-3
+    np.testing.assert_allclose(s["pdf"][inside], model_pdf[inside], rtol=2e-3)
+    np.testing.assert_allclose(s["pdf_again"][inside], s["pdf"][inside], rtol=2e-3)
+    sx, sy = np.minimum((2 * ps).astype(int), 1), np.minimum((2 * pt).astype(int), 1)
     hist = np.zeros((h - 1, 2, w, 2))
     np.add.at(hist, (y, sy, x, sx), 1)
-    solid = 2 * np.pi / w * (cos[:-1] - cos[1:])
-    expected = np.repeat(np.repeat((pdf * solid[:, None] / 4)[:, None, :, None], 2, 1), 2, 3) * n
+    X, SY, Y, SX = np.meshgrid(np.arange(w), [0, 1], np.arange(h - 1), [0, 1], indexing="ij")
+    mid = bilinear_density(f, X, Y, (SX + 0.5) / 2, (SY + 0.5) / 2) / (4 * w * (h - 1))
+    expected = mid.transpose(2, 1, 0, 3) * n                  # (y, sy, x, sx)
     assert abs(expected.sum() - n) < 1e-6 * n
     _, _, z = chi2_reject(hist.ravel(), expected.ravel())
     assert z < 4.5
-    # Control: the same histogram against a density uniform in solid angle is rejected.
-    uniform = np.repeat(np.repeat((solid[:, None] / (4 * np.pi) / 4 * np.ones(w))[:, None, :, None], 2, 1), 2, 3)
-    assert chi2_reject(hist.ravel(), uniform.ravel() * n)[2] > 4.5
+    # Control: the same histogram against a density uniform in (u, v) is rejected.
+    assert chi2_reject(hist.ravel(), np.full(hist.size, n / hist.size))[2] > 4.5
 
 
 def test_pdf_integrates_to_one_and_rotates_with_the_map():
@@ -203,10 +222,15 @@ def test_pdf_integrates_to_one_and_rotates_with_the_map():
     np.testing.assert_allclose(a["d"], b["d"] @ T.matrix[:3, :3].T, atol=2e-5)
 
 
-def test_black_map_samples_uniformly():
+def test_black_map_samples_the_whole_sphere():
+    """A black map is sampled as a uniformly bright one: a density close to
+    uniform (exactly sin(theta) interpolated over sin(theta)), consistent
+    with pdf(), and a black image."""
     scene = jaxrender.load_dict(env_scene(bitmap=np.zeros((4, 8, 3), np.float32)))
     s = sample(scene, 2000)
-    np.testing.assert_allclose(s["pdf"], 1 / (4 * np.pi), rtol=1e-5)
+    inside = np.abs(s["d"][:, 1]) < 0.999
+    assert np.all((s["pdf"][inside] > 0.8 / (4 * np.pi)) & (s["pdf"][inside] < 1.25 / (4 * np.pi)))
+    np.testing.assert_allclose(s["pdf_again"][inside], s["pdf"][inside], rtol=1e-4)
     assert float(np.asarray(jaxrender.render(scene, spp=2)).max()) == 0.0
 
 

@@ -179,22 +179,25 @@ def envmap_tables(tex: TextureSpec, data, xp=None):
     img = img[:, 1:W + 1, :]
     lum = xp.maximum(img @ np.asarray(ktex.LUMINANCE, f32), f32(0.0))
     lum = xp.where(xp.isfinite(lum), lum, f32(0.0))
-    rows = lum[:-1] + lum[1:]
-    cell = f32(0.25) * (rows + xp.roll(rows, -1, axis=1))           # (H - 1, W)
-    cos = np.cos(np.pi * np.arange(H) / (H - 1))
-    solid = ((2.0 * math.pi / W) * (cos[:-1] - cos[1:])).astype(f32)  # (H - 1,)
-    weights = cell * solid[:, None]
-    total = xp.sum(weights)
-    ok = total > 0
-    cell = xp.where(ok, cell, f32(1.0))
-    weights = xp.where(ok, weights, xp.broadcast_to(solid[:, None], weights.shape))
-    total = xp.sum(weights)
-    row_w = xp.sum(weights, axis=1)
+    sin_rows = np.sin(np.pi * np.arange(H) / (H - 1)).astype(f32)
+
+    def patch_means(w):
+        rows = w[:-1] + w[1:]
+        return f32(0.25) * (rows + xp.roll(rows, -1, axis=1))            # (H - 1, W)
+
+    w = lum * sin_rows[:, None]
+    # A black map: sample as if it were uniformly bright.
+    w = xp.where(xp.sum(patch_means(w)) > 0, w, xp.broadcast_to(sin_rows[:, None], w.shape))
+    cell = patch_means(w)
+    total = xp.sum(cell)
+    row_w = xp.sum(cell, axis=1)
     marginal = xp.cumsum(row_w) / total
     marginal = xp.concatenate([marginal[:-1], np.ones(1, f32)])
     safe_row = xp.where(row_w > 0, row_w, f32(1.0))
-    conditional = xp.where(row_w[:, None] > 0, xp.cumsum(weights, axis=1) / safe_row[:, None],
+    conditional = xp.where(row_w[:, None] > 0, xp.cumsum(cell, axis=1) / safe_row[:, None],
                            np.arange(1, W + 1, dtype=f32)[None, :] / f32(W))
     conditional = xp.concatenate([conditional[:, :-1], np.ones((H - 1, 1), f32)], axis=1)
-    pdf = cell / total
-    return xp.concatenate([cos.astype(f32), marginal, conditional.reshape(-1), pdf.reshape(-1)]).astype(f32)
+    # 1 / (Z 2 pi^2), Z the integral of the bilinear f over the unit square.
+    norm = (W * (H - 1)) / (total * f32(2.0 * math.pi ** 2))
+    return xp.concatenate([xp.reshape(norm, (1,)).astype(f32), marginal, conditional.reshape(-1),
+                           w.reshape(-1)]).astype(f32)

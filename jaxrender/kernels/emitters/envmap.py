@@ -9,19 +9,24 @@ columns of the image are texel-centred in u and periodic; its H rows are
 rows at the poles). Radiance is the bilinear interpolation of the texels
 between those positions, times the emitter's ``scale``.
 
-Sampling: the sphere is cut into the W x (H - 1) patches between four
-neighbouring texel positions (columns x, x + 1 mod W; rows y, y + 1). A
-patch is chosen with probability proportional to the mean luminance of its
-corners times its solid angle (marginal CDF over rows, conditional CDFs
-over columns), then a direction is drawn uniformly in solid angle inside
-it (u uniform, cos theta uniform). So the solid-angle pdf is constant per
-patch, finite at the poles, and it is exactly what :func:`EnvMap.pdf`
-returns. The scene builder (``jaxrender.scene.textures.envmap_tables``)
+Sampling, as Mitsuba's (its hierarchical bilinear warp): the density
+follows the map's luminance. With ``w`` the luminance of each texel times
+sin(theta) of its row, the function ``f(u, v)`` that interpolates ``w``
+bilinearly between the texel positions is sampled on the unit square, so
+the solid-angle pdf is ``f(u, v) / (Z 2 pi^2 sin theta)`` (Z: the integral
+of f), nearly proportional to the radiance itself. A patch between four
+neighbouring texel positions (columns x, x + 1 mod W; rows y, y + 1) is
+chosen by its mass (the mean of its corners: marginal CDF over rows,
+conditional CDFs over columns), then a point in it from the linear
+marginal of f in v and the linear conditional in u, reusing the
+uniforms' remainders from the two discrete choices (so a stratified 2D
+sample stays stratified). :meth:`EnvMap.pdf` returns exactly that
+density. The scene builder (``jaxrender.scene.textures.envmap_tables``)
 makes the tables; they are not differentiable (detached sampling).
 
-``env_dist`` layout for a W x H map: cos(theta_y) for the H rows, then the
+``env_dist`` layout for a W x H map: ``1 / (Z 2 pi^2)``, then the
 marginal CDF (H - 1), the conditional CDFs ((H - 1) x W, one row each),
-then the patch pdfs ((H - 1) x W).
+then the corner weights ``w`` (H x W).
 """
 from __future__ import annotations
 
@@ -79,45 +84,77 @@ class EnvMap:
 
     # Offsets into env_dist.
     def _off_marginal(self):
-        return self.H
+        return 1
 
     def _off_conditional(self):
-        return self.H + (self.H - 1)
+        return 1 + (self.H - 1)
 
-    def _off_pdf(self):
-        return self.H + (self.H - 1) * (1 + self.W)
+    def _off_weights(self):
+        return 1 + (self.H - 1) * (1 + self.W)
+
+    def _patch(self, x, y):
+        """The corner weights (w00, w10, w01, w11) of patch (x, y): columns
+        x and x + 1 (mod W), rows y and y + 1."""
+        dist, W = self.b["env_dist"], self.W
+        x1 = ir.select(x + 1 < W, x + 1, 0)
+        row = self._off_weights() + y * W
+        return dist.read(row + x), dist.read(row + x1), dist.read(row + W + x), dist.read(row + W + x1)
+
+    def _density(self, corners, s, t, sin_theta):
+        """Solid-angle pdf at (s, t) within a patch with these corners."""
+        w00, w10, w01, w11 = corners
+        f = ir.lerp(ir.lerp(w00, w10, s), ir.lerp(w01, w11, s), t)
+        norm = self.b["env_dist"].read(0)
+        return ir.select(sin_theta > 0.0, f * norm / ir.maximum(sin_theta, 1e-30), 0.0)
 
     def pdf(self, d_world: Vec):
         """Solid-angle density of :meth:`sample` at ``d_world``."""
         u, v = self.uv(d_world)
-        x = wrap_index(ir.cast(ir.floor(u * self.fW - 0.5), "i32"), self.W, WRAP_REPEAT)
-        y = ir.clamp(ir.cast(ir.floor(v * (self.fH - 1.0)), "i32"), 0, self.H - 2)
-        return self.b["env_dist"].read(self._off_pdf() + y * self.W + x)
+        px = u * self.fW - 0.5
+        fx = ir.floor(px)
+        x = wrap_index(ir.cast(fx, "i32"), self.W, WRAP_REPEAT)
+        py = v * (self.fH - 1.0)
+        y = ir.clamp(ir.cast(ir.floor(py), "i32"), 0, self.H - 2)
+        t = ir.clamp(py - ir.cast(y, "f32"), 0.0, 1.0)
+        cos_theta = ir.clamp(self.to_local(d_world).y, -1.0, 1.0)
+        return self._density(self._patch(x, y), px - fx, t, ir.safe_sqrt(1.0 - cos_theta * cos_theta))
 
-    def sample(self, u_row, u_col, u_phi):
-        """A direction (world) and its solid-angle pdf from three uniforms."""
+    def sample(self, u_row, u_col):
+        """A direction (world) and its solid-angle pdf from a 2D uniform."""
         dist = self.b["env_dist"]
         W, H = self.W, self.H
-        om = self._off_marginal()
-        i = sample_cdf(dist, om, H - 1, u_row)
-        y = i - om
-        lo = ir.select(y > 0, dist.read(i - 1), 0.0)
-        hi = dist.read(i)
-        t = ir.clamp((u_row - lo) / ir.maximum(hi - lo, 1e-30), 0.0, 1.0)
-        oc = self._off_conditional() + y * W
-        j = sample_cdf(dist, oc, W, u_col)
-        x = j - oc
-        c0, c1 = dist.read(y), dist.read(y + 1)
-        cos_t = ir.clamp(c0 - t * (c0 - c1), -1.0, 1.0)
-        sin_t = ir.safe_sqrt(1.0 - cos_t * cos_t)
-        phi = TWO_PI * (ir.cast(x, "f32") + 0.5 + u_phi) / self.fW
+        y, t_u = _choose(dist, self._off_marginal(), H - 1, u_row)
+        x, s_u = _choose(dist, self._off_conditional() + y * W, W, u_col)
+        corners = self._patch(x, y)
+        w00, w10, w01, w11 = corners
+        t = sample_linear(t_u, w00 + w10, w01 + w11)
+        s = sample_linear(s_u, ir.lerp(w00, w01, t), ir.lerp(w10, w11, t))
+        theta = math.pi * (ir.cast(y, "f32") + t) / (self.fH - 1.0)
+        phi = TWO_PI * (ir.cast(x, "f32") + 0.5 + s) / self.fW
+        sin_t, cos_t = ir.sin(theta), ir.cos(theta)
         d = Vec(ir.sin(phi) * sin_t, cos_t, -ir.cos(phi) * sin_t)
-        pdf = dist.read(self._off_pdf() + y * W + x)
-        return ir.normalize(self.to_world(d)), pdf
+        return ir.normalize(self.to_world(d)), self._density(corners, s, t, ir.abs(sin_t))
+
+
+def _choose(dist, start, count, u):
+    """The entry (0-based) of the discrete distribution whose CDF is
+    ``dist[start:start + count]`` that ``u`` selects, and u's remainder
+    rescaled to [0, 1] within that entry."""
+    i = sample_cdf(dist, start, count, u)
+    lo = ir.select(i > start, dist.read(i - 1), 0.0)
+    hi = dist.read(i)
+    return i - start, ir.clamp((u - lo) / ir.maximum(hi - lo, 1e-30), 0.0, 1.0)
+
+
+def sample_linear(u, a, b):
+    """x in [0, 1] with density proportional to (1 - x) a + x b (a, b >= 0)
+    from a uniform u: the inverse CDF, written without cancellation."""
+    den = a + ir.safe_sqrt(ir.lerp(a * a, b * b, u))
+    return ir.clamp(ir.select(den > 0.0, u * (a + b) / ir.maximum(den, 1e-30), u), 0.0, 1.0)
 
 
 def sample(ctx, sel, ref: Vec, u) -> DirectionSample:
-    w, pdf = EnvMap(ctx.b, sel).sample(u[1], u[2], u[0])      # (row, column): the 2D sample
+    w, pdf = EnvMap(ctx.b, sel).sample(u[1], u[2])      # (row, column): the 2D sample
     return DirectionSample(w, ir.Float(INF), ir.Float(1.0), pdf, ir.Bool(False))
 
 
