@@ -20,6 +20,11 @@ _GEOMETRY_WHY = ("gradients with respect to scene geometry need the reparameteri
                  "integrator, which jaxrender does not have yet")
 
 
+def _default_count(v) -> bool:
+    """None or 0: the default sample count (Mitsuba's ``render(spp=0)``)."""
+    return v is None or (isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v == 0)
+
+
 def _positive_int(v, what: str) -> int:
     if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
         raise SceneError(f"{what} must be a positive integer, got {v!r}")
@@ -83,9 +88,12 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     decorrelated from the primal image as unbiased gradients of non-linear
     losses require. ``seed`` may be a traced value under ``jax.jit``;
     changing parameters, spp or seeds never recompiles the kernels. ``spp``
-    (default: the sampler's ``sample_count``) and ``spp_grad`` are rounded
-    as the sensor's sampler requires, as Mitsuba does (with a warning; e.g.
-    up to a square for ``stratified``).
+    (default, or 0 as in ``mitsuba.render``: the sampler's ``sample_count``)
+    and ``spp_grad`` (default or 0: ``spp``) are rounded as the sensor's
+    sampler requires, as Mitsuba does (with a warning; e.g. up to a square
+    for ``stratified``). Parameter values must be finite: a concrete NaN or
+    inf is a ``SceneError`` naming its key (a traced one cannot be checked
+    before the launch).
 
     Example::
 
@@ -99,9 +107,9 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     cam_key, cam = scene.sensor(sensor)
     # Sample counts are rounded as the scene's sampler type requires (as
     # Mitsuba's render(spp=...) does; a warning says so).
-    spp = cam.spp if spp is None else cam.sampler.sample_count(_positive_int(spp, "spp"), "spp")
-    spp_grad = spp if spp_grad is None else cam.sampler.sample_count(_positive_int(spp_grad, "spp_grad"),
-                                                                      "spp_grad")
+    spp = cam.spp if _default_count(spp) else cam.sampler.sample_count(_positive_int(spp, "spp"), "spp")
+    spp_grad = spp if _default_count(spp_grad) else cam.sampler.sample_count(_positive_int(spp_grad, "spp_grad"),
+                                                                              "spp_grad")
     if method not in ADJOINT_METHODS:
         raise SceneError(f"method must be one of {ADJOINT_METHODS}, got {method!r}")
     try:

@@ -387,7 +387,7 @@ def test_bad_gradient_arguments():
     with pytest.raises(jaxrender.SceneError, match="method"):
         jaxrender.render(scene, spp=1, method="adjoint")
     with pytest.raises(jaxrender.SceneError, match="spp_grad"):
-        jaxrender.render(scene, spp=1, spp_grad=0)
+        jaxrender.render(scene, spp=1, spp_grad=-2)
     with pytest.raises(jaxrender.SceneError, match="seed_grad"):
         jaxrender.render(scene, spp=1, seed_grad=-1)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -83,10 +84,26 @@ def test_bad_render_arguments():
     scene = jaxrender.load_dict(small_cbox())
     with pytest.raises(jaxrender.SceneError, match="unknown scene parameter"):
         jaxrender.render(scene, {"nope.value": np.zeros(3)}, spp=1)
-    with pytest.raises(jaxrender.SceneError, match="spp must be a positive integer"):
-        jaxrender.render(scene, spp=0)
+    for bad in (-1, 1.5, True, "4"):
+        with pytest.raises(jaxrender.SceneError, match="spp must be a positive integer"):
+            jaxrender.render(scene, spp=bad)
     with pytest.raises(jaxrender.SceneError, match=r"'white.reflectance.value' must have shape \(3,\)"):
         jaxrender.render(scene, {"white.reflectance.value": np.zeros(2, np.float32)}, spp=1)
+    # Non-finite values would be NaN pixels: an error naming the key instead.
+    for value, what in (([np.nan, 0.5, 0.5], "NaN"), ([0.5, np.inf, 0.5], "inf")):
+        for wrap in (np.asarray, jnp.asarray):
+            with pytest.raises(jaxrender.SceneError, match=f"'white.reflectance.value' has 1 non-finite.*{what}"):
+                jaxrender.render(scene, {"white.reflectance.value": wrap(value)}, spp=1)
+    with pytest.raises(jaxrender.SceneError, match="'white.reflectance.value' must be numeric"):
+        jaxrender.render(scene, {"white.reflectance.value": np.array(["a", "b", "c"], object)}, spp=1)
+
+
+def test_zero_spp_means_the_scenes_sample_count_as_in_mitsuba():
+    scene = jaxrender.load_dict(small_cbox())
+    count = scene.sensor(0)[1].spp
+    a = np.asarray(jaxrender.render(scene, spp=0, seed=3))
+    np.testing.assert_array_equal(a, np.asarray(jaxrender.render(scene, seed=3)))
+    np.testing.assert_array_equal(a, np.asarray(jaxrender.render(scene, spp=count, seed=3)))
 
 
 def test_cli_render_png_exr_and_info(tmp_path, capsys):

@@ -175,6 +175,8 @@ class Scene:
                 if tuple(np.shape(v)) != tuple(np.shape(p[k])):
                     raise SceneError(f"parameter {k!r} must have shape {tuple(np.shape(p[k]))}, "
                                      f"got {tuple(np.shape(v))}")
+                if not is_traced(v):
+                    _check_finite(k, v)
             p.update(params)
         _, cam = self.sensor(sensor)
         order = self.structure.bsdfs
@@ -257,6 +259,20 @@ class Scene:
         return dict(bsdf_data=(bsdf_keys, bsdf_data), emitter_radiance=(self.emitter_keys, emitter_radiance),
                     camera=([cam_key], camera), texels=([k for t in self.textures for k in t.keys], texels),
                     env_dist=([env.keys[0]] if env is not None else [], env_dist))
+
+
+def _check_finite(key: str, value) -> None:
+    """A concrete parameter value must be a finite number: NaN or inf would
+    silently become NaN pixels (and a string or object a deep XLA error)."""
+    try:
+        a = np.asarray(value, np.float64)
+    except (TypeError, ValueError):
+        raise SceneError(f"parameter {key!r} must be numeric, got {type(value).__name__}") from None
+    bad = ~np.isfinite(a)
+    if bad.any():
+        what = "NaN" if np.isnan(a).any() else "inf"
+        raise SceneError(f"parameter {key!r} has {int(bad.sum())} non-finite value(s) ({what}); "
+                         "values must be finite")
 
 
 # The BVH a scene's kernels do not read gets no rows (see Scene.wide_bvh).
