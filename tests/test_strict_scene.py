@@ -520,3 +520,24 @@ def test_a_registered_bsdf_loads_from_xml_and_renders_its_array(tinted, tmp_path
     d["floor"]["bsdf"] = {"type": "diffuse", "reflectance": {"type": "rgb", "value": [0.2, 0.4, 0.8]}}
     ref = np.asarray(jaxrender.render(jaxrender.load_dict(d), spp=2, seed=1))
     np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["red"].update(type="difuse"), "'red': unknown plugin type 'difuse' (did you mean 'diffuse'?)"),
+    (lambda d: d.update(ball={"type": "spher"}), "unknown plugin type 'spher' (did you mean 'sphere'?)"),
+    (lambda d: d["sensor"]["film"]["rfilter"].update(type="gausian"),
+     "a type Mitsuba does not know (did you mean 'gaussian'?)"),
+    (lambda d: d["sensor"]["sampler"].update(type="stratifed"), "(did you mean 'stratified'?)"),
+    (lambda d: d["red"].update(type="zzzz"), "'red': unknown plugin type 'zzzz'"),
+])
+def test_misspelled_plugin_types_get_a_suggestion(edit, message):
+    d = jaxrender.cornell_box()
+    edit(d)
+    with pytest.raises(jaxrender.SceneError, match=re.escape(message)):
+        jaxrender.load_dict(d)
+
+
+def test_misspelled_parameter_keys_get_a_suggestion():
+    scene = jaxrender.load_dict(jaxrender.cornell_box())
+    with pytest.raises(jaxrender.SceneError, match=re.escape("(did you mean 'red.reflectance.value'")):
+        jaxrender.render(scene, {"red.reflectance.valu": np.zeros(3)}, spp=1)

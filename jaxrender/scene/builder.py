@@ -30,6 +30,7 @@ from .loaders.registry import PluginRegistry, category_of, load_plugin
 from .loaders.sensors import FILMS, RFILTERS, SAMPLERS, SENSORS
 from .loaders.shapes import SHAPES
 from .loaders.textures import TEXTURES
+from .plugin_names import ALL_PLUGINS, did_you_mean
 
 REGISTRIES: tuple[PluginRegistry, ...] = (SHAPES, EMITTERS, SENSORS, INTEGRATORS, BSDFS, TEXTURES, FILMS, RFILTERS,
                                           SAMPLERS)
@@ -84,6 +85,10 @@ class SceneBuilder:
                 load_plugin(EMITTERS, self, spec, key)
             elif kinds[key] in ("bsdf", "texture") and spec["type"] in REGISTRY_OF[kinds[key]]:
                 deferred.append(key)   # loaded where used
+            elif kinds[key] is None:
+                names = [n for r in REGISTRIES for n in r.supported()] + sorted(ALL_PLUGINS)
+                raise props.error(f"unknown plugin type {spec['type']!r}{did_you_mean(spec['type'], names)}",
+                                  key, label=repr(key))
             elif kinds[key] not in ("sensor", "integrator"):
                 raise props.error(f"plugin type {spec['type']!r} is not supported yet{_supported(kinds[key])}",
                                   key, label=repr(key))

@@ -29,6 +29,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from .errors import SceneError
+from .plugin_names import ALL_PLUGINS, did_you_mean
 
 # Mitsuba's named indices of refraction (the ones its documentation lists).
 IOR = {"vacuum": 1.0, "helium": 1.000036, "hydrogen": 1.000132, "air": 1.000277, "carbon dioxide": 1.00045,
@@ -416,6 +417,9 @@ class Properties:
     def _unread_message(self, name: str) -> str:
         value = self.values[name]
         what = f" (a nested {value['type']} plugin)" if is_plugin(value) else ""
+        if is_plugin(value) and value["type"] not in ALL_PLUGINS and "id" not in value:
+            what = (f" (a nested {value['type']!r} plugin, a type Mitsuba does not know"
+                    f"{did_you_mean(value['type'], ALL_PLUGINS)})")
         if name in self._hints:
             what += f" ({self._hints[name]})"
         else:

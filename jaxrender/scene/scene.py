@@ -37,6 +37,7 @@ from .arrays import is_traced
 from .builder import SceneBuilder
 from .camera import Camera, filter_table
 from .errors import SceneError
+from .plugin_names import did_you_mean
 from .geometry import scene_fields
 from .shapes import SHAPE_ROW
 
@@ -170,7 +171,8 @@ class Scene:
         if params:
             unknown = set(params) - set(p)
             if unknown:
-                raise SceneError(f"unknown scene parameter(s) {sorted(unknown)}; known: {sorted(p)}")
+                hints = "".join(did_you_mean(k, p) for k in sorted(unknown))
+                raise SceneError(f"unknown scene parameter(s) {sorted(unknown)}{hints}; known: {sorted(p)}")
             for k, v in params.items():
                 if tuple(np.shape(v)) != tuple(np.shape(p[k])):
                     raise SceneError(f"parameter {k!r} must have shape {tuple(np.shape(p[k]))}, "

@@ -20,32 +20,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ..plugin_names import MITSUBA_PLUGINS, did_you_mean
 from ..properties import Properties
-
-# Every plugin of Mitsuba 3.9.1, by category (src/<category>s/ and the
-# Python integrators), so that messages can say what a plugin is.
-MITSUBA_PLUGINS = {
-    "bsdf": ("blendbsdf", "bumpmap", "circular", "conductor", "dielectric", "diffuse", "hair", "mask", "measured",
-             "measured_polarized", "normalmap", "null", "plastic", "polarizer", "pplastic", "principled",
-             "principledthin", "retarder", "roughconductor", "roughdielectric", "roughplastic", "thindielectric",
-             "twosided"),
-    "emitter": ("area", "constant", "directional", "directionalarea", "envmap", "point", "projector", "spot",
-                "sunsky", "timed_sunsky"),
-    "film": ("hdrfilm", "specfilm"),
-    "integrator": ("aov", "depth", "direct", "moment", "path", "ptracer", "stokes", "volpath", "volpathmis",
-                   "direct_projective", "prb", "prb_basic", "prb_projective", "prbvolpath", "volprim_rf_basic"),
-    "medium": ("heterogeneous", "homogeneous"),
-    "phase": ("blendphase", "hg", "isotropic", "rayleigh", "sggx", "tabphase"),
-    "rfilter": ("box", "catmullrom", "gaussian", "lanczos", "mitchell", "tent"),
-    "sampler": ("independent", "ldsampler", "multijitter", "orthogonal", "stratified"),
-    "sensor": ("batch", "distant", "irradiancemeter", "orthographic", "perspective", "radiancemeter", "thinlens"),
-    "shape": ("blender", "bsplinecurve", "cube", "cylinder", "disk", "ellipsoids", "ellipsoidsmesh", "instance",
-              "linearcurve", "merge", "obj", "ply", "rectangle", "sdfgrid", "serialized", "shapegroup", "sphere"),
-    "spectrum": ("blackbody", "d65", "irregular", "rawconstant", "regular", "srgb", "uniform"),
-    "texture": ("bitmap", "checkerboard", "mesh_attribute", "volume"),
-    "volume": ("const", "grid"),
-}
-
 
 class PluginRegistry:
     """The loaders of one plugin category (``"bsdf"``, ``"film"``...).
@@ -98,7 +74,11 @@ class PluginRegistry:
         for provider, loader in self._served:
             if name in provider():
                 return loader
-        raise props.error(f"{self.noun} {name!r} is not supported yet ({', '.join(self.supported())})")
+        supported = ", ".join(self.supported())
+        if self.knows(name):
+            raise props.error(f"{self.noun} {name!r} is not supported yet ({supported})")
+        hint = did_you_mean(name, [*self.supported(), *MITSUBA_PLUGINS.get(self.category, ())])
+        raise props.error(f"{self.noun} {name!r} is unknown{hint} (supported: {supported})")
 
 
 def category_of(type_name: str, registries: tuple[PluginRegistry, ...]) -> str | None:
