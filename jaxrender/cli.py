@@ -1,15 +1,24 @@
 """Command line: ``jaxrender render [scene.xml] -o out.exr|out.png`` and ``jaxrender info``.
 
-Without a scene file the built-in Cornell box is rendered.
+Without a scene file the built-in Cornell box is rendered. A user's mistake
+(a bad scene, option or output path) is one line on stderr and exit status
+2, found before any rendering work; never a Python traceback.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+OUTPUT_FORMATS = (".exr", ".png", ".npy")
+
+
+class UsageError(Exception):
+    """A mistake on the command line (reported as one line, exit status 2)."""
 
 
 def _load(path: str | None, defines: list[str]):
@@ -17,12 +26,12 @@ def _load(path: str | None, defines: list[str]):
     overrides = {}
     for d in defines or []:
         if "=" not in d:
-            raise SystemExit(f"-D expects name=value, got {d!r}")
+            raise UsageError(f"-D expects name=value, got {d!r}")
         k, v = d.split("=", 1)
         overrides[k] = v
     if path is None:
         if overrides:
-            raise SystemExit("-D overrides need a scene file")
+            raise UsageError("-D overrides need a scene file")
         return jaxrender.load_dict(jaxrender.cornell_box())
     return jaxrender.load_file(path, **overrides)
 
@@ -36,10 +45,9 @@ def linear_to_srgb8(img: np.ndarray) -> np.ndarray:
 def write_image(path: Path, img: np.ndarray, channels: list[str] | None = None) -> None:
     """EXR (linear float32), PNG (sRGB, 8 bit) or NPY, by extension.
     ``channels``: names of an AOV image's channels (EXR / NPY only)."""
+    check_output(path, channels is not None)
     ext = path.suffix.lower()
     img = np.ascontiguousarray(img, dtype=np.float32)
-    if channels is not None and ext == ".png":
-        raise SystemExit("an aov image has named channels: write it as .exr or .npy")
     if ext == ".exr":
         import OpenEXR
         layers = ({"RGB": img} if channels is None else
@@ -49,10 +57,25 @@ def write_image(path: Path, img: np.ndarray, channels: list[str] | None = None) 
     elif ext == ".png":
         from PIL import Image
         Image.fromarray(linear_to_srgb8(img), mode="RGB").save(path)
-    elif ext == ".npy":
-        np.save(path, img)
     else:
-        raise SystemExit(f"unsupported output format {ext!r} (use .exr, .png or .npy)")
+        np.save(path, img)
+
+
+def check_output(path: Path, named_channels: bool = False) -> None:
+    """A UsageError unless ``path`` is a file of a format we write, in a
+    directory we may write to (checked before rendering, not after)."""
+    ext = path.suffix.lower()
+    if ext not in OUTPUT_FORMATS:
+        raise UsageError(f"unsupported output format {ext or path.name!r} (use {', '.join(OUTPUT_FORMATS)})")
+    if named_channels and ext == ".png":
+        raise UsageError("an aov image has named channels: write it as .exr or .npy")
+    if path.is_dir():
+        raise UsageError(f"output {str(path)!r} is a directory")
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise UsageError(f"output directory {str(folder)!r} does not exist")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UsageError(f"cannot write {str(path)!r} (permission denied)")
 
 
 def cmd_render(args) -> None:
@@ -60,12 +83,15 @@ def cmd_render(args) -> None:
     from tqdm import tqdm
 
     import jaxrender
+    out = Path(args.output)
+    check_output(out)
     scene = _load(args.scene, args.define)
-    try:
-        sampler = scene.sensor(args.sensor)[1].sampler
-        spp = sampler.sample_count(args.spp) if args.spp else scene.sensor(args.sensor)[1].spp
-    except jaxrender.SceneError as exc:
-        raise SystemExit(f"jaxrender: {exc}") from None
+    aov = jaxrender.aov_names(scene) if scene.integrator["type"] == "aov" else None
+    check_output(out, aov is not None)
+    if args.spp is not None and args.spp < 0:
+        raise UsageError(f"--spp must be positive (or 0: the scene's), got {args.spp}")
+    sampler = scene.sensor(args.sensor)[1].sampler
+    spp = sampler.sample_count(args.spp) if args.spp else scene.sensor(args.sensor)[1].spp
     # A stratifying sampler's strata span all of a pixel's samples: one pass.
     passes = max(1, min(args.passes, spp)) if sampler.type == "independent" else 1
     base, extra = divmod(spp, passes)
@@ -79,8 +105,7 @@ def cmd_render(args) -> None:
             acc = img if acc is None else acc + img
             bar.update(n)
     img = acc / spp
-    out = Path(args.output)
-    write_image(out, img, jaxrender.aov_names(scene) if scene.integrator["type"] == "aov" else None)
+    write_image(out, img, aov)
     if not args.quiet:
         print(f"wrote {out} ({img.shape[1]}x{img.shape[0]}, {spp} spp) in {time.perf_counter() - t0:.2f} s")
 
@@ -120,7 +145,7 @@ def main(argv=None) -> None:
     from .scene.errors import SceneError
     try:
         args.fn(args)
-    except SceneError as exc:
+    except (SceneError, UsageError, OSError) as exc:   # (OSError: a file could not be read or written)
         print(f"jaxrender: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
 

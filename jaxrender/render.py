@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, Mapping
 
 import jax
@@ -18,6 +19,35 @@ from .scene.errors import SceneError
 
 _GEOMETRY_WHY = ("gradients with respect to scene geometry need the reparameterized (geometry) "
                  "integrator, which jaxrender does not have yet")
+
+
+def _check_film_fits(cam, floats_per_item: int) -> None:
+    """A SceneError, before any work, for a film whose kernel outputs
+    (``floats_per_item`` per pixel of the sample grid: the splat block and
+    its weights) cannot fit in the memory of the device that renders it,
+    or whose pixels a 32-bit work-item index cannot count."""
+    gw, gh = cam.grid_size
+    items = gw * gh
+    if items >= 2 ** 31:
+        raise SceneError(f"a {gw}x{gh} film has {items} pixels, more than the 2**31 a render can index")
+    need = items * floats_per_item * 4
+    have = _device_memory()
+    if have is not None and need > have:
+        raise SceneError(f"a {gw}x{gh} film needs {need / 2 ** 30:.1f} GiB for its image buffers "
+                         f"({floats_per_item} floats a pixel), more than the {have / 2 ** 30:.1f} GiB "
+                         f"of memory of the device that renders it")
+
+
+def _device_memory() -> int | None:
+    """Bytes of memory of JAX's default device (None when it does not say)."""
+    dev = jax.devices()[0]
+    if dev.platform == "cpu":
+        try:
+            return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            return None
+    stats = dev.memory_stats() or {}
+    return stats.get("bytes_limit")
 
 
 def _default_count(v) -> bool:
@@ -121,6 +151,8 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
         if scene.integrator["type"] == "aov":
             raise SceneError(f"pixel_format {cam.pixel_format!r} with an aov integrator is not supported yet (rgb)")
         integrator = dataclasses.replace(integrator, alpha=has_alpha(cam.pixel_format))
+    structure = scene.sensor_structure(sensor)
+    _check_film_fits(cam, integrator.block_width(structure) + (cam.footprint ** 2 if cam.footprint > 1 else 0))
     # The scene's sampler seed offsets every seed, as Mitsuba's (its "seed
     # offset" is added to the seed a render is given).
     seed = _offset(_seed(seed, "seed"), cam.seed)
@@ -134,7 +166,7 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     why = (("camera", scene.nondifferentiable[cam_key]), ("tris", _GEOMETRY_WHY),
            ("shape_data", _GEOMETRY_WHY), ("tri_normals", _GEOMETRY_WHY))
     film = FilmGeometry(grid=cam.grid_size[::-1], border=cam.border, footprint=cam.footprint)
-    config = RenderConfig(film, method, why, scene.sensor_structure(sensor), integrator)
+    config = RenderConfig(film, method, why, structure, integrator)
     return to_pixel_format(render_image(config, inputs), cam.pixel_format)
 
 

@@ -163,7 +163,7 @@ def test_nested_integrator_is_refused():
         jaxrender.aov_names(jaxrender.load_dict(jaxrender.cornell_box()))
 
 
-def test_cli_writes_named_aov_channels(tmp_path):
+def test_cli_writes_named_aov_channels(tmp_path, capsys):
     from jaxrender import cli
     xml = tmp_path / "a.xml"
     xml.write_text("""<scene version="3.0.0">
@@ -180,8 +180,11 @@ def test_cli_writes_named_aov_channels(tmp_path):
     assert {"dd.T", "nn.X", "nn.Y", "nn.Z"} <= set(ch)
     assert abs(ch["dd.T"].pixels[3, 3] - 4.0) < 0.05     # the wall, about 4 away along the ray
     assert np.isclose(ch["nn.Z"].pixels[3, 3], 1.0)
-    with pytest.raises(SystemExit, match="named channels"):
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
         cli.main(["render", str(xml), "-o", str(tmp_path / "a.png"), "--spp", "1", "-q"])
+    assert exc.value.code == 2 and "named channels" in capsys.readouterr().err
+    assert not (tmp_path / "a.png").exists()
 
 
 @pytest.mark.parametrize("camera, size", [

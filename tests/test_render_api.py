@@ -132,6 +132,38 @@ def test_cli_render_png_exr_and_info(tmp_path, capsys):
     assert exc.value.code == 2
 
 
+@pytest.mark.parametrize("args, message", [
+    (["-o", "{tmp}/out.jpg"], "unsupported output format '.jpg'"),
+    (["-o", "{tmp}"], "unsupported output format"),
+    (["-o", "{tmp}/missing/out.png"], "output directory"),
+    (["-o", "{tmp}/dir.png"], "is a directory"),
+    (["-o", "{tmp}/out.png", "--spp", "-2"], "--spp must be positive"),
+    (["-o", "{tmp}/out.png", "--sensor", "3"], "sensor must be an index"),
+    (["-o", "{tmp}/out.png", "-D", "x=1"], "-D overrides need a scene file"),
+    (["{tmp}/missing.xml", "-o", "{tmp}/out.png"], "scene file not found"),
+])
+def test_cli_user_errors_are_one_line_and_exit_2_before_rendering(tmp_path, capsys, monkeypatch, args, message):
+    (tmp_path / "dir.png").mkdir()
+    rendered = []
+    monkeypatch.setattr(jaxrender, "render", lambda *a, **k: rendered.append(1))
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["render", *[a.format(tmp=tmp_path) for a in args], "-q"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and message in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not rendered and not (tmp_path / "out.png").exists()
+
+
+def test_a_film_too_large_for_memory_is_an_error_before_any_work():
+    d = small_cbox()
+    d["sensor"]["film"]["width"] = d["sensor"]["film"]["height"] = 200_000
+    with pytest.raises(jaxrender.SceneError, match="more than the 2\\*\\*31 a render can index"):
+        jaxrender.render(jaxrender.load_dict(d), spp=1)
+    d["sensor"]["film"]["width"] = d["sensor"]["film"]["height"] = 40_000     # 600 GiB of splat blocks
+    with pytest.raises(jaxrender.SceneError, match=r"needs \d+\.\d GiB for its image buffers"):
+        jaxrender.render(jaxrender.load_dict(d), spp=1)
+
+
 def test_vmap_over_cameras_is_one_launch():
     scene = jaxrender.load_dict(small_cbox(12))
     base = np.asarray(scene.params["sensor.to_world"])
