@@ -94,6 +94,9 @@ def test_bad_render_arguments():
         for wrap in (np.asarray, jnp.asarray):
             with pytest.raises(jaxrender.SceneError, match=f"'white.reflectance.value' has 1 non-finite.*{what}"):
                 jaxrender.render(scene, {"white.reflectance.value": wrap(value)}, spp=1)
+    for bad in (np.zeros((4, 4)), np.diag([2.0, 2.0, 2.0, 1.0])):    # singular; scaled
+        with pytest.raises(jaxrender.SceneError, match="'sensor.to_world': a camera's to_world must be a rotation"):
+            jaxrender.render(scene, {"sensor.to_world": bad}, spp=1)
     with pytest.raises(jaxrender.SceneError, match="'white.reflectance.value' must be numeric"):
         jaxrender.render(scene, {"white.reflectance.value": np.array(["a", "b", "c"], object)}, spp=1)
 

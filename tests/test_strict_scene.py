@@ -541,3 +541,14 @@ def test_misspelled_parameter_keys_get_a_suggestion():
     scene = jaxrender.load_dict(jaxrender.cornell_box())
     with pytest.raises(jaxrender.SceneError, match=re.escape("(did you mean 'red.reflectance.value'")):
         jaxrender.render(scene, {"red.reflectance.valu": np.zeros(3)}, spp=1)
+
+
+def test_a_transform_that_collapses_a_mesh_is_an_error_a_flattening_one_is_not():
+    for m in (np.zeros((4, 4)), np.diag([1.0, 0.0, 0.0, 1.0])):
+        d = jaxrender.cornell_box()
+        d["floor"]["to_world"] = m
+        with pytest.raises(jaxrender.SceneError, match="floor.to_world: the transform collapses the mesh"):
+            jaxrender.load_dict(d)
+    d = jaxrender.cornell_box()
+    d["floor"]["to_world"] = np.diag([1.0, 1.0, 0.0, 1.0])      # a rectangle in the xy plane: unchanged
+    jaxrender.load_dict(d)

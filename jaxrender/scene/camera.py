@@ -84,6 +84,14 @@ class Camera:
                 "film_width": np.float32(self.width), "film_height": np.float32(self.height)}
 
 
+def is_rigid(to_world) -> bool:
+    """Whether a camera's 4x4 ``to_world`` is a rotation and translation
+    (Mitsuba refuses scale factors in a perspective camera's transform)."""
+    m = np.asarray(to_world, np.float64).reshape(4, 4)
+    lin = m[:3, :3]
+    return bool(np.all(np.isfinite(m)) and np.all(np.abs(lin @ lin.T - np.eye(3)) <= 1e-3))
+
+
 TABLE_SIZE = 1024
 
 

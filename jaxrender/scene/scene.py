@@ -35,7 +35,7 @@ from ..kernels.bsdfs import registry as bsdf_registry
 from . import textures as tex_io
 from .arrays import is_traced
 from .builder import SceneBuilder
-from .camera import Camera, filter_table
+from .camera import Camera, filter_table, is_rigid
 from .errors import SceneError
 from .plugin_names import did_you_mean
 from .geometry import scene_fields
@@ -170,6 +170,7 @@ class Scene:
         p = dict(self.params)
         if params:
             unknown = set(params) - set(p)
+            cameras = {key for key, _ in (self.sensors or [(self.camera_key, self.camera)])}
             if unknown:
                 hints = "".join(did_you_mean(k, p) for k in sorted(unknown))
                 raise SceneError(f"unknown scene parameter(s) {sorted(unknown)}{hints}; known: {sorted(p)}")
@@ -179,6 +180,9 @@ class Scene:
                                      f"got {tuple(np.shape(v))}")
                 if not is_traced(v):
                     _check_finite(k, v)
+                    if k in cameras and not is_rigid(v):
+                        raise SceneError(f"parameter {k!r}: a camera's to_world must be a rotation and "
+                                         "translation (Mitsuba refuses scale; a singular one has no view)")
             p.update(params)
         _, cam = self.sensor(sensor)
         order = self.structure.bsdfs

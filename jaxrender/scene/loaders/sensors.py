@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Mapping, NamedTuple
 import numpy as np
 
 from ...kernels import samplers as ksamplers
-from ..camera import Camera
+from ..camera import Camera, is_rigid
 from ..errors import SceneError
 from ..properties import Properties
 from ..sampler import SamplerSpec
@@ -85,8 +85,7 @@ def load_perspective(builder: SceneBuilder, props: Properties) -> Camera:
     props.unsupported("srf", "a spectral response function (srf) in an RGB renderer")
     reject_nested(builder, props, "medium", "media attached to sensors")
     to_world = props.transform()
-    lin = to_world[:3, :3]
-    if np.any(np.abs(lin @ lin.T - np.eye(3)) > 1e-3):
+    if not is_rigid(to_world):
         raise props.error("the camera's to_world must not scale (Mitsuba refuses scale factors here)", "to_world")
     return Camera(to_world, tan_x, tan_y, near, far, film.width, film.height, film.rfilter, sampler.spp,
                   seed=sampler.seed, rfilter_params=film.rfilter_params, crop_offset=film.crop_offset,

@@ -103,6 +103,13 @@ def load_mesh_file(builder: SceneBuilder, props: Properties) -> None:
               normals)
 
 
+def _area(v: np.ndarray, f: np.ndarray) -> float:
+    if not len(f):
+        return 1.0
+    e1, e2 = v[f[:, 1]] - v[f[:, 0]], v[f[:, 2]] - v[f[:, 0]]
+    return float(np.sum(np.linalg.norm(np.cross(e1, e2), axis=1)))
+
+
 def _add_mesh(builder: SceneBuilder, props: Properties, m: np.ndarray, v: np.ndarray, f: np.ndarray,
               uv: np.ndarray | None, normals: np.ndarray | str | None) -> None:
     """Add the mesh's world-space triangles. ``normals``: object-space vertex
@@ -112,6 +119,9 @@ def _add_mesh(builder: SceneBuilder, props: Properties, m: np.ndarray, v: np.nda
         raise props.error(f"face index out of range 0..{len(v) - 1}")
     bsdf, emitter = _attachments(builder, props, AreaHost(None, 0))
     vw = v @ m[:3, :3].T + m[:3, 3]
+    if _area(vw, f) <= 1e-12 * _area(v, f) * float(np.max(np.abs(m[:3, :3]))) ** 2:
+        # (a flattening scale is fine; collapsing every face is a mistake)
+        raise props.error("the transform collapses the mesh to zero area (a zero or rank-1 to_world)", "to_world")
     if isinstance(normals, str):
         nw = None
     elif normals is not None:
