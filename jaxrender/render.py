@@ -157,6 +157,7 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     # offset" is added to the seed a render is given).
     seed = _offset(_seed(seed, "seed"), cam.seed)
     seed_grad = _decorrelated(seed) if seed_grad is None else _offset(_seed(seed_grad, "seed_grad"), cam.seed)
+    scene.check_params(params)
     if params:
         nondiff = scene.nondifferentiable
         params = {k: nondifferentiable(v, nondiff[k]) if k in nondiff else v for k, v in params.items()}

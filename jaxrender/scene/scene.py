@@ -165,24 +165,34 @@ class Scene:
                              f"(the scene has {len(sensors)} sensor(s))")
         return sensors[int(index)]
 
+    def check_params(self, params: Mapping[str, Any] | None) -> None:
+        """A SceneError, naming the key, for a ``params`` entry that is not a
+        parameter of the scene or whose value has the wrong shape; for a
+        concrete (not traced) value, also one that is not numeric or not
+        finite, and a camera to_world that is not rigid."""
+        if not params:
+            return
+        unknown = set(params) - set(self.params)
+        if unknown:
+            hints = "".join(did_you_mean(k, self.params) for k in sorted(unknown))
+            raise SceneError(f"unknown scene parameter(s) {sorted(unknown)}{hints}; known: {sorted(self.params)}")
+        cameras = {key for key, _ in (self.sensors or [(self.camera_key, self.camera)])}
+        for k, v in params.items():
+            if not is_traced(v):
+                _check_finite(k, v)
+            if tuple(np.shape(v)) != tuple(np.shape(self.params[k])):
+                raise SceneError(f"parameter {k!r} must have shape {tuple(np.shape(self.params[k]))}, "
+                                 f"got {tuple(np.shape(v))}")
+            if k in cameras and not is_traced(v) and not is_rigid(v):
+                raise SceneError(f"parameter {k!r}: a camera's to_world must be a rotation and "
+                                 "translation (Mitsuba refuses scale; a singular one has no view)")
+
     def kernel_inputs(self, params: Mapping[str, Any] | None = None, sensor: int = 0) -> dict:
-        """Buffers for the path kernel; ``params`` overrides scene.params values."""
+        """Buffers for the path kernel; ``params`` overrides scene.params values
+        (checked: :meth:`check_params`)."""
+        self.check_params(params)
         p = dict(self.params)
         if params:
-            unknown = set(params) - set(p)
-            cameras = {key for key, _ in (self.sensors or [(self.camera_key, self.camera)])}
-            if unknown:
-                hints = "".join(did_you_mean(k, p) for k in sorted(unknown))
-                raise SceneError(f"unknown scene parameter(s) {sorted(unknown)}{hints}; known: {sorted(p)}")
-            for k, v in params.items():
-                if tuple(np.shape(v)) != tuple(np.shape(p[k])):
-                    raise SceneError(f"parameter {k!r} must have shape {tuple(np.shape(p[k]))}, "
-                                     f"got {tuple(np.shape(v))}")
-                if not is_traced(v):
-                    _check_finite(k, v)
-                    if k in cameras and not is_rigid(v):
-                        raise SceneError(f"parameter {k!r}: a camera's to_world must be a rotation and "
-                                         "translation (Mitsuba refuses scale; a singular one has no view)")
             p.update(params)
         _, cam = self.sensor(sensor)
         order = self.structure.bsdfs
@@ -272,7 +282,7 @@ def _check_finite(key: str, value) -> None:
     silently become NaN pixels (and a string or object a deep XLA error)."""
     try:
         a = np.asarray(value, np.float64)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise SceneError(f"parameter {key!r} must be numeric, got {type(value).__name__}") from None
     bad = ~np.isfinite(a)
     if bad.any():
