@@ -73,8 +73,10 @@ FRAME_SPOT_COS_CUTOFF, FRAME_SPOT_COS_BEAM, FRAME_SPOT_CUTOFF, FRAME_SPOT_INV_WI
 ENV_FRAME_ROW = 9              # env_frame: the envmap's to_world rotation (row-major)
 
 # --- the sensor ----------------------------------------------------------------------------
-CAMERA_ROW = 20                # camera: to_world (16, row-major), tan_x, tan_y, near_clip, far_clip
+CAMERA_ROW = 22                # camera: to_world (16, row-major), tan_x, tan_y, near_clip, far_clip,
+                               # aperture_radius, focus_distance (the thin lens's; sensors/)
 CAMERA_TO_WORLD, CAMERA_TAN_X, CAMERA_TAN_Y, CAMERA_NEAR_CLIP, CAMERA_FAR_CLIP = 0, 16, 17, 18, 19
+CAMERA_APERTURE, CAMERA_FOCUS = 20, 21
 
 
 def scene_inputs(channels: int = 3) -> dict:

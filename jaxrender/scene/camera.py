@@ -25,8 +25,10 @@ from .sampler import SamplerSpec
 
 @dataclass
 class Camera:
-    """A perspective sensor: its transform, the tangents of half its field
-    of view, clip distances, film size, reconstruction filter (Mitsuba's
+    """A sensor: its type (``kind``: ``kernels.sensors.TYPES``), transform,
+    the tangents of half its field of view (an orthographic camera: the
+    film's half extents before ``to_world``), clip distances, a thin lens's
+    aperture radius and focus distance, film size, reconstruction filter (Mitsuba's
     name and shape parameters, e.g. ``(("stddev", 0.5),)``), the sampler's
     sample count (rounded as its type requires), seed, type and settings,
     the film's crop window (offset and size in pixels, default the whole
@@ -48,6 +50,9 @@ class Camera:
     sample_border: bool = False
     pixel_format: str = "rgb"
     sampler: SamplerSpec = SamplerSpec()
+    kind: str = "perspective"
+    aperture_radius: float = 0.0
+    focus_distance: float = 0.0
 
     def __post_init__(self):
         if self.crop_size is None:

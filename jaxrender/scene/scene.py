@@ -13,7 +13,8 @@ loader reads is an error, as in Mitsuba); ``geometry.py`` builds the
 arrays. Supported so far: shapes rectangle, cube, obj, ply, sphere, disk;
 the BSDFs of ``kernels.bsdfs.registry`` (also inside twosided), with
 ``bitmap`` or ``checkerboard`` textures; area, point, spot, directional,
-constant and envmap emitters; perspective sensor; hdrfilm with box, tent
+constant and envmap emitters; perspective, thinlens and orthographic
+sensors; hdrfilm with box, tent
 and gaussian filters; independent, stratified, multijitter, orthogonal and
 ldsampler samplers; path, direct and aov integrators. Anything else raises
 :class:`SceneError` naming the plugin, never a wrong image.
@@ -118,16 +119,17 @@ class Scene:
                          len(self.shape_data) > 0, len(self.tri_normals) > 0,
                          tuple(t for t, _, _ in self.bsdfs) or ("diffuse",),
                          textures=tuple(n for n in ktex.PLUGINS if n in plugins),
-                         sampler=self.sensor(0)[1].sampler.type, footprint=self.sensor(0)[1].footprint)
+                         sensor=self.sensor(0)[1].kind, sampler=self.sensor(0)[1].sampler.type,
+                         footprint=self.sensor(0)[1].footprint)
 
     def sensor_structure(self, index: int = 0):
-        """:attr:`structure` with sensor ``index``'s sampler type and filter
-        footprint (sensors may differ in both)."""
+        """:attr:`structure` with sensor ``index``'s type, sampler type and
+        filter footprint (sensors may differ in each)."""
         cam = self.sensor(index)[1]
         s = self.structure
-        if (s.sampler, s.footprint) == (cam.sampler.type, cam.footprint):
+        if (s.sensor, s.sampler, s.footprint) == (cam.kind, cam.sampler.type, cam.footprint):
             return s
-        return dataclasses.replace(s, sampler=cam.sampler.type, footprint=cam.footprint)
+        return dataclasses.replace(s, sensor=cam.kind, sampler=cam.sampler.type, footprint=cam.footprint)
 
     @property
     def bsdf_types(self) -> list:
@@ -176,7 +178,9 @@ class Scene:
         if unknown:
             hints = "".join(did_you_mean(k, self.params) for k in sorted(unknown))
             raise SceneError(f"unknown scene parameter(s) {sorted(unknown)}{hints}; known: {sorted(self.params)}")
-        cameras = {key for key, _ in (self.sensors or [(self.camera_key, self.camera)])}
+        # (an orthographic camera's to_world may scale: its extent)
+        cameras = {key for key, cam in (self.sensors or [(self.camera_key, self.camera)])
+                   if cam.kind != "orthographic"}
         for k, v in params.items():
             if not is_traced(v):
                 _check_finite(k, v)
@@ -259,8 +263,8 @@ class Scene:
 
         def camera(p, xp):
             to_world = xp.asarray(p[cam_key], f32).reshape(16)
-            return xp.concatenate([to_world, np.array([cam.tan_x, cam.tan_y, cam.near_clip, cam.far_clip],
-                                                      f32)])[None, :]
+            return xp.concatenate([to_world, np.array([cam.tan_x, cam.tan_y, cam.near_clip, cam.far_clip,
+                                                       cam.aperture_radius, cam.focus_distance], f32)])[None, :]
 
         def texels(p, xp):
             blocks = [t.texels(p, xp) for t in self.textures]

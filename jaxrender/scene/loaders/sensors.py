@@ -1,4 +1,5 @@
-"""The sensor and what it holds: ``perspective`` sensors, the ``hdrfilm``
+"""The sensor and what it holds: ``perspective``, ``thinlens`` and
+``orthographic`` sensors, the ``hdrfilm``
 film, Mitsuba's six reconstruction filters and Mitsuba's five samplers
 (``independent``, ``stratified``, ``multijitter``, ``orthogonal``,
 ``ldsampler``: the types of ``kernels.samplers``), as Mitsuba 3.9.1 reads
@@ -69,28 +70,46 @@ def _nested(builder: SceneBuilder, props: Properties, category: str, registry: P
     return load_plugin(registry, builder, spec, key)
 
 
-@SENSORS.register("perspective")
-def load_perspective(builder: SceneBuilder, props: Properties) -> Camera:
-    """Mitsuba's pinhole ``perspective`` sensor."""
+@SENSORS.register("perspective", "thinlens", "orthographic")
+def load_sensor(builder: SceneBuilder, props: Properties) -> Camera:
+    """Mitsuba's ``perspective`` (pinhole), ``thinlens`` (a perspective
+    camera with a circular aperture: ``aperture_radius``, in focus at
+    ``focus_distance``) and ``orthographic`` (parallel rays; its to_world
+    may scale, setting the extent) sensors."""
+    kind = props.plugin
     film = _nested(builder, props, "film", FILMS, {"type": "hdrfilm"})
-    tan_x, tan_y = _field_of_view(props, film.width / film.height)
+    aspect = film.width / film.height
+    tan_x, tan_y = (1.0, 1.0 / aspect) if kind == "orthographic" else _field_of_view(props, aspect)
     sampler = _nested(builder, props, "sampler", SAMPLERS, {"type": "independent", "sample_count": 4})
     near, far = props.float("near_clip", 0.01), props.float("far_clip", 10000.0)
     if not 0.0 < near < far:
         raise props.error(f"near_clip and far_clip must satisfy 0 < near_clip < far_clip, got {near}, {far}")
-    props.float("focus_distance", far)     # Mitsuba reads it; a pinhole has everything in focus
-    for axis in "xy":
-        props.only(f"principal_point_offset_{axis}", 0.0, Properties.float)
+    # (every projective camera reads it; only a thin lens has a focal plane)
+    focus = props.float("focus_distance", far)
+    aperture = 0.0
+    if kind == "thinlens":
+        if "aperture_radius" not in props:
+            raise props.error("thinlens needs an aperture_radius (Mitsuba has no default)")
+        # Mitsuba replaces a zero radius by its float epsilon (a pinhole).
+        aperture = abs(props.float("aperture_radius")) or float(np.finfo(np.float32).eps)
+        if not focus > 0.0:
+            raise props.error(f"must be positive, got {focus}", "focus_distance")
+    if kind == "perspective":
+        for axis in "xy":
+            props.only(f"principal_point_offset_{axis}", 0.0, Properties.float)
     _shutter(props)
     props.unsupported("srf", "a spectral response function (srf) in an RGB renderer")
     reject_nested(builder, props, "medium", "media attached to sensors")
     to_world = props.transform()
-    if not is_rigid(to_world):
+    if kind == "orthographic":
+        if abs(np.linalg.det(to_world[:3, :3])) <= 1e-12 * float(np.max(np.abs(to_world[:3, :3]))) ** 3:
+            raise props.error("the transform is singular", "to_world")
+    elif not is_rigid(to_world):
         raise props.error("the camera's to_world must not scale (Mitsuba refuses scale factors here)", "to_world")
     return Camera(to_world, tan_x, tan_y, near, far, film.width, film.height, film.rfilter, sampler.spp,
                   seed=sampler.seed, rfilter_params=film.rfilter_params, crop_offset=film.crop_offset,
                   crop_size=film.crop_size, sample_border=film.sample_border, pixel_format=film.pixel_format,
-                  sampler=sampler.spec)
+                  sampler=sampler.spec, kind=kind, aperture_radius=aperture, focus_distance=focus)
 
 
 def _shutter(props: Properties) -> None:
