@@ -102,7 +102,7 @@ def _emitter_tables(b: SceneBuilder, tri: np.ndarray, attr: np.ndarray) -> dict:
         meta[e, layout.META_TYPE] = kind
         meta[e, layout.META_TEXTURE] = extra
         geom[e] = g
-        if kind in (_AREA_SPHERE, _AREA_DISK):
+        if kind in _AREA_ANALYTIC:
             # the shape's row of shape_data; its area is in geom
             meta[e, layout.META_FIRST], meta[e, layout.META_COUNT], meta[e, layout.META_TEXTURE] = extra, 1, 0
             continue
@@ -138,4 +138,5 @@ def _wide_bvh(bvh, tris: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return wide.packed()
 
 
-_AREA, _AREA_SPHERE, _AREA_DISK = (kemitters.TYPE_ID[n] for n in ("area", "area_sphere", "area_disk"))
+_AREA = kemitters.TYPE_ID["area"]
+_AREA_ANALYTIC = {kemitters.TYPE_ID[n] for n in ("area_sphere", "area_disk", "area_cylinder")}

@@ -10,7 +10,8 @@ dictionary and hands each plugin to its loader (``loaders/``: shapes,
 emitters, BSDFs, textures, sensors, integrators, registered by Mitsuba
 type name), reading properties strictly (``properties.py``: a property no
 loader reads is an error, as in Mitsuba); ``geometry.py`` builds the
-arrays. Supported so far: shapes rectangle, cube, obj, ply, sphere, disk;
+arrays. Supported so far: shapes rectangle, cube, obj, ply, sphere, disk,
+cylinder;
 the BSDFs of ``kernels.bsdfs.registry`` (also inside twosided), with
 ``bitmap`` or ``checkerboard`` textures; area, point, spot, directional,
 constant and envmap emitters; perspective, thinlens and orthographic
@@ -45,7 +46,7 @@ from .shapes import SHAPE_ROW
 __all__ = ["Camera", "Scene", "SceneError", "filter_table", "load_dict"]
 
 (EMITTER_AREA, EMITTER_POINT, EMITTER_DIRECTIONAL, EMITTER_CONSTANT, EMITTER_SPOT, EMITTER_ENVMAP, EMITTER_SPHERE,
- EMITTER_DISK) = (kemitters.TYPE_ID[n] for n in kemitters.NAMES)
+ EMITTER_DISK, EMITTER_CYLINDER) = (kemitters.TYPE_ID[n] for n in kemitters.NAMES)
 EMITTER_FRAME_WIDTH = layout.EMITTER_FRAME_ROW
 
 

@@ -4,7 +4,7 @@ outward faces), with Mitsuba's texture coordinates: the rectangle's
 ``uv = ((x + 1) / 2, (y + 1) / 2)``; the cube is Mitsuba's own 24-vertex
 mesh (``mi.load_dict({"type": "cube"})``), each face mapped to [0, 1]^2.
 
-Mitsuba's analytic ``sphere`` and ``disk`` stay analytic (exact silhouettes):
+Mitsuba's analytic ``sphere``, ``disk`` and ``cylinder`` stay analytic (exact silhouettes):
 :class:`AnalyticShape` holds their world transform, and its :meth:`row` is
 what the kernels read (``kernels/geometry.py``). :func:`vertex_normals` is
 Mitsuba's smoothing of meshes whose files carry no normals."""
@@ -48,22 +48,24 @@ def cube_mesh() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 # ---------------------------------------------------------------------------
-# Analytic shapes (Mitsuba's sphere and disk) and vertex normals
+# Analytic shapes (Mitsuba's sphere, disk and cylinder) and vertex normals
 # ---------------------------------------------------------------------------
 
-SPHERE, DISK = kshapes.KIND["sphere"], kshapes.KIND["disk"]
+SPHERE, DISK, CYLINDER = kshapes.KIND["sphere"], kshapes.KIND["disk"], kshapes.KIND["cylinder"]
 SHAPE_ROW = layout.SHAPE_ROW
 
 
 @dataclass
 class AnalyticShape:
-    """A sphere or disk in world space, as Mitsuba 3 defines it.
+    """A sphere, disk or cylinder in world space, as Mitsuba 3 defines it.
 
     ``to_world`` is the full object-to-world matrix: for a sphere
     ``to_world @ translate(center) @ scale(radius)`` (the unit sphere in
     object space; its UVs come from ``to_object``), for a disk the unit disk
     in the object z = 0 plane (with ``flip_normals`` folded in as Mitsuba
-    does: ``to_world @ scale(1, 1, -1)``)."""
+    does: ``to_world @ scale(1, 1, -1)``), for a cylinder the unit-radius
+    tube from z = 0 to 1 (``to_world @ translate(p0) @ to_frame(axis) @
+    scale(radius, radius, length)``)."""
     kind: int
     to_world: np.ndarray      # (4, 4) float64
     flip: bool                # sphere: normals point inwards
@@ -94,19 +96,25 @@ class AnalyticShape:
         if self.kind == SPHERE:
             return 4.0 * np.pi * self.radius ** 2
         m = self.to_world[:3, :3]
+        if self.kind == CYLINDER:
+            # (Mitsuba's: 2 pi radius length, radius the x axis's length)
+            return float(2.0 * np.pi * np.linalg.norm(m[:, 0]) * np.linalg.norm(m[:, 2]))
         return float(np.pi * np.linalg.norm(np.cross(m[:, 0], m[:, 1])))
 
     def bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """World-space box, widened by a relative 1e-6 so that float32 hits
         at the silhouette never fall outside it."""
         c = self.center
+        m = self.to_world[:3, :3]
         if self.kind == SPHERE:
             e = np.full(3, self.radius)
         else:
-            m = self.to_world[:3, :3]
             e = np.sqrt(m[:, 0] ** 2 + m[:, 1] ** 2)
-        pad = 1e-6 * (1.0 + np.abs(c) + e)
-        return c - e - pad, c + e + pad
+        lo, hi = c - e, c + e
+        if self.kind == CYLINDER:   # the rims at both ends
+            lo, hi = np.minimum(lo, lo + m[:, 2]), np.maximum(hi, hi + m[:, 2])
+        pad = 1e-6 * (1.0 + np.maximum(np.abs(lo), np.abs(hi)) + e)
+        return lo - pad, hi + pad
 
     def row(self) -> np.ndarray:
         """The shape's ``shape_data`` row: to_world (3 x 4, row-major),
@@ -159,6 +167,34 @@ def disk_shape(to_world: np.ndarray, flip_normals: bool, key: str) -> AnalyticSh
     if flip_normals:
         m = m @ np.diag([1.0, 1.0, -1.0, 1.0])
     return AnalyticShape(DISK, m, False, key)
+
+
+def cylinder_shape(to_world: np.ndarray, p0: np.ndarray, p1: np.ndarray, radius: float, flip_normals: bool,
+                   key: str) -> AnalyticShape:
+    """Mitsuba's ``cylinder`` from ``p0`` to ``p1`` of ``radius`` under
+    ``to_world``: the axis frame is Mitsuba's (``Frame3f(axis)``: its UVs'
+    angle starts where Mitsuba's does), and a reflecting transform flips
+    the normals, as in Mitsuba."""
+    axis = np.asarray(p1, np.float64) - np.asarray(p0, np.float64)
+    length = float(np.linalg.norm(axis))
+    if not length > 0.0:
+        raise SceneError(f"{key}: p0 and p1 must differ")
+    s, t = _coordinate_system(axis / length)
+    frame = np.eye(4)
+    frame[:3, 0], frame[:3, 1], frame[:3, 2] = s, t, axis / length
+    m = to_world @ _translate(p0) @ frame @ np.diag([radius, radius, length, 1.0])
+    det = _nonsingular(m, f"{key}.to_world")
+    return AnalyticShape(CYLINDER, m, bool(flip_normals) != (det < 0), key)
+
+
+def _coordinate_system(n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two unit vectors completing ``n`` to an orthonormal basis, as
+    Mitsuba's ``coordinate_system`` (Duff et al. 2017) makes them."""
+    sign = 1.0 if n[2] >= 0.0 else -1.0
+    a = -1.0 / (sign + n[2])
+    b = n[0] * n[1] * a
+    return (np.array([1.0 + sign * n[0] * n[0] * a, sign * b, -sign * n[0]]),
+            np.array([b, sign + n[1] * n[1] * a, -n[1]]))
 
 
 def _translate(v: np.ndarray) -> np.ndarray:

@@ -29,7 +29,8 @@ from .. import layout
 from . import area, constant, directional, envmap, point, spot
 from .base import DirectionSample, EmitterType
 
-TYPES = (area.MESH, point.TYPE, directional.TYPE, constant.TYPE, spot.TYPE, envmap.TYPE, area.SPHERE, area.DISK)
+TYPES = (area.MESH, point.TYPE, directional.TYPE, constant.TYPE, spot.TYPE, envmap.TYPE, area.SPHERE, area.DISK,
+         area.CYLINDER)
 NAMES = tuple(t.name for t in TYPES)
 TYPE_ID = {n: i for i, n in enumerate(NAMES)}
 

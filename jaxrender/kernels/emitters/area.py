@@ -3,7 +3,8 @@
 On a mesh (``area``) a point is sampled uniformly by area: a triangle from
 the emitter's area CDF (``light_tris`` / ``light_cdf``, ``layout.META_FIRST``
 and ``META_COUNT`` of its ``emitter_meta`` row), then a point on it. On a
-disk (``area_disk``) uniformly by area as well; on a sphere
+disk (``area_disk``) or a cylinder (``area_cylinder``) uniformly by area
+as well; on a sphere
 (``area_sphere``) by the cone it subtends from the reference point, as
 Mitsuba's sphere does (``shapes/sphere.py``), by area from inside. Only the
 front side (along the geometric normal) emits.
@@ -14,7 +15,7 @@ from ... import ir
 from ...ir import Vec
 from .. import layout
 from ..sampling import sample_cdf, square_to_uniform_triangle
-from ..shapes import disk, sphere
+from ..shapes import cylinder, disk, sphere
 from .base import DirectionSample, EmitterType
 
 
@@ -48,10 +49,14 @@ def sample_mesh(ctx, sel, ref: Vec, u) -> DirectionSample:
     return _towards(ref, q, nl, _by_area(ctx, sel))
 
 
-def sample_disk(ctx, sel, ref: Vec, u) -> DirectionSample:
-    s = ctx.b["emitter_meta"].read(sel, layout.META_FIRST)
-    q, nl = disk.sample_position(ctx.geo, s, Vec(u[1], u[2]))
-    return _towards(ref, q, nl, _by_area(ctx, sel))
+def _sample_by_area(shape):
+    """The sampler of an area light on analytic ``shape`` (its module)
+    that picks a point uniformly by area."""
+    def sample(ctx, sel, ref: Vec, u) -> DirectionSample:
+        s = ctx.b["emitter_meta"].read(sel, layout.META_FIRST)
+        q, nl = shape.sample_position(ctx.geo, s, Vec(u[1], u[2]))
+        return _towards(ref, q, nl, _by_area(ctx, sel))
+    return sample
 
 
 def sample_sphere(ctx, sel, ref: Vec, u) -> DirectionSample:
@@ -72,4 +77,5 @@ def pdf_sphere(ctx, sel, si):
 
 MESH = EmitterType("area", sample_mesh)
 SPHERE = EmitterType("area_sphere", sample_sphere, pdf=pdf_sphere, used=lambda structure: structure.analytic)
-DISK = EmitterType("area_disk", sample_disk, used=lambda structure: structure.analytic)
+DISK = EmitterType("area_disk", _sample_by_area(disk), used=lambda structure: structure.analytic)
+CYLINDER = EmitterType("area_cylinder", _sample_by_area(cylinder), used=lambda structure: structure.analytic)

@@ -1,7 +1,7 @@
 """Shape plugins: ray intersection and surface interaction.
 
 Triangles (``triangle.py``) are every mesh's primitive. Mitsuba's analytic
-shapes (``sphere.py``, ``disk.py``) are one module each with
+shapes (``sphere.py``, ``disk.py``, ``cylinder.py``) are one module each with
 ``intersect(geo, s, o, d, t_min)`` and ``surface(geo, s, o, d, t, uv)``;
 a shape's kind id (``layout.SHAPE_KIND`` of its ``shape_data`` row) is its
 module's position in :data:`ANALYTIC`. Adding an analytic shape: its module
@@ -14,9 +14,9 @@ Example::
 from __future__ import annotations
 
 from ... import ir
-from . import disk, sphere
+from . import cylinder, disk, sphere
 
-ANALYTIC = (sphere, disk)
+ANALYTIC = (sphere, disk, cylinder)
 NAMES = tuple(m.NAME for m in ANALYTIC)
 KIND = {n: i for i, n in enumerate(NAMES)}
 

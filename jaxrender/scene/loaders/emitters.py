@@ -15,9 +15,10 @@ import numpy as np
 
 from ...kernels import emitters as kemitters
 from ...kernels import layout
+from ...kernels import shapes as kshapes
 from ...kernels import textures as ktex
 from ..properties import Properties
-from ..shapes import DISK, AnalyticShape
+from ..shapes import AnalyticShape
 from ..textures import TextureSpec
 from .registry import PluginRegistry, reject_nested
 from .textures import read_image
@@ -61,7 +62,7 @@ def load_area(builder: SceneBuilder, props: Properties, host: AreaHost | None = 
     pkey = _radiance_param(builder, props, "radiance")
     if host.analytic is None:
         return builder.add_emitter(TYPE_ID["area"], np.zeros(4), 0, pkey)
-    kind = TYPE_ID["area_disk"] if host.analytic.kind == DISK else TYPE_ID["area_sphere"]
+    kind = TYPE_ID[f"area_{kshapes.NAMES[host.analytic.kind]}"]
     return builder.add_emitter(kind, np.array([0.0, 0.0, 0.0, host.analytic.area]), host.shape_row, pkey)
 
 

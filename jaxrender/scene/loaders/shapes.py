@@ -18,7 +18,8 @@ import numpy as np
 from .. import mesh_io
 from ..errors import SceneError
 from ..properties import Properties
-from ..shapes import AnalyticShape, cube_mesh, disk_shape, rectangle_mesh, sphere_shape, vertex_normals
+from ..shapes import (AnalyticShape, cube_mesh, cylinder_shape, disk_shape, rectangle_mesh, sphere_shape,
+                      vertex_normals)
 from .emitters import EMITTERS, AreaHost
 from .registry import PluginRegistry, load_plugin
 
@@ -162,6 +163,21 @@ def load_sphere(builder: SceneBuilder, props: Properties) -> None:
 def load_disk(builder: SceneBuilder, props: Properties) -> None:
     m = props.transform()
     _add_analytic(builder, props, disk_shape(m, props.bool("flip_normals", False), props.key))
+
+
+@SHAPES.register("cylinder")
+def load_cylinder(builder: SceneBuilder, props: Properties) -> None:
+    m = props.transform()
+    p0 = props.vector("p0", [0.0, 0.0, 0.0])
+    p1 = props.vector("p1", [0.0, 0.0, 1.0])
+    r = props.float("radius", 1.0)
+    if not np.isfinite(r) or r <= 0.0:
+        raise props.error(f"must be a positive finite float, got {r!r}", "radius")
+    try:
+        shape = cylinder_shape(m, p0, p1, r, props.bool("flip_normals", False), props.key)
+    except SceneError as exc:
+        raise props.locate(exc, "p1") from None
+    _add_analytic(builder, props, shape)
 
 
 def _add_analytic(builder: SceneBuilder, props: Properties, shape: AnalyticShape) -> None:
