@@ -1,4 +1,4 @@
-"""Triangle mesh files: Wavefront OBJ and Stanford PLY.
+"""Triangle mesh files: Wavefront OBJ, Stanford PLY and Mitsuba's serialized.
 
 ``load_obj(path)`` and ``load_ply(path)`` return a :class:`MeshData`
 (``vertices`` (V, 3) float32, ``faces`` (F, 3) int32, ``normals`` (V, 3)
@@ -35,7 +35,7 @@ import numpy as np
 
 from .errors import SceneError
 
-__all__ = ["MeshData", "load_mesh", "load_obj", "load_ply"]
+__all__ = ["MeshData", "load_mesh", "load_obj", "load_ply", "load_serialized"]
 
 
 @dataclass
@@ -700,3 +700,98 @@ def load_ply(path: str | os.PathLike) -> MeshData:
     items = items.astype(np.int64)
     faces = _check_faces(path, items[_fan(counts)] if counts.size else np.zeros((0, 3), np.int64), nv)
     return MeshData(vertices, faces, normals, uvs)
+
+
+# --------------------------------------------------------------------------
+# Mitsuba's .serialized
+# --------------------------------------------------------------------------
+SERIALIZED_MAGIC = 0x041C
+# The flag word: which per-vertex arrays follow, and their precision.
+_LEGACY_NORMALS, _LEGACY_TEXCOORDS, _LEGACY_COLORS, _LEGACY_DOUBLE = 0x1, 0x2, 0x8, 0x2000
+
+
+class _Reader:
+    """Little-endian reads from a decompressed stream, with errors that
+    name the file."""
+
+    def __init__(self, path: str, data: bytes):
+        self.path, self.data, self.pos = path, data, 0
+
+    def take(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > len(self.data):
+            raise SceneError(f"{self.path}: truncated serialized mesh (needs {n} more bytes at {self.pos}, "
+                             f"has {len(self.data) - self.pos})")
+        out = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return out
+
+    def scalar(self, fmt: str):
+        return struct.unpack("<" + fmt, self.take(struct.calcsize(fmt)))[0]
+
+    def array(self, dtype, count: int) -> np.ndarray:
+        dt = np.dtype(dtype).newbyteorder("<")
+        return np.frombuffer(self.take(int(count) * dt.itemsize), dt)
+
+
+def load_serialized(path: str | os.PathLike, shape_index: int = 0) -> MeshData:
+    """Mesh ``shape_index`` of a Mitsuba ``.serialized`` file (format
+    versions 3 and 4, float or double, as Mitsuba 3.9.1 reads them): its
+    vertices, faces and, when stored, normals and texture coordinates
+    (vertex colours, which no plugin reads, are skipped)."""
+    import zlib
+    p, data = _read_bytes(path)
+    if len(data) < 4:
+        raise SceneError(f"{p}: truncated serialized mesh file")
+    magic, version = struct.unpack("<HH", data[:4])
+    if magic != SERIALIZED_MAGIC:
+        raise SceneError(f"{p}: not a serialized mesh (bad magic number 0x{magic:04x})")
+    if version not in (3, 4):
+        raise SceneError(f"{p}: serialized format version {version} is not supported (3 or 4)")
+    if isinstance(shape_index, bool) or not isinstance(shape_index, (int, np.integer)) or shape_index < 0:
+        raise SceneError(f"{p}: shape_index must be a nonnegative integer, got {shape_index!r}")
+    start = 0
+    if shape_index > 0:
+        if len(data) < 8:
+            raise SceneError(f"{p}: truncated serialized mesh file (no shape dictionary)")
+        count = struct.unpack("<I", data[-4:])[0]
+        if shape_index >= count:
+            raise SceneError(f"{p}: shape_index {shape_index} is out of range (the file has {count} meshes)")
+        entry = 8 if version >= 4 else 4
+        at = len(data) - 4 - entry * (count - shape_index)
+        if at < 0:
+            raise SceneError(f"{p}: corrupt serialized mesh file (bad shape dictionary)")
+        start = struct.unpack("<Q" if entry == 8 else "<I", data[at:at + entry])[0]
+        if start + 4 > len(data) or data[start:start + 4] != data[:4]:
+            raise SceneError(f"{p}: corrupt serialized mesh file (mesh {shape_index} has no header)")
+    try:
+        stream = zlib.decompressobj().decompress(data[start + 4:])
+    except zlib.error as exc:
+        raise SceneError(f"{p}: corrupt serialized mesh (its compressed stream: {exc})") from None
+    where = f"{p}@{shape_index}"
+    r = _Reader(where, stream)
+    return _serialized(where, r, r.scalar("I"), version)
+
+
+def _serialized(p: str, r: _Reader, flags: int, version: int) -> MeshData:
+    if version == 4:
+        while r.take(1) != b"\0":      # the shape's name, null-terminated
+            pass
+    nv, nf = r.scalar("Q"), r.scalar("Q")
+    _check_counts(p, r, nv, nf)
+    real = np.float64 if flags & _LEGACY_DOUBLE else np.float32
+    vertices = _finite(p, "vertex positions", r.array(real, 3 * nv).reshape(-1, 3))
+    normals = _finite(p, "normals", r.array(real, 3 * nv).reshape(-1, 3)) if flags & _LEGACY_NORMALS else None
+    uvs = _finite(p, "texture coordinates", r.array(real, 2 * nv).reshape(-1, 2)) \
+        if flags & _LEGACY_TEXCOORDS else None
+    if flags & _LEGACY_COLORS:
+        r.array(real, 3 * nv)           # (vertex colours: no plugin reads them)
+    faces = _check_faces(p, r.array(np.uint32, 3 * nf).astype(np.int64), nv)
+    return MeshData(vertices, faces, normals, uvs)
+
+
+def _check_counts(p: str, r: _Reader, nv: int, nf: int) -> None:
+    # Each vertex takes 12 bytes at least and each face 12: more than the
+    # stream holds is corruption, caught before allocating anything.
+    if 12 * (nv + nf) > len(r.data) - r.pos:
+        raise SceneError(f"{p}: corrupt serialized mesh ({nv} vertices and {nf} faces do not fit in "
+                         f"{len(r.data) - r.pos} bytes)")

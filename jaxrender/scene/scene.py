@@ -10,7 +10,7 @@ dictionary and hands each plugin to its loader (``loaders/``: shapes,
 emitters, BSDFs, textures, sensors, integrators, registered by Mitsuba
 type name), reading properties strictly (``properties.py``: a property no
 loader reads is an error, as in Mitsuba); ``geometry.py`` builds the
-arrays. Supported so far: shapes rectangle, cube, obj, ply, sphere, disk,
+arrays. Supported so far: shapes rectangle, cube, obj, ply, serialized, sphere, disk,
 cylinder;
 the BSDFs of ``kernels.bsdfs.registry`` (also inside twosided), with
 ``bitmap`` or ``checkerboard`` textures; area, point, spot, directional,

@@ -77,21 +77,29 @@ def load_builtin_mesh(builder: SceneBuilder, props: Properties) -> None:
     _add_mesh(builder, props, m, v, f, uv, "face")
 
 
-@SHAPES.register("obj", "ply")
+@SHAPES.register("obj", "ply", "serialized")
 def load_mesh_file(builder: SceneBuilder, props: Properties) -> None:
     """A mesh file; vertex normals: the file's, else computed as Mitsuba
     does, unless ``face_normals``."""
     m = props.transform()
     filename = props.filename()
-    # Mitsuba's default: flip for obj (as Mitsuba 1), not for ply.
-    flip_uv = props.bool("flip_tex_coords", props.plugin == "obj")
-    try:
-        if props.plugin == "obj":
-            data = mesh_io.load_obj(filename, flip_tex_coords=flip_uv)
-        else:
-            data = mesh_io.load_ply(filename)
-    except SceneError as exc:
-        raise props.locate(exc, "filename") from None
+    if props.plugin == "serialized":
+        flip_uv = False         # (Mitsuba's serialized plugin has no such option)
+        index = props.int("shape_index", 0)
+        try:
+            data = mesh_io.load_serialized(filename, index)
+        except SceneError as exc:
+            raise props.locate(exc, "filename") from None
+    else:
+        # Mitsuba's default: flip for obj (as Mitsuba 1), not for ply.
+        flip_uv = props.bool("flip_tex_coords", props.plugin == "obj")
+        try:
+            if props.plugin == "obj":
+                data = mesh_io.load_obj(filename, flip_tex_coords=flip_uv)
+            else:
+                data = mesh_io.load_ply(filename)
+        except SceneError as exc:
+            raise props.locate(exc, "filename") from None
     uv = None if data.uvs is None else np.array(data.uvs)
     if uv is not None and flip_uv and props.plugin == "ply":
         uv[:, 1] = np.float32(1.0) - uv[:, 1]
