@@ -349,8 +349,9 @@ def test_every_property_mitsuba_reads_is_honoured_or_refused_as_not_supported(pl
     (lambda d: d["sensor"].update(srf={"type": "d65"}), "sensor.srf: a spectral response function"),
     (lambda d: d["sensor"].update(to_world=d["sensor"]["to_world"] @ Transform().scale(2.0)),
      "sensor.to_world: the camera's to_world must not scale"),
-    (lambda d: d["floor"].update(bsdf={"type": "diffuse", "reflectance": {"type": "spectrum", "value": 0.5}}),
-     "floor.bsdf.reflectance.value: 'spectrum' values are not supported yet"),
+    (lambda d: d["floor"].update(bsdf={"type": "diffuse", "reflectance": {"type": "spectrum",
+                                                                          "value": [(400, 0.1), (600, 0.9)]}}),
+     "floor.bsdf.reflectance.value: a spectrum other than a uniform value"),
     (lambda d: d.update(meter={"type": "radiancemeter"}),
      "meter: sensor type 'radiancemeter' is not supported yet (orthographic, perspective, thinlens)"),
     (lambda d: d.update(fog={"type": "homogeneous"}), "'fog': plugin type 'homogeneous' is not supported yet"),
@@ -552,3 +553,22 @@ def test_a_transform_that_collapses_a_mesh_is_an_error_a_flattening_one_is_not()
     d = jaxrender.cornell_box()
     d["floor"]["to_world"] = np.diag([1.0, 1.0, 0.0, 1.0])      # a rectangle in the xy plane: unchanged
     jaxrender.load_dict(d)
+
+
+def test_uniform_spectra_become_mitsubas_rgb_values():
+    """In Mitsuba's RGB variants a uniform spectrum is its value for a
+    reflectance and, for an emitter, that value times the sRGB colour of
+    the equal-energy spectrum: the same parameter values as its traverse."""
+    mi = pytest.importorskip("mitsuba")
+    mi.set_variant("scalar_rgb")
+    spec = lambda v: {"type": "spectrum", "value": v}          # noqa: E731
+    d = {"type": "scene", "sensor": {"type": "perspective"},
+         "wall": {"type": "rectangle", "bsdf": {"type": "diffuse", "reflectance": spec(0.3)},
+                  "emitter": {"type": "area", "radiance": spec(2.0)}},
+         "bulb": {"type": "point", "intensity": spec(5.0)},
+         "sky": {"type": "constant", "radiance": spec(0.25)}}
+    ours = jaxrender.load_dict(d).params
+    theirs = mi.traverse(mi.load_dict(d))
+    for key in ("wall.emitter.radiance.value", "bulb.intensity.value", "sky.radiance.value"):
+        np.testing.assert_allclose(ours[key], np.array(theirs[key]), rtol=2e-5, err_msg=key)
+    np.testing.assert_allclose(ours["wall.bsdf.reflectance.value"], np.full(3, float(theirs["wall.bsdf.reflectance.value"])))

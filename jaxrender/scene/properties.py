@@ -154,8 +154,18 @@ def parse_filename(value: Any, where: str) -> str:
     return os.fspath(value)
 
 
-def parse_rgb(value: Any, where: str) -> np.ndarray:
-    """A colour given as rgb or a float, as 3 float64 values.
+# Linear sRGB of the equal-energy spectrum (CIE XYZ = (1, 1, 1)): the
+# row sums of the XYZ -> linear sRGB matrix (IEC 61966-2-1).
+EQUAL_ENERGY_SRGB = np.array([3.240479 - 1.537150 - 0.498535,
+                              -0.969256 + 1.875991 + 0.041556,
+                              0.055648 - 0.204043 + 1.057311])
+
+
+def parse_rgb(value: Any, where: str, illuminant: bool = False) -> np.ndarray:
+    """A colour given as rgb, a float or a uniform ``spectrum``, as 3 float64
+    values. A uniform spectrum is, as in Mitsuba's RGB variants, its value
+    for a reflectance, and for an ``illuminant`` (an emitter's radiance)
+    that value times the sRGB colour of the equal-energy spectrum.
 
     Example: ``parse_rgb({"type": "rgb", "value": [1, 0, 0]}, "red")`` -> ``array([1., 0., 0.])``.
     """
@@ -164,8 +174,14 @@ def parse_rgb(value: Any, where: str) -> np.ndarray:
         if kind == "rgb":
             value = value.get("value")
         elif kind == "spectrum":
-            raise SceneError(f"{where}: 'spectrum' values are not supported yet (jaxrender renders in RGB: "
-                             "use rgb or a float)")
+            extra = sorted(set(value) - {"type", "value"})
+            v = value.get("value")
+            if extra or not isinstance(v, (int, float, np.integer, np.floating)) or isinstance(v, bool):
+                raise SceneError(f"{where}: a spectrum other than a uniform value (wavelength:value lists, "
+                                 ".spd files) is not supported yet (it needs the CIE 1931 observer)")
+            if not np.isfinite(v):
+                raise SceneError(f"{where}: expected a finite spectrum value, got {v!r}")
+            return np.full(3, float(v)) * (EQUAL_ENERGY_SRGB if illuminant else 1.0)
         else:
             raise SceneError(f"{where}: {kind!r} values are not supported here (use rgb or a float)")
     try:
@@ -352,8 +368,9 @@ class Properties:
         """A file name (a string or an ``os.PathLike``); required."""
         return self._value(parse_filename, name, _MISSING)
 
-    def rgb(self, name: str, default: Any, label: str | None = None) -> np.ndarray:
-        return self._value(parse_rgb, name, default, label)
+    def rgb(self, name: str, default: Any, label: str | None = None, illuminant: bool = False) -> np.ndarray:
+        """A colour (see :func:`parse_rgb`; ``illuminant``: an emitter's)."""
+        return self._value(lambda v, where: parse_rgb(v, where, illuminant), name, default, label)
 
     def ior(self, name: str, default: Any) -> float:
         return self._value(parse_ior, name, default)

@@ -46,7 +46,7 @@ def _radiance_param(builder: SceneBuilder, props: Properties, name: str) -> str:
     """The emitter's colour ``name`` (rgb or float, default 1) as parameter
     ``<key>.<name>.value``."""
     pkey = f"{props.key}.{name}.value"
-    builder.add_param(pkey, props.rgb(name, 1.0, label=pkey))
+    builder.add_param(pkey, props.rgb(name, 1.0, label=pkey, illuminant=True))
     return pkey
 
 
