@@ -14,7 +14,7 @@ from .kernels.integrators import ADJOINT_METHODS
 from .kernels.integrators.aov import channel_names, parse_aovs
 from .primitives.bsdf_tables import bsdf_table
 from .primitives.film import FilmGeometry, has_alpha, to_pixel_format
-from .primitives.render_rules import RenderConfig, nondifferentiable, render_image
+from .primitives.render_rules import PixelSplit, RenderConfig, nondifferentiable, render_image
 from .scene.errors import SceneError
 
 _GEOMETRY_WHY = ("gradients with respect to scene geometry need the reparameterized (geometry) "
@@ -48,6 +48,14 @@ def _device_memory() -> int | None:
             return None
     stats = dev.memory_stats() or {}
     return stats.get("bytes_limit")
+
+
+def _pixel_split(mesh) -> PixelSplit:
+    if mesh is None:
+        return PixelSplit()
+    if not isinstance(mesh, jax.sharding.Mesh):
+        raise SceneError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
+    return PixelSplit(int(mesh.size), mesh) if mesh.size > 1 else PixelSplit()
 
 
 def _default_count(v) -> bool:
@@ -96,7 +104,8 @@ def kernel_inputs(scene, params: Mapping[str, Any] | None = None, sensor: int = 
 
 
 def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, spp: int | None = None, seed: Any = 0,
-           seed_grad: Any = None, spp_grad: int | None = None, method: str = "prb") -> jax.Array:
+           seed_grad: Any = None, spp_grad: int | None = None, method: str = "prb",
+           mesh: jax.sharding.Mesh | None = None) -> jax.Array:
     """Render ``scene`` to a linear-RGB image of shape (height, width, 3) (the
     film's crop window; other channels where the film's ``pixel_format``
     asks: rgba, luminance, luminance_alpha, xyz, xyza), or, for an ``aov``
@@ -124,6 +133,15 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     for ``stratified``). Parameter values must be finite: a concrete NaN or
     inf is a ``SceneError`` naming its key (a traced one cannot be checked
     before the launch).
+
+    ``mesh``: split the image by rows of pixels into one launch per device
+    of this ``jax.sharding.Mesh`` (all of its axes), for the primal and the
+    derivative kernels alike; the image is bit for bit the one-device
+    image, as random numbers depend on the pixel and sample only. Without
+    it, a render under a sharded ``jit`` splits where its inputs are split:
+    ``jax.vmap`` over views whose parameters are sharded along the view
+    axis launches each device's views on that device (scene buffers
+    replicated, gradients of shared parameters summed across devices).
 
     Example::
 
@@ -167,7 +185,7 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     why = (("camera", scene.nondifferentiable[cam_key]), ("tris", _GEOMETRY_WHY),
            ("shape_data", _GEOMETRY_WHY), ("tri_normals", _GEOMETRY_WHY))
     film = FilmGeometry(grid=cam.grid_size[::-1], border=cam.border, footprint=cam.footprint)
-    config = RenderConfig(film, method, why, structure, integrator)
+    config = RenderConfig(film, method, why, structure, integrator, _pixel_split(mesh))
     return to_pixel_format(render_image(config, inputs), cam.pixel_format)
 
 

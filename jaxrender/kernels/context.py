@@ -85,6 +85,13 @@ class Structure:
 class Context:
     """The kernel's view of one work item (a pixel).
 
+    ``pixel``: the item's place in the film's sample grid, what positions
+    and random numbers depend on; ``item``: its row in the launch's own
+    per-item buffers. A launch covers the grid items from ``item_offset``
+    on (a tile or a device's shard of the image), so the two differ there,
+    and an image rendered in pieces equals the whole one bit for bit.
+    Items that pad a launch past the grid's last row trace rays just
+    outside the film like any other; their outputs are dropped.
     ``diff``: traced for derivatives (forward mode, adjoint replay): then
     sampling is detached (:meth:`detach`) so that only BSDF values and
     emitted radiance carry derivatives (Zeltner et al. 2021)."""
@@ -95,6 +102,7 @@ class Context:
     structure: Structure
     spectrum: SpectrumType = RGB
     sampler: samplers.Sampler | None = None
+    item: Any = None
 
     @classmethod
     def create(cls, b: dict, structure: Structure = Structure(), diff: bool = False,
@@ -104,9 +112,10 @@ class Context:
         else:
             geo = SceneGeometry(b["tris"], b["bvh_bounds"], b["bvh_links"],
                                 wide=(b["wide_nodes"], b["wide_leaves"]))
-        pixel = ir.item_index()
+        item = ir.item_index()
+        pixel = item + b["item_offset"].value
         return cls(b, geo, pixel, diff, structure, spectrum,
-                   samplers.create(structure.sampler, b, pixel))
+                   samplers.create(structure.sampler, b, pixel), item)
 
     def primal(self) -> "Context":
         """This context traced without derivatives."""

@@ -107,6 +107,7 @@ def scene_inputs(channels: int = 3) -> dict:
         "filter_table": ir.In("f32"),                     # the pixel filter from distance 0 to its radius
         "filter_radius": ir.Scalar("f32"),
         "width": ir.Scalar("u32"),                        # the sample grid (work items), sensors/film.py
+        "item_offset": ir.Scalar("u32"),                  # grid item of the launch's first work item
         "height": ir.Scalar("u32"),
         "grid_x0": ir.Scalar("f32"),                      # film pixel of the grid's first item
         "grid_y0": ir.Scalar("f32"),

@@ -24,8 +24,13 @@ from typing import Any, Mapping
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental.custom_partitioning import SdyShardingRule, custom_partitioning
 from jax.extend.core import Primitive
+from jax._src import dispatch as jax_dispatch
+from jax._src import sharding_impls
 from jax.interpreters import batching, mlir
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from .. import lowering
 from ..ir.graph import NUMPY_DTYPE
@@ -216,7 +221,7 @@ def _launch_info(kernel: Kernel, arrays_shapes, launch_shape, accum_rows, batch_
 
 
 def _ffi_call(*args, kernel, launch_shape, accum_rows, batch_shape, in_batch, num_threads, simd_lanes,
-              platform="cpu"):
+              platform="cpu", info_operand=None):
     k = kernel.kernel
     for name, x in zip(k.inputs, args):  # under vmap the batched array is the one that counts
         if _prod(x.shape) >= 2 ** 31:
@@ -243,16 +248,113 @@ def _ffi_call(*args, kernel, launch_shape, accum_rows, batch_shape, in_batch, nu
         return []
     # JAX without x64 has no int64 arrays: ship the int64 words as int32 pairs
     # (little-endian), which the handler reads back as int64.
-    info32 = jnp.asarray(info.view(np.int32))
+    info32 = jnp.asarray(info.view(np.int32)) if info_operand is None else info_operand
     # The GPU handler's host side reads the launch info from an attribute
     # (it cannot read device memory): backends get it as int64 words too.
     return target.ffi_call(compiled, out_types, info, info32, *padded)
 
 
+# ---------------------------------------------------------------------------
+# Sharding: a batched launch splits along its batch levels
+# ---------------------------------------------------------------------------
+# Batch elements are independent launches that share the unbatched inputs,
+# so under a sharded jit each device launches its own slice of every batch
+# level, on its slice of the batched inputs, with the unbatched ones (scene
+# buffers) replicated. Accumulators are per batch element, so summing them
+# over a sharded level (the gradient of a shared parameter) is an ordinary
+# reduction that XLA turns into an all-reduce. One device, or a shard_map
+# body, launches the kernel directly.
+
+def _sharding_rule(in_shapes, in_batch, out_ranks, nb: int) -> SdyShardingRule:
+    """Each batch level a factor shared by the inputs batched over it and by
+    every output; all other dimensions (and the launch info words, the
+    first operand) must stay whole."""
+    whole, operands = ["info"], [("info",)]
+    for i, (shape, flags) in enumerate(zip(in_shapes, in_batch)):
+        dims = [f"b{k}" for k in range(nb) if flags[k]]
+        rest = [f"i{i}_{d}" for d in range(len(shape) - len(dims))]
+        whole += rest
+        operands.append(tuple(dims + rest))
+    results = []
+    for j, rank in enumerate(out_ranks):
+        rest = [f"o{j}_{d}" for d in range(rank - nb)]
+        whole += rest
+        results.append(tuple([f"b{k}" for k in range(nb)] + rest))
+    return SdyShardingRule(tuple(operands), tuple(results), need_replication_factors=tuple(whole))
+
+
+def _partitioned_call(*args, platform, **params):
+    """The launch as a ``custom_partitioning`` op (see above)."""
+    batch_shape, in_batch = params["batch_shape"], params["in_batch"]
+    nb = len(batch_shape)
+    avals = _out_avals(params["kernel"].kernel, params["launch_shape"], params["accum_rows"], batch_shape)
+
+    def batch_spec(sharding) -> tuple:
+        spec = tuple(sharding.spec) + (None,) * nb
+        return spec[:nb]
+
+    def partition(mesh, arg_shapes, result_shape):
+        spec = batch_spec(result_shape[0].sharding)
+        sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
+
+        def count(axes) -> int:
+            return _prod(sizes[a] for a in ((axes,) if isinstance(axes, str) else axes or ()))
+
+        local = tuple(n // count(a) for n, a in zip(batch_shape, spec))
+        in_shardings = (NamedSharding(mesh, P()),) + tuple(
+            NamedSharding(mesh, P(*[a for a, f in zip(spec, flags) if f], *[None] * (len(x.shape) - sum(flags))))
+            for x, flags in zip(arg_shapes[1:], in_batch))
+        out_shardings = [NamedSharding(mesh, P(*spec, *[None] * (len(a.shape) - nb))) for a in avals]
+
+        def lower_fn(info32, *xs):
+            return _ffi_call(*xs, **dict(params, batch_shape=local), platform=platform)
+
+        return mesh, lower_fn, out_shardings, in_shardings
+
+    def launch_whole(info32, *xs):
+        return _ffi_call(*xs, platform=platform, info_operand=info32, **params)
+
+    launch_fn = custom_partitioning(launch_whole)
+    launch_fn.def_partition(partition, sharding_rule=_sharding_rule(
+        [x.shape for x in args], in_batch, [len(a.shape) for a in avals], nb))
+    # The whole launch's info words enter as an operand: the function a
+    # custom_partitioning op wraps may not hold constants.
+    pad_empty = not getattr(lowering.backend(platform), "ZERO_ROW_FOR_EMPTY_INPUTS", False)
+    info = _launch_info(params["kernel"].kernel, [x.shape for x in args], params["launch_shape"],
+                        params["accum_rows"], batch_shape, in_batch, params["num_threads"], pad_empty)
+    return launch_fn(jnp.asarray(info.view(np.int32)), *args)
+
+
+def _spans_devices(ctx) -> bool:
+    """Whether this lowering is for a computation over several devices
+    that XLA's partitioner will split (not one device, not a shard_map body)."""
+    axis_context = ctx.module_context.axis_context
+    if isinstance(axis_context, sharding_impls.ShardingContext):
+        return axis_context.num_devices > 1
+    if isinstance(axis_context, sharding_impls.SPMDAxisContext):
+        return set(axis_context.manual_axes) != set(axis_context.mesh.axis_names)
+    return False
+
+
+def _lowering(platform: str):
+    whole = mlir.lower_fun(functools.partial(_ffi_call, platform=platform), multiple_results=True)
+    split = mlir.lower_fun(functools.partial(_partitioned_call, platform=platform), multiple_results=True)
+
+    def rule(ctx, *values, **params):
+        outs = _out_avals(params["kernel"].kernel, params["launch_shape"], params["accum_rows"],
+                          params["batch_shape"])
+        if params["batch_shape"] and outs and _spans_devices(ctx):
+            return split(ctx, *values, **params)
+        return whole(ctx, *values, **params)
+
+    return rule
+
+
 # On a GPU backend the same primitive launches the PTX kernel on XLA's stream.
 for _platform in lowering.BACKENDS:
-    mlir.register_lowering(kernel_call_p, mlir.lower_fun(functools.partial(_ffi_call, platform=_platform),
-                                                         multiple_results=True), platform=_platform)
+    mlir.register_lowering(kernel_call_p, _lowering(_platform), platform=_platform)
+# A custom_partitioning op is lowered for the computation's devices.
+jax_dispatch.prim_requires_devices_during_lowering.add(kernel_call_p)
 
 
 def _batch(args, dims, *, kernel, launch_shape, accum_rows, batch_shape, in_batch, num_threads, simd_lanes):

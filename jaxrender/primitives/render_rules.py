@@ -30,11 +30,14 @@ from typing import Any, Mapping
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax._src import dispatch as jax_dispatch
 from jax.custom_derivatives import SymbolicZero
 from jax.extend.core import Primitive
 from jax._src.interpreters.batching import BatchTracer
 from jax.interpreters import ad, batching, mlir
 from jax.interpreters import partial_eval as pe
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from ..kernels.context import Structure
 from ..kernels.integrators import Integrator, PathIntegrator
@@ -48,6 +51,31 @@ class NotDifferentiableError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
+class PixelSplit:
+    """How one image's work items are split into launches side by side:
+    ``shards`` equal ranges of the sample grid's items (rows of pixels),
+    one per device of ``mesh`` (all its axes) when a mesh is given. Each
+    launch covers items from its ``item_offset`` on, so random numbers and
+    positions are those of the whole image's launch."""
+    shards: int = 1
+    mesh: Any = None
+
+    def items_per_launch(self, grid: tuple) -> int:
+        """Whole rows of the grid per launch, so that each device's part of
+        the image is a band of rows (developing it exchanges only the
+        filter's reach across band edges)."""
+        return -(-grid[0] // self.shards) * grid[1]
+
+    def rows(self, x):
+        """``x`` (rows first) split by rows across the mesh's devices (where
+        they divide evenly; else as XLA places it)."""
+        if self.mesh is None or x.shape[0] % self.shards:
+            return x
+        return jax.lax.with_sharding_constraint(
+            x, NamedSharding(self.mesh, P(self.mesh.axis_names, *[None] * (x.ndim - 1))))
+
+
+@dataclasses.dataclass(frozen=True)
 class RenderConfig:
     """Static (trace-time) settings of one render call."""
     film: FilmGeometry         # the sample grid, its border and the splat footprint
@@ -57,6 +85,7 @@ class RenderConfig:
     # Trace-time scene features the kernels are specialised on.
     structure: Structure = Structure()
     integrator: Integrator = PathIntegrator()
+    split: PixelSplit = PixelSplit()
 
     def __post_init__(self):
         if self.structure.footprint != self.film.footprint:
@@ -80,6 +109,34 @@ def _kernel_inputs(config: RenderConfig, inputs: Mapping[str, Any]) -> dict:
     return {k: inputs[k] for k in config.input_names}
 
 
+def _launch(config: RenderConfig, kernel, inputs: Mapping[str, Any], accum_rows=None,
+            per_item: Mapping[str, Any] | None = None) -> dict:
+    """Launch ``kernel`` over the film's items, split as ``config.split``
+    says: per-item outputs come back for every item of the grid in order,
+    accumulators summed over the launches (an all-reduce when the launches
+    are on several devices). ``per_item``: inputs with one row per item."""
+    split, items = config.split, config.film.items
+    inputs = {k: inputs[k] for k in kernel.inputs if k not in (per_item or {})}
+    if split.shards == 1:
+        return launch(kernel, (items,), accum_rows, **inputs, **(per_item or {}))
+    n = split.items_per_launch(config.film.grid)
+    total = n * split.shards
+    first = inputs.pop("item_offset")
+    offsets = jnp.arange(split.shards, dtype=jnp.uint32) * jnp.uint32(n) + first
+    rows = {k: jnp.pad(v, [(0, total - items)] + [(0, 0)] * (v.ndim - 1)).reshape((split.shards, n) + v.shape[1:])
+            for k, v in (per_item or {}).items()}
+    offsets = split.rows(offsets)
+    rows = {k: split.rows(v) for k, v in rows.items()}
+
+    def one(offset, item_rows):
+        return launch(kernel, (n,), accum_rows, **inputs, item_offset=offset, **item_rows)
+
+    out = jax.vmap(one)(offsets, rows)
+    per_item_out = set(kernel.item_outputs)
+    return {k: v.reshape((total,) + v.shape[2:])[:items] if k in per_item_out else jnp.sum(v, axis=0)
+            for k, v in out.items()}
+
+
 def _film_weights(config: RenderConfig, inputs: Mapping[str, Any]):
     """What an image kernel's sums are divided by: with a one-pixel
     footprint every sample has weight one, so the sample count; else the
@@ -88,11 +145,11 @@ def _film_weights(config: RenderConfig, inputs: Mapping[str, Any]):
     if config.film.footprint == 1:
         return jnp.asarray(inputs["spp"], jnp.float32)
     kernel = config.integrator.weights_kernel(config.structure)
-    return launch(kernel, config.launch_shape, **{k: inputs[k] for k in kernel.inputs})["weights"]
+    return _launch(config, kernel, inputs)["weights"]
 
 
 def _develop(config: RenderConfig, blocks, weights):
-    return _develop_jit(blocks, weights, config.film, config.integrator.channels)
+    return config.split.rows(_develop_jit(blocks, weights, config.film, config.integrator.channels))
 
 
 # One compiled step instead of dozens of dispatches when rendering eagerly.
@@ -105,7 +162,7 @@ def render_image(config: RenderConfig, inputs: dict) -> jax.Array:
     ``inputs`` holds the integrator's buffers plus ``seed_grad`` and
     ``spp_grad`` for its derivatives."""
     kernel = config.integrator.primal_kernel(config.structure)
-    out = launch(kernel, config.launch_shape, **_kernel_inputs(config, inputs))
+    out = _launch(config, kernel, inputs)
     weights = out["weights"] if "weights" in out else _film_weights(config, inputs)
     return _develop(config, out["image"], weights)
 
@@ -178,7 +235,7 @@ def _forward_unbatched(config, active, *args):
     kw = dict(zip(names, args[:len(names)]))
     kw.update({"d_" + a: t for a, t in zip(active, args[len(names):])})
     kernel = config.integrator.forward_kernel(active, config.structure)
-    return launch(kernel, config.launch_shape, **kw)["image"]
+    return _launch(config, kernel, kw)["image"]
 
 
 def _jvp_impl_fn(*args, config, active, batch_shape, in_batch):
@@ -199,6 +256,8 @@ def _jvp_impl(*args, **params):
 render_jvp_p.def_impl(_jvp_impl)
 render_jvp_p.def_abstract_eval(_jvp_abstract)
 mlir.register_lowering(render_jvp_p, mlir.lower_fun(_jvp_impl_fn, multiple_results=False))
+# It lowers to kernel launches, which are partitioned for the computation's devices.
+jax_dispatch.prim_requires_devices_during_lowering.add(render_jvp_p)
 
 
 def _jvp_batch(args, dims, *, config, active, batch_shape, in_batch):
@@ -233,10 +292,9 @@ def _adjoint_unbatched(config, active, *args):
     names = config.input_names
     n = len(names)
     kw = dict(zip(names, args[:n]))
-    kw["grad_image"] = args[n]
     rows = {"grad_" + a: int(np.shape(kw[a])[0]) for a in active}
     kernel = config.integrator.adjoint_kernel(active, config.method, config.structure)
-    grads = launch(kernel, config.launch_shape, rows, **kw)
+    grads = _launch(config, kernel, kw, rows, {"grad_image": args[n]})
     return tuple(grads["grad_" + a] for a in active)
 
 

@@ -83,7 +83,7 @@ class Camera:
         table, radius = filter_table(self.rfilter, self.rfilter_params)
         gw, gh = self.grid_size
         return {"filter_table": table, "filter_radius": np.float32(radius),
-                "width": np.uint32(gw), "height": np.uint32(gh),
+                "width": np.uint32(gw), "height": np.uint32(gh), "item_offset": np.uint32(0),
                 "grid_x0": np.float32(self.crop_offset[0] - self.border),
                 "grid_y0": np.float32(self.crop_offset[1] - self.border),
                 "film_width": np.float32(self.width), "film_height": np.float32(self.height)}

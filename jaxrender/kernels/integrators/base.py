@@ -270,7 +270,7 @@ class ReplayIntegrator(Integrator):
         footprint = structure.footprint
         stride = self.channels       # alpha, if any, follows the colour and has no derivative
         if footprint == 1:
-            d_item = S.read(b["grad_image"], ctx.pixel)
+            d_item = S.read(b["grad_image"], ctx.item)
 
         def one_sample(s, carry):
             # The cotangent of this sample's estimate: the splat's transpose,
@@ -280,7 +280,7 @@ class ReplayIntegrator(Integrator):
             else:
                 d_l = S.zero()
                 for k, w in enumerate(film.splat_weights(ctx, s, footprint)):
-                    d_l = d_l + S.read(b["grad_image"], ctx.pixel, k * stride) * w
+                    d_l = d_l + S.read(b["grad_image"], ctx.item, k * stride) * w
             state0 = self.start(ctx, s)
             total = self.trace(plain, s, state0) if method == "prb" else S.zero()
 
