@@ -21,21 +21,58 @@ _GEOMETRY_WHY = ("gradients with respect to scene geometry need the reparameteri
                  "integrator, which jaxrender does not have yet")
 
 
-def _check_film_fits(cam, floats_per_item: int) -> None:
-    """A SceneError, before any work, for a film whose kernel outputs
-    (``floats_per_item`` per pixel of the sample grid: the splat block and
-    its weights) cannot fit in the memory of the device that renders it,
-    or whose pixels a 32-bit work-item index cannot count."""
+# A launch's per-item buffers (splat blocks, weights) above this many bytes
+# make a render tiled (render's max_launch_bytes).
+DEFAULT_MAX_LAUNCH_BYTES = 1 << 30
+
+
+def _check_film_fits(cam, floats_per_item: int, split: PixelSplit, channels: int) -> None:
+    """A SceneError, before any work, for a film whose buffers (the
+    kernels' per-item outputs, ``floats_per_item`` per pixel of the sample
+    grid, or for a tiled render one band of them and the image canvases)
+    cannot fit in the memory of the device that renders it, or whose pixels
+    a 32-bit work-item index cannot count."""
     gw, gh = cam.grid_size
     items = gw * gh
     if items >= 2 ** 31:
         raise SceneError(f"a {gw}x{gh} film has {items} pixels, more than the 2**31 a render can index")
-    need = items * floats_per_item * 4
+    if split.tiles > 1:
+        k = cam.footprint
+        need = (split.tile_rows * gw * floats_per_item + (gh + k) * (gw + k) * (channels + 1)) * 4
+    else:
+        need = items * floats_per_item * 4 // split.shards
     have = _device_memory()
     if have is not None and need > have:
         raise SceneError(f"a {gw}x{gh} film needs {need / 2 ** 30:.1f} GiB for its image buffers "
                          f"({floats_per_item} floats a pixel), more than the {have / 2 ** 30:.1f} GiB "
                          f"of memory of the device that renders it")
+
+
+def _pixel_split(mesh, cam, floats_per_item: int, max_launch_bytes) -> PixelSplit:
+    """Launches side by side on the devices of ``mesh``, or, for a film
+    whose per-item buffers exceed ``max_launch_bytes``, bands of rows one
+    after another."""
+    if mesh is not None:
+        if not isinstance(mesh, jax.sharding.Mesh):
+            raise SceneError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
+        return PixelSplit(int(mesh.size), mesh) if mesh.size > 1 else PixelSplit()
+    if max_launch_bytes is None:
+        max_launch_bytes = os.environ.get("JAXRENDER_MAX_LAUNCH_BYTES", DEFAULT_MAX_LAUNCH_BYTES)
+        what = "$JAXRENDER_MAX_LAUNCH_BYTES"
+    else:
+        what = "max_launch_bytes"
+    try:
+        budget = int(max_launch_bytes)
+    except (TypeError, ValueError):
+        raise SceneError(f"{what} must be a whole number of bytes, got {max_launch_bytes!r}") from None
+    if isinstance(max_launch_bytes, (bool, float)) or budget < 1:
+        raise SceneError(f"{what} must be a positive whole number of bytes, got {max_launch_bytes!r}")
+    gw, gh = cam.grid_size
+    row_bytes = gw * floats_per_item * 4
+    if gh * row_bytes <= budget:
+        return PixelSplit()
+    tiles = -(-gh // max(1, budget // row_bytes))
+    return PixelSplit(tiles=tiles, tile_rows=-(-gh // tiles))
 
 
 def _device_memory() -> int | None:
@@ -48,14 +85,6 @@ def _device_memory() -> int | None:
             return None
     stats = dev.memory_stats() or {}
     return stats.get("bytes_limit")
-
-
-def _pixel_split(mesh) -> PixelSplit:
-    if mesh is None:
-        return PixelSplit()
-    if not isinstance(mesh, jax.sharding.Mesh):
-        raise SceneError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
-    return PixelSplit(int(mesh.size), mesh) if mesh.size > 1 else PixelSplit()
 
 
 def _default_count(v) -> bool:
@@ -105,7 +134,7 @@ def kernel_inputs(scene, params: Mapping[str, Any] | None = None, sensor: int = 
 
 def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, spp: int | None = None, seed: Any = 0,
            seed_grad: Any = None, spp_grad: int | None = None, method: str = "prb",
-           mesh: jax.sharding.Mesh | None = None) -> jax.Array:
+           mesh: jax.sharding.Mesh | None = None, max_launch_bytes: int | None = None) -> jax.Array:
     """Render ``scene`` to a linear-RGB image of shape (height, width, 3) (the
     film's crop window; other channels where the film's ``pixel_format``
     asks: rgba, luminance, luminance_alpha, xyz, xyza), or, for an ``aov``
@@ -142,6 +171,13 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     ``jax.vmap`` over views whose parameters are sharded along the view
     axis launches each device's views on that device (scene buffers
     replicated, gradients of shared parameters summed across devices).
+    A film whose kernels' per-item buffers (the splat blocks: footprint²
+    x channels floats a pixel) exceed ``max_launch_bytes`` (default
+    ``$JAXRENDER_MAX_LAUNCH_BYTES`` or 1 GiB) is rendered in bands of rows
+    one after another, each splatted onto the image before the next, so
+    only one band's buffers exist at a time (derivatives too); the image
+    equals the one-launch image up to float rounding where the filter
+    reaches across band edges (bit for bit with the box filter).
 
     Example::
 
@@ -170,7 +206,9 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
             raise SceneError(f"pixel_format {cam.pixel_format!r} with an aov integrator is not supported yet (rgb)")
         integrator = dataclasses.replace(integrator, alpha=has_alpha(cam.pixel_format))
     structure = scene.sensor_structure(sensor)
-    _check_film_fits(cam, integrator.block_width(structure) + (cam.footprint ** 2 if cam.footprint > 1 else 0))
+    floats_per_item = integrator.block_width(structure) + (cam.footprint ** 2 if cam.footprint > 1 else 0)
+    split = _pixel_split(mesh, cam, floats_per_item, max_launch_bytes)
+    _check_film_fits(cam, floats_per_item, split, integrator.channels)
     # The scene's sampler seed offsets every seed, as Mitsuba's (its "seed
     # offset" is added to the seed a render is given).
     seed = _offset(_seed(seed, "seed"), cam.seed)
@@ -185,7 +223,7 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     why = (("camera", scene.nondifferentiable[cam_key]), ("tris", _GEOMETRY_WHY),
            ("shape_data", _GEOMETRY_WHY), ("tri_normals", _GEOMETRY_WHY))
     film = FilmGeometry(grid=cam.grid_size[::-1], border=cam.border, footprint=cam.footprint)
-    config = RenderConfig(film, method, why, structure, integrator, _pixel_split(mesh))
+    config = RenderConfig(film, method, why, structure, integrator, split)
     return to_pixel_format(render_image(config, inputs), cam.pixel_format)
 
 

@@ -39,25 +39,33 @@ class FilmGeometry:
         return self.grid[0] * self.grid[1]
 
 
-def overlap_add(blocks, geom: FilmGeometry, channels: int):
-    """Sum the per-item blocks (items, footprint² x channels) into the crop
-    window's pixels: (height, width, channels)."""
-    k, (gh, gw), (h, w) = geom.footprint, geom.grid, geom.crop
-    x = blocks.reshape(gh, gw, k, k, channels)
-    if k == 1 and geom.border == 0:
+def splat_canvas(blocks, rows: int, width: int, footprint: int, channels: int):
+    """The blocks of ``rows`` x ``width`` grid items overlap-added onto a
+    canvas of (rows + footprint - 1, width + footprint - 1, channels):
+    entry (dy, dx) of item (r, c) lands on [r + dy, c + dx], i.e. grid
+    pixel (r, c) is canvas pixel (r + footprint // 2, c + footprint // 2)."""
+    k = footprint
+    x = blocks.reshape(rows, width, k, k, channels)
+    if k == 1:
         return x[:, :, 0, 0]
-    n = k // 2
-    # Block entry (dy, dx) of grid item g lands on crop pixel
-    # g - border + (dy - n); with the grid padded by n, pixel r reads padded
-    # row r + border + 2n - dy.
-    xp = jnp.pad(x, ((n, n), (n, n), (0, 0), (0, 0), (0, 0)))
     out = None
     for dy in range(k):
         for dx in range(k):
-            r0, c0 = geom.border + 2 * n - dy, geom.border + 2 * n - dx
-            part = xp[r0:r0 + h, c0:c0 + w, dy, dx]
+            part = jnp.pad(x[:, :, dy, dx], ((dy, k - 1 - dy), (dx, k - 1 - dx), (0, 0)))
             out = part if out is None else out + part
     return out
+
+
+def crop_canvas(canvas, geom: FilmGeometry):
+    """The crop window's pixels of a canvas of the whole sample grid."""
+    (h, w), start = geom.crop, geom.footprint // 2 + geom.border
+    return canvas[start:start + h, start:start + w]
+
+
+def overlap_add(blocks, geom: FilmGeometry, channels: int):
+    """Sum the per-item blocks (items, footprint² x channels) into the crop
+    window's pixels: (height, width, channels)."""
+    return crop_canvas(splat_canvas(blocks, *geom.grid, geom.footprint, channels), geom)
 
 
 def develop(blocks, weights, geom: FilmGeometry, channels: int):
@@ -65,11 +73,16 @@ def develop(blocks, weights, geom: FilmGeometry, channels: int):
     filter weights (``weights``: a scalar, every pixel's total weight, or
     the weight kernel's blocks (items, footprint²)). A pixel that no sample
     reached with a nonzero weight is zero, as in Mitsuba."""
-    total = overlap_add(blocks, geom, channels)
+    w = weights if jnp.ndim(weights) == 0 else overlap_add(weights, geom, 1)
+    return normalize(overlap_add(blocks, geom, channels), w)
+
+
+def normalize(total, weights):
+    """Summed sample values over their summed weights (a scalar or per
+    pixel), zero where no weight arrived."""
     if jnp.ndim(weights) == 0:
         return total / weights
-    w = overlap_add(weights, geom, 1)
-    return jnp.where(w != 0, total / jnp.where(w != 0, w, 1.0), 0.0)
+    return jnp.where(weights != 0, total / jnp.where(weights != 0, weights, 1.0), 0.0)
 
 
 # Linear sRGB (Rec. 709 primaries, D65) to CIE XYZ; its middle row is luminance.

@@ -41,7 +41,8 @@ from jax.sharding import PartitionSpec as P
 
 from ..kernels.context import Structure
 from ..kernels.integrators import Integrator, PathIntegrator
-from .film import FilmGeometry, develop
+from ..ir.graph import NUMPY_DTYPE
+from .film import FilmGeometry, crop_canvas, develop, normalize, splat_canvas
 from .kernel_call import launch, prefetch
 
 
@@ -52,13 +53,22 @@ class NotDifferentiableError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class PixelSplit:
-    """How one image's work items are split into launches side by side:
-    ``shards`` equal ranges of the sample grid's items (rows of pixels),
-    one per device of ``mesh`` (all its axes) when a mesh is given. Each
-    launch covers items from its ``item_offset`` on, so random numbers and
-    positions are those of the whole image's launch."""
+    """How one image's work items are split into launches. ``shards``
+    launches side by side, each a band of whole rows of the sample grid,
+    one per device of ``mesh`` (all its axes) when a mesh is given; or
+    ``tiles`` launches one after another (bands of ``tile_rows`` rows), each
+    splatted onto the image before the next, so that only one band's
+    per-item buffers exist at a time. Each launch covers items from its
+    ``item_offset`` on, so random numbers and positions are those of the
+    whole image's launch."""
     shards: int = 1
     mesh: Any = None
+    tiles: int = 1
+    tile_rows: int = 0
+
+    def __post_init__(self):
+        if self.shards > 1 and self.tiles > 1:
+            raise ValueError("an image is split into shards or into tiles, not both")
 
     def items_per_launch(self, grid: tuple) -> int:
         """Whole rows of the grid per launch, so that each device's part of
@@ -137,6 +147,51 @@ def _launch(config: RenderConfig, kernel, inputs: Mapping[str, Any], accum_rows=
             for k, v in out.items()}
 
 
+def _over_tiles(config: RenderConfig, kernel, inputs: Mapping[str, Any], accum_rows=None,
+                per_item=None) -> dict:
+    """Launch ``kernel`` band after band of ``config.split`` (a
+    ``lax.scan``): each per-item output is splatted onto a canvas of the
+    whole grid (``film.splat_canvas``; items past the grid's last row
+    dropped), accumulators are summed. ``per_item(band_canvas_slice)``:
+    per-item inputs of a band from a canvas-shaped array (the transpose of
+    the splat), given as ``(name, canvas)``."""
+    geom, split = config.film, config.split
+    (gh, gw), k, rows = geom.grid, geom.footprint, split.tile_rows
+    inputs = {n: inputs[n] for n in kernel.inputs if n != (per_item[0] if per_item else None)}
+    first = inputs.pop("item_offset")
+    valid_rows = lambda t: (t * rows + jnp.arange(rows) < gh)[:, None, None]  # noqa: E731
+
+    def splat(blocks, t):
+        width = blocks.shape[-1]
+        x = jnp.where(valid_rows(t), blocks.reshape(rows, gw, width), 0.0)
+        return splat_canvas(x, rows, gw, k, width // (k * k))
+
+    canvases = {n: jnp.zeros((split.tiles * rows + k - 1, gw + k - 1, spec.item_shape[0] // (k * k)), jnp.float32)
+                for n, spec in kernel.item_outputs.items()}
+    sums = {n: jnp.zeros((accum_rows[n],) + spec.item_shape, NUMPY_DTYPE[spec.dtype])
+            for n, spec in kernel.accumulators.items()}
+
+    def step(carry, t):
+        canvases, sums = carry
+        extra = {}
+        if per_item is not None:
+            name, canvas = per_item
+            band = jax.lax.dynamic_slice_in_dim(canvas, t * rows, rows + k - 1)
+            width = kernel.inputs[name].item_shape[0]
+            zeros = jnp.zeros((rows * gw, width), band.dtype)
+            extra[name] = jax.linear_transpose(lambda b: splat(b, t), zeros)(band)[0].reshape(rows * gw, width)
+        offset = first + (t * rows * gw).astype(jnp.uint32)
+        out = launch(kernel, (rows * gw,), accum_rows, **inputs, item_offset=offset, **extra)
+        new = {}
+        for n, c in canvases.items():
+            band = jax.lax.dynamic_slice_in_dim(c, t * rows, rows + k - 1) + splat(out[n], t)
+            new[n] = jax.lax.dynamic_update_slice_in_dim(c, band, t * rows, 0)
+        return (new, {n: v + out[n] for n, v in sums.items()}), None
+
+    (canvases, sums), _ = jax.lax.scan(step, (canvases, sums), jnp.arange(split.tiles, dtype=jnp.int32))
+    return {**canvases, **sums}
+
+
 def _film_weights(config: RenderConfig, inputs: Mapping[str, Any]):
     """What an image kernel's sums are divided by: with a one-pixel
     footprint every sample has weight one, so the sample count; else the
@@ -145,10 +200,17 @@ def _film_weights(config: RenderConfig, inputs: Mapping[str, Any]):
     if config.film.footprint == 1:
         return jnp.asarray(inputs["spp"], jnp.float32)
     kernel = config.integrator.weights_kernel(config.structure)
+    if config.split.tiles > 1:
+        return _over_tiles(config, kernel, inputs)["weights"]
     return _launch(config, kernel, inputs)["weights"]
 
 
 def _develop(config: RenderConfig, blocks, weights):
+    """The image from the kernels' blocks, or, for a tiled render, from
+    the canvases they were splatted onto (and the weights' canvas)."""
+    if config.split.tiles > 1:
+        w = weights if jnp.ndim(weights) == 0 else crop_canvas(weights, config.film)
+        return normalize(crop_canvas(blocks, config.film), w)
     return config.split.rows(_develop_jit(blocks, weights, config.film, config.integrator.channels))
 
 
@@ -162,7 +224,7 @@ def render_image(config: RenderConfig, inputs: dict) -> jax.Array:
     ``inputs`` holds the integrator's buffers plus ``seed_grad`` and
     ``spp_grad`` for its derivatives."""
     kernel = config.integrator.primal_kernel(config.structure)
-    out = _launch(config, kernel, inputs)
+    out = (_over_tiles if config.split.tiles > 1 else _launch)(config, kernel, inputs)
     weights = out["weights"] if "weights" in out else _film_weights(config, inputs)
     return _develop(config, out["image"], weights)
 
@@ -235,7 +297,7 @@ def _forward_unbatched(config, active, *args):
     kw = dict(zip(names, args[:len(names)]))
     kw.update({"d_" + a: t for a, t in zip(active, args[len(names):])})
     kernel = config.integrator.forward_kernel(active, config.structure)
-    return _launch(config, kernel, kw)["image"]
+    return (_over_tiles if config.split.tiles > 1 else _launch)(config, kernel, kw)["image"]
 
 
 def _jvp_impl_fn(*args, config, active, batch_shape, in_batch):
@@ -244,8 +306,14 @@ def _jvp_impl_fn(*args, config, active, batch_shape, in_batch):
 
 
 def _jvp_abstract(*args, config, active, batch_shape, in_batch):
+    """The tangent's blocks, or a tiled render's canvas of them."""
     width = config.integrator.block_width(config.structure)
-    return jax.core.ShapedArray(batch_shape + tuple(config.launch_shape) + (width,), np.float32)
+    split, k = config.split, config.film.footprint
+    if split.tiles > 1:
+        shape = (split.tiles * split.tile_rows + k - 1, config.film.grid[1] + k - 1, width // (k * k))
+    else:
+        shape = tuple(config.launch_shape) + (width,)
+    return jax.core.ShapedArray(batch_shape + shape, np.float32)
 
 
 def _jvp_impl(*args, **params):
@@ -294,7 +362,10 @@ def _adjoint_unbatched(config, active, *args):
     kw = dict(zip(names, args[:n]))
     rows = {"grad_" + a: int(np.shape(kw[a])[0]) for a in active}
     kernel = config.integrator.adjoint_kernel(active, config.method, config.structure)
-    grads = _launch(config, kernel, kw, rows, {"grad_image": args[n]})
+    if config.split.tiles > 1:
+        grads = _over_tiles(config, kernel, kw, rows, ("grad_image", args[n]))
+    else:
+        grads = _launch(config, kernel, kw, rows, {"grad_image": args[n]})
     return tuple(grads["grad_" + a] for a in active)
 
 
