@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import functools
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from bsdf_harness import (
@@ -205,6 +207,19 @@ def test_twosided_principled_without_spec_trans_loads():
     d["large-box"]["bsdf"] = {"type": "twosided", "inner": {"type": "principled", "spec_trans": 0.0}}
     scene = jaxrender.load_dict(d)
     assert "principled" in {t.name for t in scene.bsdf_types}
+
+
+def test_spec_trans_of_a_principled_loaded_without_it_cannot_change():
+    """Mitsuba adds the transmission lobe when spec_trans is updated; the
+    variant loaded has none, so a render refuses a new value and its
+    derivative (instead of rendering something else)."""
+    scene = jaxrender.load_dict(principled_cbox(size=4, spp=1))
+    key = "large-box.bsdf.spec_trans.value"
+    with pytest.raises(jaxrender.SceneError, match="no transmission lobe"):
+        jaxrender.render(scene, {key: np.float32(0.5)}, spp=1)
+    jaxrender.render(scene, {key: np.float32(0.0)}, spp=1)
+    with pytest.raises(jaxrender.NotDifferentiableError, match="no transmission lobe"):
+        jax.grad(lambda x: jaxrender.render(scene, {key: x}, spp=1).sum())(jnp.float32(0.0))
 
 
 def test_render_matches_mitsuba_within_noise():

@@ -28,7 +28,9 @@ from 1 (to 1.001 and 1e-3); :func:`relative_eta` does the same.
 
 Trace-time keyword argument: ``transmission`` (Mitsuba's "has spec_trans":
 ``spec_trans`` given and not the float 0). Without it the transmission lobe
-is absent and, seen from inside, all sampling goes to the reflection lobe.
+is absent and, seen from inside, all sampling goes to the reflection lobe;
+its ``spec_trans`` parameter is then frozen at its loaded value (Mitsuba
+would add the lobe on an update: a render refuses a new value).
 
 Example::
 
@@ -330,14 +332,21 @@ def relative_eta(view, transmission: bool, from_specular: bool):
 
 # Mitsuba's properties; "has spec_trans" and whether the IOR is given as
 # eta or as specular are trace-time options the loader's rule sets.
-COLOR_PARAMS = (Param("base_color", COLOR, 0.5), Param("roughness", FLOAT, 0.5),
-                Param("anisotropic", FLOAT, 0.0), Param("metallic", FLOAT, 0.0), Param("spec_trans", FLOAT, 0.0),
-                Param("spec_tint", FLOAT, 0.0), Param("sheen", FLOAT, 0.0), Param("sheen_tint", FLOAT, 0.0),
-                Param("flatness", FLOAT, 0.0), Param("clearcoat", FLOAT, 0.0), Param("clearcoat_gloss", FLOAT, 0.0))
+# Without the transmission lobe spec_trans stays 0: Mitsuba would add the
+# lobe when it changes, a kernel variant this scene did not load.
+NO_SPEC_TRANS = ("spec_trans was not given (or was 0) when the scene was loaded, so this principled has no "
+                 "transmission lobe, as in Mitsuba; give spec_trans in the scene to change or differentiate it")
+
+
+def _texture_params(transmission: bool) -> tuple:
+    return (Param("base_color", COLOR, 0.5), Param("roughness", FLOAT, 0.5),
+            Param("anisotropic", FLOAT, 0.0), Param("metallic", FLOAT, 0.0),
+            Param("spec_trans", FLOAT, 0.0, frozen=None if transmission else NO_SPEC_TRANS),
+            Param("spec_tint", FLOAT, 0.0), Param("sheen", FLOAT, 0.0), Param("sheen_tint", FLOAT, 0.0),
+            Param("flatness", FLOAT, 0.0), Param("clearcoat", FLOAT, 0.0), Param("clearcoat_gloss", FLOAT, 0.0))
 RATE_PARAMS = tuple(Param(n, SCALAR, 1.0, nondiff="a sampling rate (Mitsuba: non-differentiable)")
                     for n in ("diffuse_reflectance_sampling_rate", "main_specular_sampling_rate",
                               "clearcoat_sampling_rate"))
-OPTION_NAMES = ("transmission", "ior")
 
 
 def _type(transmission: bool, ior: str) -> BsdfType:
@@ -355,7 +364,7 @@ def _type(transmission: bool, ior: str) -> BsdfType:
         name, "principled",
         (Param("transmission", OPTION, False, choices=(False, True)),
          Param("ior", OPTION, "specular", choices=("specular", "eta")),
-         *COLOR_PARAMS, ior_param, *RATE_PARAMS),
+         *_texture_params(transmission), ior_param, *RATE_PARAMS),
         make, eval, pdf, sample, options=(("transmission", transmission), ("ior", ior)),
         kw=(("transmission", transmission),), albedo="base_color",
         eta=(lambda v: relative_eta(v, transmission, from_specular)) if transmission else None,

@@ -137,7 +137,7 @@ def _value_param(builder: SceneBuilder, props: Properties, prm: base.Param, name
             value = props.rgb(name, prm.default, label=pkey)
         else:
             value = props.scalar(name, prm.default, label=pkey)
-        builder.add_param(pkey, value, prm.nondiff)
+        builder.add_param(pkey, value, prm.nondiff, prm.frozen)
     return pkey
 
 
