@@ -42,7 +42,7 @@ import jaxrender
 from jaxrender import ir, plugins
 from jaxrender.cli import write_image
 from jaxrender.ir import Vec
-from jaxrender.kernels import sampling
+from jaxrender.kernels import layout, sampling
 from jaxrender.scene.transform import Transform
 
 LAYERS = (5, 16, 16, 3)
@@ -158,7 +158,7 @@ def true_brdf_slice(theta_i: float, theta_o: np.ndarray) -> np.ndarray:
     from jaxrender.scene.conductors import complex_ior
     t = registry.TYPES["roughconductor-ggx"]
     eta, k = complex_ior("Cu")
-    row = np.zeros(12, np.float32)
+    row = np.zeros(layout.BSDF_ROW, np.float32)
     row[t.slot("eta"):t.slot("eta") + 3] = eta
     row[t.slot("k"):t.slot("k") + 3] = k
     row[t.slot("specular_reflectance"):t.slot("specular_reflectance") + 3] = 1.0
@@ -166,11 +166,12 @@ def true_brdf_slice(theta_i: float, theta_o: np.ndarray) -> np.ndarray:
 
     def body(prm, wo):
         i = ir.item_index()
-        p = t.make(ParamView(t, [prm.read(0, c) for c in range(12)]))
+        p = t.make(ParamView(t, [prm.read(0, c) for c in range(layout.BSDF_ROW)]))
         wi = Vec(math.sin(theta_i), 0.0, math.cos(theta_i))
         return {"f": tuple(t.call("eval", p, wi, Vec(*wo[i])))}
 
-    kernel = ir.trace(body, {"prm": ir.In("f32", (12,)), "wo": ir.In("f32", (3,))}, {"f": ir.Out("f32", (3,))},
+    kernel = ir.trace(body, {"prm": ir.In("f32", (layout.BSDF_ROW,)), "wo": ir.In("f32", (3,))},
+                      {"f": ir.Out("f32", (3,))},
                       name="true_brdf_slice")
     wo = np.stack([-np.sin(theta_o), np.zeros_like(theta_o), np.cos(theta_o)], -1).astype(np.float32)
     f = np.asarray(launch(kernel, (len(wo),), prm=row[None], wo=wo)["f"], np.float64)

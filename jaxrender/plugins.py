@@ -62,7 +62,8 @@ def register_bsdf(name: str, params: Sequence[Param], eval: Callable, pdf: Calla
 
     ``params``: its parameters (:class:`Param` with kinds COLOR, FLOAT,
     SCALAR, FLAG or ARRAY), in the order they fill a row of the scene's
-    BSDF buffer (at most 11 floats; larger parameters are ARRAYs).
+    BSDF buffer (at most ``layout.TWOSIDED_SLOT`` = 17 floats; larger
+    parameters are ARRAYs).
     ``make(view)``: builds the object ``eval`` / ``pdf`` / ``sample`` receive
     (default: the view itself). ``albedo``: the colour parameter the albedo
     AOV reports (default: pi times eval towards the normal).

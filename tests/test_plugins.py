@@ -11,7 +11,7 @@ import pytest
 import jaxrender
 from jaxrender import ir, plugins
 from jaxrender.ir import Vec
-from jaxrender.kernels import sampling
+from jaxrender.kernels import layout, sampling
 from jaxrender.kernels import textures as ktex
 from jaxrender.kernels.bsdfs import registry
 
@@ -95,8 +95,10 @@ def test_bad_declarations_are_refused():
     matte = _matte(lambda p: p.albedo)
     with pytest.raises(ValueError, match="OPTION parameters select built-in variants"):
         plugins.register_bsdf("test_opt", [plugins.Param("mode", plugins.OPTION, "a", choices=("a",))], *matte)
-    with pytest.raises(ValueError, match="take 12 floats of a row, more than the 11"):
-        plugins.register_bsdf("test_wide", [plugins.Param(f"c{k}", plugins.COLOR, 0.5) for k in range(4)], *matte)
+    free = layout.TWOSIDED_SLOT
+    with pytest.raises(ValueError, match=f"take {free + 1} floats of a row, more than the {free}"):
+        plugins.register_bsdf("test_wide", [plugins.Param(f"c{k}", plugins.FLOAT, 0.5) for k in range(free + 1)],
+                              *matte)
     with pytest.raises(ValueError, match="'table' is reserved"):
         plugins.register_bsdf("test_table", [plugins.Param("table", plugins.FLOAT, 0.5)], *matte)
     with pytest.raises(ValueError, match="array parameter 'w': its default must be a non-empty sequence"):

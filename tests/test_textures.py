@@ -302,11 +302,11 @@ def row_kernel(max_slots: int) -> ir.Kernel:
     def body(query, **b):
         i = ir.item_index()
         bsdf, tri = ir.cast(query.read(i, 0), "i32"), ir.cast(query.read(i, 1), "i32")
-        row = [b["bsdf_data"].read(bsdf, k) for k in range(12)]
+        row = [b["bsdf_data"].read(bsdf, k) for k in range(layout.BSDF_ROW)]
         return tuple(ktex.apply_textures(b, bsdf, row, tri, query.read(i, 2), query.read(i, 3), True, max_slots))
     inputs = {k: layout.scene_inputs()[k] for k in ROW_INPUTS}
     inputs["query"] = ir.In("f32", (4,))
-    return ir.trace(body, inputs, {"row": ir.Out("f32", (12,))}, name=f"texture_row_{max_slots}")
+    return ir.trace(body, inputs, {"row": ir.Out("f32", (layout.BSDF_ROW,))}, name=f"texture_row_{max_slots}")
 
 
 def small_plane(reflectance, size=8, **extra):

@@ -43,7 +43,10 @@ SHAPE_AREA = 29
 SHAPE_KIND = 30                # shapes.ANALYTIC id
 
 # --- BSDFs ---------------------------------------------------------------------
-BSDF_ROW = 12                  # floats of parameters per BSDF; the last one is the twosided flag
+# Floats of parameters per BSDF; the last one is the twosided flag. The
+# widest built-in row is principled's (17 floats: a colour, 11 floats, its
+# IOR and three sampling rates).
+BSDF_ROW = 18
 TWOSIDED_SLOT = BSDF_ROW - 1
 # Floats per BSDF in the bsdf_table buffer (primitives/bsdf_tables.py): the
 # largest precomputed table a BSDF has (roughplastic: 64 transmittances and

@@ -36,13 +36,17 @@ class Param:
     sharing a group (``alpha_u``, ``alpha_v``) are read from the group's name
     (``alpha``, one parameter) when none of them is given, as Mitsuba's
     isotropic roughness. ``choices``: the values an OPTION may take.
-    ``nondiff``: why its derivative cannot be computed (None: it can)."""
+    ``nondiff``: why its derivative cannot be computed (None: it can).
+    ``frozen``: why its loaded value is fixed (a render may not change it
+    and it has no derivative), e.g. a value that selected the kernel
+    variant; None: it may change."""
     name: str
     kind: str
     default: Any = None
     group: str | None = None
     choices: tuple = ()
     nondiff: str | None = None
+    frozen: str | None = None
 
     def __post_init__(self):
         if self.kind not in KINDS:

@@ -49,6 +49,7 @@ class SceneBuilder:
         self.named: dict[str, Mapping] = dict(named or {})    # top-level plugins, for references
         self.params: dict[str, np.ndarray] = {}
         self.nondiff: dict[str, str] = {}
+        self.frozen: dict[str, str] = {}
         self.sensors: list[tuple[str, Camera]] = []
         self.integrator: dict = {"type": "path"}
         self.bsdfs: list = []                 # (type name, fields, twosided), see Scene.bsdfs
@@ -164,9 +165,13 @@ class SceneBuilder:
             raise SceneError(f"{key}: a checkerboard cannot be used for both colour and scalar parameters")
         return index
 
-    def add_param(self, key: str, value: np.ndarray, nondiff: str | None = None) -> None:
-        """A parameter; ``nondiff``: why it cannot be differentiated."""
+    def add_param(self, key: str, value: np.ndarray, nondiff: str | None = None, frozen: str | None = None) -> None:
+        """A parameter; ``nondiff``: why it cannot be differentiated;
+        ``frozen``: why a render may not change its value (nor differentiate it)."""
         self.params[key] = value
+        if frozen is not None:
+            self.frozen[key] = f"{key}: {frozen}"
+            nondiff = frozen
         if nondiff is not None:
             self.nondiff[key] = f"{key}: {nondiff}"
 

@@ -51,7 +51,7 @@ def scene_fields(b: SceneBuilder) -> dict:
     return dict(camera=camera, integrator=b.integrator, triangles=tri, tri_attr=attr,
                 bvh_bounds=bvh.node_bounds.astype(np.float32), bvh_links=bvh.node_links.astype(np.int32),
                 **_emitter_tables(b, tri, attr), env_emitter=b.env, camera_key=camera_key, params=b.params,
-                bsdfs=b.bsdfs, emitter_keys=b.emitter_keys, nondifferentiable=b.nondiff, tri_uv=tri_uv,
+                bsdfs=b.bsdfs, emitter_keys=b.emitter_keys, nondifferentiable=b.nondiff, frozen=b.frozen, tri_uv=tri_uv,
                 textures=b.textures, bsdf_slots=b.bsdf_slots, env_texture=b.env_texture,
                 env_frame=b.env_frame.astype(np.float32),
                 tri_normals=normals[order].astype(np.float32) if normals is not None else np.zeros((0, 9), np.float32),

@@ -83,6 +83,8 @@ class Scene:
     # Parameters the renderer cannot differentiate (key -> why); asking for
     # their derivative raises instead of returning a wrong number.
     nondifferentiable: dict = field(default_factory=dict)
+    # Parameters whose loaded value a render may not change (key -> why).
+    frozen: dict = field(default_factory=dict)
     # Every sensor of the scene, in file order: (to_world parameter key, Camera).
     sensors: list = field(default_factory=list)
     # (E, EMITTER_FRAME_WIDTH) per emitter: world-to-local 3x3 (row-major),
@@ -185,6 +187,9 @@ class Scene:
         for k, v in params.items():
             if not is_traced(v):
                 _check_finite(k, v)
+                if k in self.frozen and not np.array_equal(np.asarray(v, np.float32),
+                                                           np.asarray(self.params[k], np.float32)):
+                    raise SceneError(f"parameter {self.frozen[k]}")
             if tuple(np.shape(v)) != tuple(np.shape(self.params[k])):
                 raise SceneError(f"parameter {k!r} must have shape {tuple(np.shape(self.params[k]))}, "
                                  f"got {tuple(np.shape(v))}")

@@ -43,7 +43,9 @@ class BsdfType:
     ``albedo``: the colour parameter Mitsuba's ``eval_diffuse_reflectance``
     returns (the albedo AOV), None for pi * eval(wi, normal). ``eta``: the
     relative-IOR parameter by which a sampled refraction scales the path's
-    eta (Russian roulette), None if sampled interactions have eta 1."""
+    eta (Russian roulette), or a function of a :class:`ParamView` returning
+    it (an IOR derived from other, untextured parameters), None if sampled
+    interactions have eta 1."""
     name: str
     plugin: str
     params: tuple
@@ -55,7 +57,7 @@ class BsdfType:
     kw: tuple = ()
     table: tuple | None = None
     albedo: str | None = None
-    eta: str | None = None
+    eta: str | Callable | None = None
     transmissive: bool = False
 
     def __post_init__(self):

@@ -16,13 +16,13 @@ Example::
 """
 from __future__ import annotations
 
-from . import (conductor, dielectric, diffuse, plastic, roughconductor, roughdielectric, roughplastic,
-               thindielectric)
+from . import (conductor, dielectric, diffuse, plastic, principled, roughconductor, roughdielectric,
+               roughplastic, thindielectric)
 from ..params import add_plugin
 from .base import OPTION, BsdfType
 
 _BUILTIN = (diffuse.TYPE, conductor.TYPE, *roughconductor.TYPES, *plastic.TYPES, dielectric.TYPE,
-            thindielectric.TYPE, *roughdielectric.TYPES, *roughplastic.TYPES)
+            thindielectric.TYPE, *roughdielectric.TYPES, *roughplastic.TYPES, *principled.TYPES)
 TYPES: dict[str, BsdfType] = {t.name: t for t in _BUILTIN}
 BUILTIN_NAMES = tuple(TYPES)
 # Registration hooks (e.g. clearing traced-kernel caches when a type is replaced).

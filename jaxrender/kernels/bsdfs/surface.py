@@ -112,17 +112,31 @@ class SurfaceBsdf:
         return ir.dispatch(self.kind, [branch(t) for t in self.types])
 
 
+class _PlainRow:
+    """A BSDF's row as stored (no textures), read where indexed."""
+
+    def __init__(self, buf, bsdf):
+        self.buf, self.bsdf = buf, bsdf
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self.buf.read(self.bsdf, j) for j in range(*k.indices(layout.BSDF_ROW))]
+        return self.buf.read(self.bsdf, k)
+
+
 def sampled_eta(ctx, si, wo_world: Vec):
     """Relative IOR of a sampled interaction (Mitsuba's ``bs.eta``): eta of
     a dielectric the sample refracted through (inverted from the inside),
     else 1. Not differentiated (only Russian roulette uses it). The IOR is
-    never textured, so it is read from the plain row."""
+    never textured, so it is read from the plain row (``BsdfType.eta``: a
+    parameter's name, or a function of the row's ParamView)."""
     kind = ctx.b["bsdf_type"][si.attr_bsdf]
     cos_i = si.wi.z
     refracted = ir.dot(si.frame.n, wo_world) * cos_i < 0.0
     eta = ir.Float(1.0)
+    row = _PlainRow(ctx.b["bsdf_data"], si.attr_bsdf)
     for idx, t in enumerate(ctx.structure.bsdf_types):
         if t.eta is not None:
-            e = ctx.b["bsdf_data"].read(si.attr_bsdf, t.slot(t.eta))
+            e = t.eta(ParamView(t, row, None, ctx.b, ctx.spectrum)) if callable(t.eta) else row[t.slot(t.eta)]
             eta = ir.select(kind == idx, ir.select(cos_i >= 0.0, e, 1.0 / e), eta)
     return ctx.detach(ir.select(refracted, eta, 1.0))

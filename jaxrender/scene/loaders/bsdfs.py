@@ -20,7 +20,8 @@ BSDF's row index. How each :class:`Param` kind is read:
   index the row holds.
 
 Mitsuba's own rules beyond the declarations are in :data:`PLUGIN_RULES`
-(roughplastic's restrictions, the conductors' ``material`` presets).
+(roughplastic's restrictions, the conductors' ``material`` presets,
+principled's choice of variant); a rule may set OPTION values.
 """
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def load_registered(builder: SceneBuilder, props: Properties, twosided: bool = F
     """A BSDF of ``kernels.bsdfs.registry``, read from its Params."""
     rule = PLUGIN_RULES.get(props.plugin)
     fixed = rule(props) if rule is not None else {}
-    options = _options(props)
+    options = _options(props, fixed)
     try:
         t = bsdf_registry.select(props.plugin, options)
     except KeyError:
@@ -61,10 +62,14 @@ def load_registered(builder: SceneBuilder, props: Properties, twosided: bool = F
 BSDFS.serve(bsdf_registry.plugins, load_registered)
 
 
-def _options(props: Properties) -> dict:
-    """The OPTION values that select the plugin's kernel variant."""
+def _options(props: Properties, fixed: dict) -> dict:
+    """The OPTION values that select the plugin's kernel variant (from the
+    plugin's rule where it sets them, else from props)."""
     options = {}
     for p in bsdf_registry.option_params(props.plugin):
+        if p.name in fixed:
+            options[p.name] = fixed[p.name]
+            continue
         value = props.get(p.name, p.default)
         if isinstance(value, str) and value not in p.choices and value.lower() in p.choices:
             value = value.lower()
@@ -132,7 +137,7 @@ def _value_param(builder: SceneBuilder, props: Properties, prm: base.Param, name
             value = props.rgb(name, prm.default, label=pkey)
         else:
             value = props.scalar(name, prm.default, label=pkey)
-        builder.add_param(pkey, value, prm.nondiff)
+        builder.add_param(pkey, value, prm.nondiff, prm.frozen)
     return pkey
 
 
@@ -199,8 +204,21 @@ def _conductor_material(props: Properties) -> dict:
     return {"eta": eta, "k": k}
 
 
+def _principled(props: Properties) -> dict:
+    """Mitsuba's principled: the IOR is given as eta or as specular (one of
+    them), and the transmission lobe exists where spec_trans is given and is
+    not the float 0 (its trace-time variants)."""
+    if "eta" in props and "specular" in props:
+        raise props.error("give either eta or specular, not both (as Mitsuba)", "specular")
+    spec_trans = props.values.get("spec_trans")
+    absent = spec_trans is None or (isinstance(spec_trans, (int, float)) and not isinstance(spec_trans, bool)
+                                    and float(spec_trans) == 0.0)
+    return {"transmission": not absent, "ior": "eta" if "eta" in props else "specular"}
+
+
 PLUGIN_RULES: dict[str, Callable[[Properties], dict]] = {
-    "roughplastic": _roughplastic, "conductor": _conductor_material, "roughconductor": _conductor_material}
+    "roughplastic": _roughplastic, "conductor": _conductor_material, "roughconductor": _conductor_material,
+    "principled": _principled}
 
 
 @BSDFS.register("twosided")
@@ -221,8 +239,10 @@ def load_twosided(builder: SceneBuilder, props: Properties, twosided: bool = Fal
     if len(nested) == 2 and (nested[1][2] != inner_key or nested[1][1] is not inner):
         raise props.error("twosided with two different BSDFs (front and back) is not supported yet")
     allow = props.bool("allow_transmission", False)
-    if any(t.transmissive for t in bsdf_registry.variants(inner.get("type"))):
+    index = load_plugin(BSDFS, builder, inner, inner_key, True)
+    # the variant loaded says whether it transmits (principled: only with spec_trans)
+    if bsdf_registry.TYPES[builder.bsdfs[index][0]].transmissive:
         raise props.error(f"twosided with a transmissive BSDF ({inner.get('type')}) is not supported yet" if allow
                           else f"twosided cannot hold a transmissive BSDF ({inner.get('type')}) unless "
                                "allow_transmission is set, as in Mitsuba")
-    return load_plugin(BSDFS, builder, inner, inner_key, True)
+    return index
