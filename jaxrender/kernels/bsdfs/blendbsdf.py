@@ -54,7 +54,8 @@ def query(p: BlendParams, nested, wi: Vec, wos: list, u):
     pdf_c = nested.detach(pdf)
     weight = value * ir.select(pdf_c > 0.0, 1.0 / ir.select(pdf_c > 0.0, pdf_c, 1.0), 0.0)
     evals = [(_mix(f0, f1, w), _mix(q0, q1, w)) for (f0, q0), (f1, q1) in zip(e0, e1)]
-    return evals, dataclasses.replace(s, wo=wo, pdf=pdf, weight=weight)
+    choice = None if s.choice is None else s.choice * ir.select(second, w, 1.0 - w)
+    return evals, dataclasses.replace(s, wo=wo, pdf=pdf, weight=weight, choice=choice)
 
 
 def mix_albedo(p: BlendParams, nested, wi: Vec) -> Vec:

@@ -50,7 +50,8 @@ def query(p: MaskParams, nested, wi: Vec, wos: list, u):
     return evals, dataclasses.replace(
         s, wo=ir.select(opaque, s.wo, -wi), pdf=ir.select(opaque, s.pdf * a, 1.0 - a),
         weight=ir.select(opaque, s.weight * _over_detached(nested, a), through),
-        delta=ir.select(opaque, s.delta, True), null=ir.select(opaque, s.null, True))
+        delta=ir.select(opaque, s.delta, True), null=ir.select(opaque, s.null, True),
+        choice=ir.select(opaque, s.choice * a, 1.0 - a))
 
 
 def mix_albedo(p: MaskParams, nested, wi: Vec) -> Vec:

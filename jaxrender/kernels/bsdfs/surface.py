@@ -19,7 +19,7 @@ estimate with the sampled direction and choices held fixed.
 Example::
 
     bsdf = SurfaceBsdf(ctx, si)
-    f, pdf, wo, pdf_wo, weight, delta, null = bsdf.query(wo_light, u1, u2)
+    f, pdf, s = bsdf.query(wo_light, u1, u2)        # s: a Sample (s.wo, s.pdf, s.weight, s.delta)
 """
 from __future__ import annotations
 
@@ -66,12 +66,15 @@ def continuation_weight(t, params, wi: Vec, wo: Vec, pdf, weight: Vec, delta, di
 class Sample:
     """A sampled direction (local frame) with its pdf, its weight f cos / pdf,
     whether it is a delta lobe and, in scenes with a composite that can
-    pass light through (mask), whether it is that null component (else None)."""
+    pass light through (mask; else None): whether it is that null component,
+    and the probability of the choices that decided it (1 for a plain BSDF),
+    whose derivative the path tracer needs (see ``path.py``)."""
     wo: Vec
     pdf: Any
     weight: Vec
     delta: Any
     null: Any = None
+    choice: Any = None
 
 
 def samples_null(structure) -> bool:
@@ -124,15 +127,17 @@ class SurfaceBsdf:
             return evals, None
         wo, pdf_s, weight, delta = t.call("sample", params, wi, *u)
         weight = continuation_weight(t, params, wi, wo, pdf_s, weight, delta, self.ctx.diff)
-        return evals, Sample(wo, pdf_s, weight, delta, ir.Bool(False) if self.null else None)
+        return evals, Sample(wo, pdf_s, weight, delta, *self.not_null())
+
+    def not_null(self) -> tuple:
+        """(null, choice) of a sample that is not a null one."""
+        return (ir.Bool(False), ir.Float(1.0)) if self.null else (None, None)
 
     def query(self, wo_light: Vec, u1, u2: Vec):
         """Everything a path vertex needs in one dispatch: (value and pdf
-        towards the light sample ``wo_light``, then a sampled direction with
-        its pdf, continuation weight, delta flag, and whether it is a null
-        (pass-through) sample: None in scenes without such BSDFs).
-        Directions are local (shading frame); in differentiable form
-        sampling is detached."""
+        towards the light sample ``wo_light``, a :class:`Sample` with the
+        continuation weight). Directions are local (shading frame); in
+        differentiable form sampling is detached."""
         wi_f, sz = self._front(self.si.wi)
         wl_f = Vec(wo_light.x, wo_light.y, wo_light.z * sz)
 
@@ -144,7 +149,7 @@ class SurfaceBsdf:
                 else:
                     evals, s = self.leaf(t, params, wi_f, [wl_f], (u1, u2))
                 (f, pdf), = evals
-                return f, pdf, Vec(s.wo.x, s.wo.y, s.wo.z * sz), s.pdf, s.weight, s.delta, s.null
+                return f, pdf, dataclasses.replace(s, wo=Vec(s.wo.x, s.wo.y, s.wo.z * sz))
             return run
 
         return ir.dispatch(self.kind, [branch(t) for t in self.types])
@@ -232,7 +237,7 @@ class Nested:
     def _nothing(self, n: int, u):
         S = self.spectrum
         s = None if u is None else Sample(Vec(0.0, 0.0, 0.0), ir.Float(0.0), S.zero(), ir.Bool(False),
-                                          ir.Bool(False) if self.surface.null else None)
+                                          *self.surface.not_null())
         return [(S.zero(), ir.Float(0.0)) for _ in range(n)], s
 
 
