@@ -118,8 +118,8 @@ def composite_box(size=32, max_depth=4) -> dict:
     d = jaxrender.cornell_box()
     d["sensor"]["film"].update(width=size, height=size)
     d["integrator"] = {"type": "path", "max_depth": max_depth}
-    d["floor"]["bsdf"] = {"type": "blendbsdf", "weight": _checker(0.1, 0.85),
-                          "a": {"type": "diffuse", "reflectance": rgb([0.6, 0.6, 0.5])},
+    d["floor"]["bsdf"] = {"type": "blendbsdf", "weight": _checker(0.0, 0.7),
+                          "a": {"type": "diffuse", "reflectance": rgb([0.1, 0.6, 0.2])},
                           "b": {"type": "roughconductor", "distribution": "ggx", "alpha": 0.2}}
     d["back"]["bsdf"] = {"type": "mask", "opacity": _checker(0.3, 1.0, 3.0), "a": {"type": "ref", "id": "white"}}
     d.pop("small-box")
