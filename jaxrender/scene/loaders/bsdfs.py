@@ -73,8 +73,11 @@ def _nested(builder: SceneBuilder, props: Properties, t: base.BsdfType) -> list:
     """The nested BSDFs of a composite (``(name, spec)`` in order), checked
     against its BSDF Params as Mitsuba checks them."""
     wanted = [p.name for p in t.params if p.kind == base.BSDF]
-    nested = [(name, spec) for name, spec in props.plugins() if builder.category(spec, name) == "bsdf"]
-    if len(nested) != len(wanted) and wanted:
+    if not wanted:
+        return []
+    nested = [(name, spec) for name, spec in props.plugins()
+              if (spec.get("type") != "ref" or spec.get("id") in builder.named) and builder.category(spec, name) == "bsdf"]
+    if len(nested) != len(wanted):
         count = "one nested BSDF" if len(wanted) == 1 else f"{len(wanted)} nested BSDFs"
         raise props.error(f"{props.plugin} takes {count}, got {len(nested)}")
     return nested
