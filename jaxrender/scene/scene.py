@@ -12,7 +12,8 @@ type name), reading properties strictly (``properties.py``: a property no
 loader reads is an error, as in Mitsuba); ``geometry.py`` builds the
 arrays. Supported so far: shapes rectangle, cube, obj, ply, serialized, sphere, disk,
 cylinder;
-the BSDFs of ``kernels.bsdfs.registry`` (also inside twosided), with
+the BSDFs of ``kernels.bsdfs.registry`` (also inside twosided, blendbsdf
+and mask, which are composites of that registry), with
 ``bitmap`` or ``checkerboard`` textures; area, point, spot, directional,
 constant and envmap emitters; perspective, thinlens and orthographic
 sensors; hdrfilm with box, tent
