@@ -198,3 +198,12 @@ def test_adjoint_is_transpose_of_forward_mode():
 def test_weight_and_opacity_gradients_match_finite_differences(key):
     scene = jaxrender.load_dict(grad_box())
     _compare_in_expectation(scene, key, 1.0, spp=16, spp_fd=64, h=0.05)
+
+
+def test_albedo_aov_matches_mitsuba():
+    """Mitsuba's eval_diffuse_reflectance of each composite: the blend of
+    its children's, the mask's nested BSDF's (whatever the opacity), the
+    side's BSDF of a two-BSDF twosided."""
+    d = composite_box(size=24)
+    d["integrator"] = {"type": "aov", "aovs": "a:albedo"}
+    _agree(_ours_renders(d, 4, 4), _mitsuba_renders(d, 4, 4, seed0=50))

@@ -245,7 +245,10 @@ def sampled_eta(ctx, si, wo_world: Vec):
     """Relative IOR of a sampled interaction (Mitsuba's ``bs.eta``): eta of
     a dielectric the sample refracted through (inverted from the inside),
     else 1. Not differentiated (only Russian roulette uses it). The IOR is
-    never textured, so it is read from the plain row."""
+    never textured, so it is read from the plain row. A composite's sample
+    counts as eta 1 even when a dielectric child refracted: roulette then
+    continues with another probability, which changes the noise, not the
+    expected image."""
     kind = ctx.b["bsdf_type"][si.attr_bsdf]
     cos_i = si.wi.z
     refracted = ir.dot(si.frame.n, wo_world) * cos_i < 0.0
