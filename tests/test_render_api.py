@@ -64,7 +64,7 @@ def test_parameters_and_sizes_do_not_recompile():
      "floor.bsdf.sample_visible: roughplastic without visible-normal sampling"),
     (lambda d: d["floor"].update(bsdf={"type": "twosided", "b": {"type": "roughplastic", "int_ior": 1.0,
                                                                   "ext_ior": 1.0}}),
-     "floor.bsdf.b: int_ior and ext_ior must differ"),
+     "floor.bsdf.brdf_0: int_ior and ext_ior must differ"),
     (lambda d: d["floor"].update(bsdf={"type": "roughplastic", "distribution": "phong"}),
      "floor.bsdf.distribution: unknown microfacet distribution 'phong'"),
     (lambda d: d.update(integrator={"type": "volpath"}), "integrator 'volpath' is not supported"),

@@ -21,6 +21,7 @@ from typing import Any
 from .. import ir
 from . import layout, samplers, textures
 from .bsdfs import registry as bsdf_registry
+from .bsdfs.base import MAX_NESTING
 from .geometry import SceneGeometry
 from .spectrum import RGB, SpectrumType
 
@@ -36,20 +37,23 @@ class Structure:
     ``shading_normals`` whether some mesh has vertex normals (else the
     shading frame is the geometric one), ``bsdfs`` the BSDF types its
     kernels dispatch over (registry names, in registry order; default: every
-    built-in type), ``sensor`` the sensor type (``sensors.TYPES``),
+    built-in plain type), ``sensor`` the sensor type (``sensors.TYPES``),
     ``textures`` the texture plugins it uses (``textures.PLUGINS`` names),
     ``footprint`` the width in pixels of the square a sample is splatted
     into (odd: 1 for the box filter, 5 for Mitsuba's default Gaussian; see
-    ``sensors/film.py``), ``sampler`` the sampler type (``samplers.TYPES``)."""
+    ``sensors/film.py``), ``sampler`` the sampler type (``samplers.TYPES``),
+    ``bsdf_nesting`` how deep composite BSDFs nest (0: none; 1: e.g. a
+    blend of plain BSDFs; at most ``bsdfs.base.MAX_NESTING``)."""
     tex_slots: int = 0
     envmap: bool = False
     analytic: bool = False
     shading_normals: bool = False
-    bsdfs: tuple = bsdf_registry.BUILTIN_NAMES
+    bsdfs: tuple = bsdf_registry.DEFAULT_NAMES
     sensor: str = "perspective"
     textures: tuple = ()
     footprint: int = 1
     sampler: str = "independent"
+    bsdf_nesting: int = 0
 
     def __post_init__(self):
         if not (isinstance(self.footprint, int) and self.footprint >= 1 and self.footprint % 2 == 1):
@@ -59,6 +63,10 @@ class Structure:
         if not self.bsdfs:
             raise ValueError("a structure needs at least one BSDF type")
         object.__setattr__(self, "bsdfs", bsdf_registry.ordered(self.bsdfs))
+        if not 0 <= self.bsdf_nesting <= MAX_NESTING:
+            raise ValueError(f"bsdf_nesting must be in 0..{MAX_NESTING}, got {self.bsdf_nesting}")
+        if any(t.composite for t in self.bsdf_types) != (self.bsdf_nesting > 0):
+            raise ValueError("a structure with composite BSDF types needs bsdf_nesting >= 1, and only such a one")
         unknown = [t for t in self.textures if t not in textures.PLUGINS]
         if unknown:
             raise ValueError(f"unknown texture plugin(s) {unknown}")
@@ -74,7 +82,8 @@ class Structure:
         """A short tag for kernel names."""
         return ((f"_tex{self.tex_slots}" if self.tex_slots else "") + ("_envmap" if self.envmap else "")
                 + ("_analytic" if self.analytic else "") + ("_smooth" if self.shading_normals else "")
-                + ("" if self.bsdfs == bsdf_registry.BUILTIN_NAMES else f"_{len(self.bsdfs)}bsdf")
+                + ("" if self.bsdfs == bsdf_registry.DEFAULT_NAMES else f"_{len(self.bsdfs)}bsdf")
+                + (f"_nest{self.bsdf_nesting}" if self.bsdf_nesting else "")
                 + ("" if self.sensor == "perspective" else f"_{self.sensor}")
                 + "".join(f"_{t}" for t in self.textures)
                 + ("" if self.footprint == 1 else f"_splat{self.footprint}")

@@ -23,7 +23,8 @@ IOR = "ior"          # the relative index of refraction int_ior / ext_ior (named
 FLAG = "flag"        # a boolean stored with the values (not a parameter)
 OPTION = "option"    # a trace-time choice selecting the kernel variant (not stored)
 ARRAY = "array"      # a float array of fixed size, stored in the texels buffer; key "<name>"
-KINDS = (COLOR, FLOAT, SCALAR, IOR, FLAG, OPTION, ARRAY)
+BSDF = "bsdf"        # a nested BSDF (composite BSDFs): the row holds its BSDF index; its keys "<name>.*"
+KINDS = (COLOR, FLOAT, SCALAR, IOR, FLAG, OPTION, ARRAY, BSDF)
 
 
 @dataclasses.dataclass(frozen=True)

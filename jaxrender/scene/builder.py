@@ -54,8 +54,10 @@ class SceneBuilder:
         self.integrator: dict = {"type": "path"}
         self.bsdfs: list = []                 # (type name, fields, twosided), see Scene.bsdfs
         self.bsdf_slots: list = []
+        self.bsdf_depth: list[int] = []       # per BSDF: how deep composites nest in it (0: a plain BSDF)
         self.textures: list[TextureSpec] = []
         self._bsdf_index: dict[str, int] = {}
+        self._loading: set[str] = set()       # BSDF keys being loaded (a composite that contains itself)
         self._texture_index: dict[str, tuple[int, int]] = {}   # key -> (texture, field width)
         self.emitter_keys: list[str] = []
         self.emitters: list[tuple[int, np.ndarray, int]] = []  # (type, geometry row, extra)
@@ -143,7 +145,11 @@ class SceneBuilder:
         """The row index of BSDF ``spec`` (loaded once per key or id)."""
         spec, key = self.resolve(spec, key)
         if key not in self._bsdf_index:
+            if key in self._loading:
+                raise SceneError(f"{key}: the BSDF contains itself")
+            self._loading.add(key)
             self._bsdf_index[key] = load_plugin(BSDFS, self, spec, key)
+            self._loading.discard(key)
         return self._bsdf_index[key]
 
     def texture(self, value: Any, key: str, width: int) -> int | None:
@@ -179,9 +185,10 @@ class SceneBuilder:
         self.textures.append(spec)
         return len(self.textures) - 1
 
-    def add_bsdf(self, type_name: str, fields: list, slots: list, twosided: bool) -> int:
+    def add_bsdf(self, type_name: str, fields: list, slots: list, twosided: bool, depth: int = 0) -> int:
         self.bsdfs.append((type_name, fields, twosided))
         self.bsdf_slots.append([tuple(s) for s in slots])
+        self.bsdf_depth.append(depth)
         return len(self.bsdfs) - 1
 
     def add_emitter(self, kind: int, geom: np.ndarray, extra: int, key: str, frame: np.ndarray | None = None) -> int:

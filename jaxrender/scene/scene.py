@@ -12,7 +12,8 @@ type name), reading properties strictly (``properties.py``: a property no
 loader reads is an error, as in Mitsuba); ``geometry.py`` builds the
 arrays. Supported so far: shapes rectangle, cube, obj, ply, serialized, sphere, disk,
 cylinder;
-the BSDFs of ``kernels.bsdfs.registry`` (also inside twosided), with
+the BSDFs of ``kernels.bsdfs.registry`` (also inside twosided, blendbsdf
+and mask, which are composites of that registry), with
 ``bitmap`` or ``checkerboard`` textures; area, point, spot, directional,
 constant and envmap emitters; perspective, thinlens and orthographic
 sensors; hdrfilm with box, tent
@@ -95,6 +96,7 @@ class Scene:
     tri_uv: np.ndarray = field(default_factory=lambda: np.zeros((0, 6), np.float32))  # (N, 6) leaf order
     textures: list = field(default_factory=list)          # TextureSpec per texture (envmap included)
     bsdf_slots: list = field(default_factory=list)        # per BSDF: [(row start, width, texture, luminance)]
+    bsdf_nesting: int = 0                                 # how deep composite BSDFs nest (Structure.bsdf_nesting)
     env_texture: int = -1                                 # texture index of the envmap, -1 if none
     env_frame: np.ndarray = field(default_factory=lambda: np.eye(3, dtype=np.float32))  # envmap to_world rotation
     # Shading normals: (N, 9) world vertex normals per triangle (leaf order;
@@ -123,7 +125,7 @@ class Scene:
                          tuple(t for t, _, _ in self.bsdfs) or ("diffuse",),
                          textures=tuple(n for n in ktex.PLUGINS if n in plugins),
                          sensor=self.sensor(0)[1].kind, sampler=self.sensor(0)[1].sampler.type,
-                         footprint=self.sensor(0)[1].footprint)
+                         footprint=self.sensor(0)[1].footprint, bsdf_nesting=self.bsdf_nesting)
 
     def sensor_structure(self, index: int = 0):
         """:attr:`structure` with sensor ``index``'s type, sampler type and

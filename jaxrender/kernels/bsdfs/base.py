@@ -12,6 +12,13 @@ Example (a Lambertian BSDF)::
 
     TYPE = BsdfType("diffuse", "diffuse", (Param("reflectance", COLOR, 0.5),),
                     lambda p: DiffuseParams(p.reflectance), eval, pdf, sample, albedo="reflectance")
+
+A *composite* BSDF (blendbsdf, mask, twosided with two BSDFs) declares its
+nested BSDFs as ``BSDF`` parameters (the row holds their BSDF indices) and
+gives ``query`` and ``mix_albedo`` instead of ``eval`` / ``pdf`` /
+``sample``: they see their children through ``surface.Nested`` (see
+``surface.py``), so children are evaluated by the same dispatch as any
+BSDF at a hit.
 """
 from __future__ import annotations
 
@@ -21,10 +28,14 @@ from typing import Callable
 from ... import ir
 from ...ir import Vec
 from .. import layout
-from ..params import ARRAY, COLOR, FLAG, FLOAT, IOR, KINDS, OPTION, SCALAR, ArrayView, Param
+from ..params import ARRAY, BSDF, COLOR, FLAG, FLOAT, IOR, KINDS, OPTION, SCALAR, ArrayView, Param
 
-__all__ = ["ARRAY", "COLOR", "FLAG", "FLOAT", "IOR", "KINDS", "OPTION", "SCALAR", "ArrayView", "Param", "BsdfType",
-           "ParamView"]
+__all__ = ["ARRAY", "BSDF", "COLOR", "FLAG", "FLOAT", "IOR", "KINDS", "OPTION", "SCALAR", "ArrayView", "Param",
+           "BsdfType", "ParamView", "MAX_NESTING"]
+
+# How deep composite BSDFs may nest (a blend of blends is 2): a trace-time
+# bound, since each level is traced as its own dispatch over the scene's types.
+MAX_NESTING = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +56,11 @@ class BsdfType:
     relative-IOR parameter by which a sampled refraction scales the path's
     eta (Russian roulette), or a function of a :class:`ParamView` returning
     it (an IOR derived from other, untextured parameters), None if sampled
-    interactions have eta 1."""
+    interactions have eta 1.
+    ``query`` / ``mix_albedo``: a composite's code (then ``eval``, ``pdf``
+    and ``sample`` are None): ``query(params, nested, wi, wos, u) -> (evals,
+    sample)``, ``mix_albedo(params, nested, wi) -> Vec`` (``surface.py``).
+    ``null``: it can sample Mitsuba's null component (a pass-through)."""
     name: str
     plugin: str
     params: tuple
@@ -59,6 +74,13 @@ class BsdfType:
     albedo: str | None = None
     eta: str | Callable | None = None
     transmissive: bool = False
+    query: Callable | None = None
+    mix_albedo: Callable | None = None
+    null: bool = False
+
+    @property
+    def composite(self) -> bool:
+        return self.query is not None
 
     def __post_init__(self):
         used = sum(p.width() for p in self.params)
@@ -71,6 +93,9 @@ class BsdfType:
         if "table" in names:
             raise ValueError(f"BSDF {self.name!r}: 'table' is reserved (ParamView.table)")
         declared = {p.name for p in self.params if p.kind == OPTION}
+        if any(p.kind == BSDF for p in self.params) != self.composite:
+            raise ValueError(f"BSDF {self.name!r}: nested BSDF parameters need a composite's query, and a query "
+                             "nested BSDF parameters")
         if {k for k, _ in self.options} != declared:
             raise ValueError(f"BSDF {self.name!r}: options {self.options} must give a value for each OPTION "
                              f"parameter {sorted(declared)}")
@@ -97,7 +122,7 @@ class BsdfType:
 class ParamView:
     """A BSDF row seen through its type's parameters: ``view.reflectance``
     (a Spectrum for COLOR, a Float otherwise, an :class:`ArrayView` for
-    ARRAY, None for OPTION), ``view.table`` (its precomputed table, if any)."""
+    ARRAY, a nested BSDF's index for BSDF, None for OPTION), ``view.table`` (its precomputed table, if any)."""
 
     def __init__(self, t: BsdfType, row: list, table=None, buffers: dict | None = None, spectrum=None):
         self._t, self._row, self.table, self._b = t, row, table, buffers
@@ -115,6 +140,8 @@ class ParamView:
             return Vec(*self._row[k:k + self._channels])
         if p.kind == OPTION:
             return dict(self._t.options)[name]
+        if p.kind == BSDF:
+            return ir.cast(self._row[k], "i32")
         if p.kind == ARRAY:
             tex = ir.cast(self._row[k], "i32")
             offset = self._b["tex_meta"].read(tex, layout.TEX_OFFSET)

@@ -7,7 +7,9 @@ type(s) in ``_BUILTIN`` below. A user adds one from their own script with
 
 A kernel dispatches over the types one scene uses (``context.Structure.bsdfs``,
 in registry order), so a BSDF costs nothing in scenes without it, and a
-type's id is its position in that tuple.
+type's id is its position in that tuple. Composite BSDFs (blendbsdf, mask,
+twosided with two BSDFs) are types like the others whose rows name their
+children (``surface.py``).
 
 Example::
 
@@ -16,15 +18,18 @@ Example::
 """
 from __future__ import annotations
 
-from . import (conductor, dielectric, diffuse, plastic, principled, roughconductor, roughdielectric,
-               roughplastic, thindielectric)
+from . import (blendbsdf, conductor, dielectric, diffuse, mask, plastic, principled, roughconductor,
+               roughdielectric, roughplastic, thindielectric, twosided)
 from ..params import add_plugin
 from .base import OPTION, BsdfType
 
 _BUILTIN = (diffuse.TYPE, conductor.TYPE, *roughconductor.TYPES, *plastic.TYPES, dielectric.TYPE,
-            thindielectric.TYPE, *roughdielectric.TYPES, *roughplastic.TYPES, *principled.TYPES)
+            thindielectric.TYPE, *roughdielectric.TYPES, *roughplastic.TYPES, *principled.TYPES,
+            blendbsdf.TYPE, mask.TYPE, twosided.TYPE)
 TYPES: dict[str, BsdfType] = {t.name: t for t in _BUILTIN}
 BUILTIN_NAMES = tuple(TYPES)
+# The plain (not composite) built-in types: what a Structure holds by default.
+DEFAULT_NAMES = tuple(n for n in BUILTIN_NAMES if not TYPES[n].composite)
 # Registration hooks (e.g. clearing traced-kernel caches when a type is replaced).
 _on_change: list = []
 

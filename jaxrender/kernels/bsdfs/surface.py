@@ -6,14 +6,26 @@ the BSDF types of the scene (``Structure.bsdfs``). A twosided BSDF is
 evaluated as if seen from its front. Its row reads are the differentiable
 parameter reads of shading: call it where derivatives are wanted.
 
+A composite BSDF (``BsdfType.query``: blendbsdf, mask, twosided with two
+BSDFs) holds its children's BSDF indices in its row; it evaluates them
+through :class:`Nested`, which reads their rows and dispatches over the
+scene's types once more, so a child may itself be any BSDF, composites
+included down to ``Structure.bsdf_nesting`` levels. A composite's
+``query(params, nested, wi, wos, u)`` returns its (value, pdf) towards each
+direction of ``wos`` and, given ``u = (u1, u2)``, a :class:`Sample`; in
+differentiable form its sample weight carries the derivative of the
+estimate with the sampled direction and choices held fixed.
+
 Example::
 
     bsdf = SurfaceBsdf(ctx, si)
-    f, pdf, wo, pdf_wo, weight, delta = bsdf.query(wo_light, u1, u2)
+    f, pdf, s = bsdf.query(wo_light, u1, u2)        # s: a Sample (s.wo, s.pdf, s.weight, s.delta)
 """
 from __future__ import annotations
 
+import dataclasses
 import math
+from typing import Any
 
 from ... import ir
 from ...ir import Vec
@@ -50,63 +62,115 @@ def continuation_weight(t, params, wi: Vec, wo: Vec, pdf, weight: Vec, delta, di
     return ir.select(delta, weight * ratio, smooth)
 
 
+@dataclasses.dataclass
+class Sample:
+    """A sampled direction (local frame) with its pdf, its weight f cos / pdf,
+    whether it is a delta lobe and, in scenes with a composite that can
+    pass light through (mask; else None): whether it is that null component,
+    and the probability of the choices that decided it (1 for a plain BSDF),
+    whose derivative the path tracer needs (see ``path.py``)."""
+    wo: Vec
+    pdf: Any
+    weight: Vec
+    delta: Any
+    null: Any = None
+    choice: Any = None
+
+
+def samples_null(structure) -> bool:
+    """Whether BSDFs of the structure can sample a null (pass-through) component."""
+    return any(t.null for t in structure.bsdf_types)
+
+
+def _side(row: list, wi: Vec):
+    """The z sign that turns ``wi`` to the front of a twosided BSDF row (1 for a one-sided one)."""
+    return ir.select((row[layout.TWOSIDED_SLOT] > 0.5) & (wi.z < 0.0), -1.0, 1.0)
+
+
+def _flip(v: Vec, sz) -> Vec:
+    return Vec(v.x, v.y, v.z * sz)
+
+
 class SurfaceBsdf:
     """The BSDF at interaction ``si`` (see the module docstring)."""
 
     def __init__(self, ctx, si):
-        b = ctx.b
         self.ctx, self.si = ctx, si
-        row = [b["bsdf_data"].read(si.attr_bsdf, k) for k in range(layout.BSDF_ROW)]
-        if ctx.structure.tex_slots:
-            row = textures.apply_textures(b, si.attr_bsdf, row, si.prim, si.b1, si.b2, si.hit,
-                                          ctx.structure.tex_slots, ctx.structure.textures)
-        self.row = row
-        self.kind = b["bsdf_type"][si.attr_bsdf]
-        self.table = TableRow(b["bsdf_table"], si.attr_bsdf)
+        self.row, self.kind, self.table = self.read(si.attr_bsdf)
         self.types = ctx.structure.bsdf_types
+        # Scenes with a composite that samples a pass-through report it (Sample.null).
+        self.null = samples_null(ctx.structure)
 
-    def params(self, t):
-        """The params object of BSDF type ``t`` from this row."""
-        return t.make(ParamView(t, self.row, self.table, self.ctx.b, self.ctx.spectrum))
+    def read(self, bsdf):
+        """(row with its textured values looked up at the hit, type id, table) of BSDF ``bsdf``."""
+        b, si, st = self.ctx.b, self.si, self.ctx.structure
+        row = [b["bsdf_data"].read(bsdf, k) for k in range(layout.BSDF_ROW)]
+        if st.tex_slots:
+            row = textures.apply_textures(b, bsdf, row, si.prim, si.b1, si.b2, si.hit, st.tex_slots, st.textures)
+        return row, b["bsdf_type"][bsdf], TableRow(b["bsdf_table"], bsdf)
+
+    def params(self, t, row=None, table=None):
+        """The params object of BSDF type ``t`` from this row (or ``row``)."""
+        row, table = (self.row, self.table) if row is None else (row, table)
+        return t.make(ParamView(t, row, table, self.ctx.b, self.ctx.spectrum))
 
     def _front(self, wi: Vec):
         """(wi as the BSDF sees it, z sign): a twosided BSDF seen from behind is evaluated from its front."""
-        flip = (self.row[layout.TWOSIDED_SLOT] > 0.5) & (wi.z < 0.0)
-        sz = ir.select(flip, -1.0, 1.0)
+        sz = _side(self.row, wi)
         return Vec(wi.x, wi.y, wi.z * sz), sz
+
+    def leaf(self, t, params, wi: Vec, wos: list, u):
+        """A plain BSDF's (value, pdf) towards each of ``wos`` and, given
+        ``u`` = (u1, u2), a :class:`Sample` (None without)."""
+        evals = [(t.call("eval", params, wi, wo), t.call("pdf", params, wi, wo)) for wo in wos]
+        if u is None:
+            return evals, None
+        wo, pdf_s, weight, delta = t.call("sample", params, wi, *u)
+        weight = continuation_weight(t, params, wi, wo, pdf_s, weight, delta, self.ctx.diff)
+        return evals, Sample(wo, pdf_s, weight, delta, *self.not_null())
+
+    def not_null(self) -> tuple:
+        """(null, choice) of a sample that is not a null one."""
+        return (ir.Bool(False), ir.Float(1.0)) if self.null else (None, None)
 
     def query(self, wo_light: Vec, u1, u2: Vec):
         """Everything a path vertex needs in one dispatch: (value and pdf
-        towards the light sample ``wo_light``, then a sampled direction with
-        its pdf, continuation weight and delta flag). Directions are local
-        (shading frame); in differentiable form sampling is detached."""
+        towards the light sample ``wo_light``, a :class:`Sample` with the
+        continuation weight). Directions are local (shading frame); in
+        differentiable form sampling is detached."""
         wi_f, sz = self._front(self.si.wi)
         wl_f = Vec(wo_light.x, wo_light.y, wo_light.z * sz)
-        diff = self.ctx.diff
 
         def branch(t):
             def run():
                 params = self.params(t)
-                f = t.call("eval", params, wi_f, wl_f)
-                pdf = t.call("pdf", params, wi_f, wl_f)
-                wo, pdf_s, weight, delta = t.call("sample", params, wi_f, u1, u2)
-                weight = continuation_weight(t, params, wi_f, wo, pdf_s, weight, delta, diff)
-                return f, pdf, Vec(wo.x, wo.y, wo.z * sz), pdf_s, weight, delta
+                if t.composite:
+                    evals, s = t.query(params, Nested(self, 1), wi_f, [wl_f], (u1, u2))
+                else:
+                    evals, s = self.leaf(t, params, wi_f, [wl_f], (u1, u2))
+                (f, pdf), = evals
+                return f, pdf, dataclasses.replace(s, wo=Vec(s.wo.x, s.wo.y, s.wo.z * sz))
             return run
 
         return ir.dispatch(self.kind, [branch(t) for t in self.types])
 
+    def leaf_albedo(self, t, row, params, wi: Vec) -> Vec:
+        if t.albedo is not None:
+            k = t.slot(t.albedo)
+            return Vec(*row[k:k + self.ctx.spectrum.channels])
+        return t.call("eval", params, wi, Vec(0.0, 0.0, 1.0)) * math.pi
+
     def albedo(self) -> Vec:
         """Mitsuba's ``eval_diffuse_reflectance``: the diffuse reflectance
-        where the type names one, else pi * eval(wi, normal)."""
+        where the type names one, else pi * eval(wi, normal); a composite
+        mixes its children's."""
         wi, _ = self._front(self.si.wi)
 
         def branch(t):
             def run():
-                if t.albedo is not None:
-                    k = t.slot(t.albedo)
-                    return Vec(*self.row[k:k + self.ctx.spectrum.channels])
-                return t.call("eval", self.params(t), wi, Vec(0.0, 0.0, 1.0)) * math.pi
+                if t.composite:
+                    return t.mix_albedo(self.params(t), Nested(self, 1), wi)
+                return self.leaf_albedo(t, self.row, self.params(t), wi)
             return run
 
         return ir.dispatch(self.kind, [branch(t) for t in self.types])
@@ -124,12 +188,80 @@ class _PlainRow:
         return self.buf.read(self.bsdf, k)
 
 
+class Nested:
+    """How a composite BSDF sees its nested BSDFs at the hit: by BSDF index,
+    each read (textures applied) and evaluated through the same dispatch over
+    the scene's types. ``level``: the nesting depth of the children; at the
+    scene's deepest level (``Structure.bsdf_nesting``) composites are not
+    traced again."""
+
+    def __init__(self, surface: SurfaceBsdf, level: int):
+        self.surface, self.level = surface, level
+        self.diff = surface.ctx.diff
+        self.detach = surface.ctx.detach
+        self.spectrum = surface.ctx.spectrum
+
+    def _traced(self, t) -> bool:
+        return not t.composite or self.level < self.surface.ctx.structure.bsdf_nesting
+
+    def query(self, bsdf, wi: Vec, wos: list, u=None):
+        """BSDF ``bsdf``'s (value, pdf) towards each of ``wos`` and, given
+        ``u`` = (u1, u2), a :class:`Sample` (None without), for incident
+        ``wi`` (all local)."""
+        sf = self.surface
+        row, kind, table = sf.read(bsdf)
+        sz = _side(row, wi)
+        wi_f, wos_f = _flip(wi, sz), [_flip(w, sz) for w in wos]
+
+        def branch(t):
+            def run():
+                if not self._traced(t):
+                    return self._nothing(len(wos), u)
+                params = sf.params(t, row, table)
+                if t.composite:
+                    return t.query(params, Nested(sf, self.level + 1), wi_f, wos_f, u)
+                return sf.leaf(t, params, wi_f, wos_f, u)
+            return run
+
+        evals, s = ir.dispatch(kind, [branch(t) for t in sf.types])
+        if s is not None:
+            s = dataclasses.replace(s, wo=_flip(s.wo, sz))
+        return evals, s
+
+    def albedo(self, bsdf, wi: Vec) -> Vec:
+        """BSDF ``bsdf``'s ``eval_diffuse_reflectance`` for incident ``wi``."""
+        sf = self.surface
+        row, kind, table = sf.read(bsdf)
+        wi_f = _flip(wi, _side(row, wi))
+
+        def branch(t):
+            def run():
+                if not self._traced(t):
+                    return self.spectrum.zero()
+                params = sf.params(t, row, table)
+                if t.composite:
+                    return t.mix_albedo(params, Nested(sf, self.level + 1), wi_f)
+                return sf.leaf_albedo(t, row, params, wi_f)
+            return run
+
+        return ir.dispatch(kind, [branch(t) for t in sf.types])
+
+    def _nothing(self, n: int, u):
+        S = self.spectrum
+        s = None if u is None else Sample(Vec(0.0, 0.0, 0.0), ir.Float(0.0), S.zero(), ir.Bool(False),
+                                          *self.surface.not_null())
+        return [(S.zero(), ir.Float(0.0)) for _ in range(n)], s
+
+
 def sampled_eta(ctx, si, wo_world: Vec):
     """Relative IOR of a sampled interaction (Mitsuba's ``bs.eta``): eta of
     a dielectric the sample refracted through (inverted from the inside),
     else 1. Not differentiated (only Russian roulette uses it). The IOR is
     never textured, so it is read from the plain row (``BsdfType.eta``: a
-    parameter's name, or a function of the row's ParamView)."""
+    parameter's name, or a function of the row's ParamView). A composite's
+    sample counts as eta 1 even when a dielectric child refracted: roulette
+    then continues with another probability, which changes the noise, not
+    the expected image."""
     kind = ctx.b["bsdf_type"][si.attr_bsdf]
     cos_i = si.wi.z
     refracted = ir.dot(si.frame.n, wo_world) * cos_i < 0.0

@@ -247,14 +247,24 @@ class ReplayIntegrator(Integrator):
         vertex (a constant), ``vertex`` what ``step`` recorded."""
         raise NotImplementedError
 
+    def kept(self, final):
+        """Whether the path ending in loop state ``final`` counts (a Bool), or
+        None: always (a path that is not kept estimates 0)."""
+        return None
+
     def sample(self, ctx: Context, s) -> Vec:
         return self.trace(ctx, s, self.start(ctx, s))
 
+    def run(self, ctx: Context, s, state):
+        """The loop's final state from ``state``."""
+        return ir.while_loop(lambda st: st.active,
+                             lambda st: self.step(ctx, s, st, functools.partial(self.shade, ctx))[0], state)
+
     def trace(self, ctx: Context, s, state) -> Vec:
         """Radiance of the rest of the path from ``state``."""
-        final = ir.while_loop(lambda st: st.active,
-                              lambda st: self.step(ctx, s, st, functools.partial(self.shade, ctx))[0], state)
-        return final.radiance
+        final = self.run(ctx, s, state)
+        kept = self.kept(final)
+        return final.radiance if kept is None else ir.select(kept, final.radiance, self.spectrum.zero())
 
     def _adjoint_body(self, active: tuple, method: str, structure: Structure, **b):
         """Accumulates into ``grad_<name>`` the image cotangent ``grad_image``
@@ -282,7 +292,11 @@ class ReplayIntegrator(Integrator):
                 for k, w in enumerate(film.splat_weights(ctx, s, footprint)):
                     d_l = d_l + S.read(b["grad_image"], ctx.item, k * stride) * w
             state0 = self.start(ctx, s)
-            total = self.trace(plain, s, state0) if method == "prb" else S.zero()
+            gated = self.kept(state0) is not None
+            final = self.run(plain, s, state0) if method == "prb" or gated else None
+            total = final.radiance if method == "prb" else S.zero()
+            if gated:   # a path that does not count has no derivative
+                d_l = ir.select(self.kept(final), d_l, S.zero())
 
             def replay(state):
                 shaded = []

@@ -22,7 +22,7 @@ import numpy as np
 from ... import ir
 from ...ir import Vec
 from .. import emitters, sensors
-from ..bsdfs.surface import SurfaceBsdf, sampled_eta
+from ..bsdfs.surface import SurfaceBsdf, sampled_eta, samples_null
 from ..geometry import INF, occluded
 from ..interaction import intersect
 from ..sampling import mis_weight
@@ -43,6 +43,7 @@ class PathState:
     prev_delta: Any
     active: Any
     eta: Any            # product of the relative IORs refracted through (Mitsuba's RR uses it)
+    valid: Any = None   # scenes with null (pass-through) samples: Mitsuba's valid_ray (see kept)
 
 
 @dataclasses.dataclass
@@ -54,6 +55,8 @@ class Shading:
     pdf: Any
     weight: Vec
     delta: Any
+    null: Any = None    # scenes with null samples (else None): the BSDF sample passes through (mask),
+    choice: Any = None  # and the probability of the choices that made it null or not
 
 
 @dataclasses.dataclass
@@ -62,6 +65,8 @@ class Vertex:
     throughput: Vec     # the path throughput arriving at it
     visible: Any        # the emitter sample is unoccluded (and was traced)
     continues: Any      # the path goes on with the BSDF sample
+    pending: Any = None  # scenes with null samples: the radiance so far, while this vertex's choice decides
+                         # whether the path counts (kept), else 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,8 +95,23 @@ class PathIntegrator(ReplayIntegrator):
     def start(self, ctx, s) -> PathState:
         o, d, t_min, t_max = sensors.sample_ray(ctx, s)
         S = self.spectrum
+        valid = self.camera_sees_environment(ctx) if samples_null(ctx.structure) else None
         return PathState(ir.Int(0), o, d, t_min, t_max, S.one(), S.zero(), ir.Float(1.0), ir.Bool(True),
-                         ir.Bool(True), ir.Float(1.0))
+                         ir.Bool(True), ir.Float(1.0), valid)
+
+    def kept(self, final: PathState):
+        """As Mitsuba's path tracer, a path whose every vertex sampled a null
+        (pass-through) component and that then missed the scene (or ended
+        there) counts as no sample: its estimate and alpha are 0 unless the
+        camera sees an environment. Only scenes with such BSDFs track it."""
+        return final.valid
+
+    def _value(self, ctx, s) -> Vec:
+        if not (self.alpha and samples_null(ctx.structure)):
+            return super()._value(ctx, s)
+        final = self.run(ctx, s, self.start(ctx, s))
+        return Vec(*ir.select(final.valid, final.radiance, self.spectrum.zero()),
+                   ir.select(final.valid, 1.0, 0.0))
 
     def shade(self, ctx, si, es, u, depth, prev_pdf, prev_delta, show_emitters) -> Shading:
         """Everything at a vertex that reads differentiable parameters;
@@ -103,14 +123,13 @@ class PathIntegrator(ReplayIntegrator):
                            ir.select(prev_delta, 1.0, mis_weight(ctx.detach(prev_pdf), light_pdf)))
         # The BSDF: towards the emitter sample, and a sampled continuation.
         bsdf = SurfaceBsdf(ctx, si)
-        f_l, bsdf_pdf_l, wo, bsdf_pdf, weight, bsdf_delta = bsdf.query(si.frame.to_local(es.w), u[3],
-                                                                        Vec(u[0], u[1]))
+        f_l, bsdf_pdf_l, bs = bsdf.query(si.frame.to_local(es.w), u[3], Vec(u[0], u[1]))
         em = emitters.eval_sample(ctx, es)
         select = emitters.selection_pdf(ctx)
         pdf_light = select * es.pdf
         w_em = ir.select(es.delta, 1.0 / select, mis_weight(pdf_light, ctx.detach(bsdf_pdf_l)) / pdf_light)
-        return Shading(le * w_bsdf, f_l * em * w_em, ctx.detach(si.frame.to_world(wo)), ctx.detach(bsdf_pdf),
-                       weight, bsdf_delta)
+        return Shading(le * w_bsdf, f_l * em * w_em, ctx.detach(si.frame.to_world(bs.wo)), ctx.detach(bs.pdf),
+                       bs.weight, bs.delta, bs.null, bs.choice)
 
     def step(self, ctx, s, st: PathState, shade) -> tuple[PathState, Vertex]:
         b = ctx.b
@@ -121,7 +140,8 @@ class PathIntegrator(ReplayIntegrator):
         # hide_emitters: a camera ray passes through the emitters it meets
         # (as in Mitsuba), without counting a bounce.
         pass_through = si.is_emitter & (st.depth == 0) & ~show_emitters
-        active_next = si.hit & ((max_d < 0) | (st.depth + 1 < max_d)) & ~pass_through
+        deeper = (max_d < 0) | (st.depth + 1 < max_d)
+        active_next = si.hit & deeper & ~pass_through
         # Two dimension groups per vertex (group 0 is the film's): the emitter
         # sample's, and the BSDF's: (u[0], u[1]) its direction, a 2D sample
         # of the scene's sampler, u[2] roulette and u[3] the lobe, 1D ones.
@@ -150,14 +170,26 @@ class PathIntegrator(ReplayIntegrator):
         throughput = throughput * ir.select(rr_active, 1.0 / rr_prob, 1.0)
         active_next = active_next & (~rr_active | (u[2] < rr_prob))
 
+        valid, pending = st.valid, None
+        if valid is not None:
+            # Mitsuba's valid_ray: a vertex that samples anything but a null
+            # component, or an emitter where the path ends at max_depth.
+            deciding = ~valid & si.hit & ~pass_through & deeper
+            valid = valid | (si.hit & ~pass_through & ir.select(deeper, ~sh.null, si.is_emitter & show_emitters))
+            # Whether what the path gathered so far counts depends on this
+            # sample's choices, so its derivative has their probability's
+            # (a score term; 1 in value).
+            pending = ir.select(deciding, radiance, S.zero())
+            if ctx.diff:
+                radiance = ir.select(deciding, radiance * _relative(sh.choice), radiance)
         passed = si.p + st.d * si.scale
         new = PathState(ir.select(pass_through, st.depth, st.depth + 1),
                         ir.select(pass_through, passed, si.spawn(sh.wo)), ir.select(pass_through, st.d, sh.wo),
                         ir.Float(0.0), ir.select(pass_through, st.t_max - si.t - si.scale, INF),
                         ir.select(pass_through, S.one(), throughput), radiance,
                         ir.select(pass_through, st.prev_pdf, sh.pdf), ir.select(pass_through, st.prev_delta, sh.delta),
-                        active_next | pass_through, ir.select(pass_through, st.eta, eta))
-        return new, Vertex(st.throughput, ~blocked, active_next & ~pass_through)
+                        active_next | pass_through, ir.select(pass_through, st.eta, eta), valid)
+        return new, Vertex(st.throughput, ~blocked, active_next & ~pass_through, pending)
 
     def local_radiance(self, vertex: Vertex, sh: Shading, rest: Vec) -> Vec:
         # The continuation weight scales everything the path gathers later:
@@ -165,5 +197,12 @@ class PathIntegrator(ReplayIntegrator):
         w = ir.detach(sh.weight)
         scale = Vec(*(ir.select(x != 0.0, 1.0 / ir.select(x != 0.0, x, 1.0), 0.0) for x in w))
         later = ir.select(vertex.continues, rest * sh.weight * scale, self.spectrum.zero())
-        return (vertex.throughput * sh.emitted + ir.select(vertex.visible, vertex.throughput * sh.direct,
-                                                           self.spectrum.zero()) + later)
+        local = (vertex.throughput * sh.emitted + ir.select(vertex.visible, vertex.throughput * sh.direct,
+                                                            self.spectrum.zero()) + later)
+        return local if vertex.pending is None else local + vertex.pending * _relative(sh.choice)
+
+
+def _relative(x):
+    """x / detach(x): 1, with the derivative of log x (1 where x is 0)."""
+    d = ir.detach(x)
+    return ir.select(d > 0.0, x / ir.select(d > 0.0, d, 1.0), 1.0)

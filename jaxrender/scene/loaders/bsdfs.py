@@ -18,6 +18,11 @@ BSDF's row index. How each :class:`Param` kind is read:
 * ARRAY: ``len(default)`` finite floats; parameter ``<key>.<name>``, kept
   in the ``texels`` buffer as a ``kernels.textures.DATA`` texture whose
   index the row holds.
+* BSDF (composites: blendbsdf, mask, twosided with two BSDFs): the nested
+  BSDFs in the order given, one per BSDF Param, loaded as
+  ``<key>.<name>`` (``bsdf_0``, ``nested_bsdf``, ``brdf_1``: Mitsuba's
+  traverse names) or by their id when referenced; the row holds their
+  indices. Composites nest at most ``kernels.bsdfs.base.MAX_NESTING`` deep.
 
 Mitsuba's own rules beyond the declarations are in :data:`PLUGIN_RULES`
 (roughplastic's restrictions, the conductors' ``material`` presets,
@@ -53,10 +58,30 @@ def load_registered(builder: SceneBuilder, props: Properties, twosided: bool = F
         t = bsdf_registry.select(props.plugin, options)
     except KeyError:
         raise props.error(f"no {props.plugin} variant is registered for {options}") from None
-    fields, slots = _row(builder, props, t, fixed)
+    nested = _nested(builder, props, t)
+    fields, slots = _row(builder, props, t, fixed, nested)
     if len(slots) > layout.MAX_TEX_SLOTS:
         raise props.error(f"at most {layout.MAX_TEX_SLOTS} parameters of one BSDF can be textured, got {len(slots)}")
-    return builder.add_bsdf(t.name, fields, slots, twosided)
+    children = [int(k) for (k, _), prm in zip(fields, [q for q in t.params if q.width()]) if prm.kind == base.BSDF]
+    depth = 1 + max((builder.bsdf_depth[c] for c in children), default=-1)
+    if depth > base.MAX_NESTING:
+        raise props.error(f"composite BSDFs nest {depth} deep here; at most {base.MAX_NESTING} levels are "
+                          "supported")
+    return builder.add_bsdf(t.name, fields, slots, twosided, depth)
+
+
+def _nested(builder: SceneBuilder, props: Properties, t: base.BsdfType) -> list:
+    """The nested BSDFs of a composite (``(name, spec)`` in order), checked
+    against its BSDF Params as Mitsuba checks them."""
+    wanted = [p.name for p in t.params if p.kind == base.BSDF]
+    if not wanted:
+        return []
+    nested = [(name, spec) for name, spec in props.plugins()
+              if (spec.get("type") != "ref" or spec.get("id") in builder.named) and builder.category(spec, name) == "bsdf"]
+    if len(nested) != len(wanted):
+        count = "one nested BSDF" if len(wanted) == 1 else f"{len(wanted)} nested BSDFs"
+        raise props.error(f"{props.plugin} takes {count}, got {len(nested)}")
+    return nested
 
 
 BSDFS.serve(bsdf_registry.plugins, load_registered)
@@ -97,16 +122,24 @@ def _isotropic_groups(props: Properties, t: base.BsdfType) -> set:
     return isotropic
 
 
-def _row(builder: SceneBuilder, props: Properties, t: base.BsdfType, fixed: dict) -> tuple[list, list]:
+def _row(builder: SceneBuilder, props: Properties, t: base.BsdfType, fixed: dict,
+         nested: list = ()) -> tuple[list, list]:
     """The row's fields (parameter key | constant | None for a texture,
-    width) and texture slots [start, width, texture, luminance]."""
+    width) and texture slots [start, width, texture, luminance];
+    ``nested``: a composite's nested BSDFs, for its BSDF Params in order."""
     isotropic = _isotropic_groups(props, t)
     fields, slots, start = [], [], 0
+    children = iter(nested)
     for prm in t.params:
         width = prm.width()
         if width == 0:
             continue
         start += width
+        if prm.kind == base.BSDF:
+            name, spec = next(children)
+            props.get(name)
+            fields.append((float(builder.bsdf(spec, f"{props.key}.{prm.name}")), width))
+            continue
         name = prm.group if prm.group in isotropic else prm.name
         if prm.kind in (base.COLOR, base.FLOAT) and name not in fixed:
             ti = builder.texture(props.get(name, prm.default), f"{props.key}.{name}", width)
@@ -131,6 +164,8 @@ def _value_param(builder: SceneBuilder, props: Properties, prm: base.Param, name
     plain = prm.kind == base.SCALAR
     pkey = f"{props.key}.{name}" if plain else f"{props.key}.{name}.value"
     if pkey not in builder.params:
+        if prm.default is None and name not in props and name not in fixed:
+            raise props.error(f"the {props.plugin} plugin needs the property {name!r}")
         if name in fixed:
             value = fixed[name]
         elif prm.kind == base.COLOR:
@@ -210,10 +245,16 @@ def _principled(props: Properties) -> dict:
     not the float 0 (its trace-time variants)."""
     if "eta" in props and "specular" in props:
         raise props.error("give either eta or specular, not both (as Mitsuba)", "specular")
-    spec_trans = props.values.get("spec_trans")
+    return {"transmission": _has_spec_trans(props.values), "ior": "eta" if "eta" in props else "specular"}
+
+
+def _has_spec_trans(values: Mapping) -> bool:
+    """Whether a principled has its transmission lobe: spec_trans given and
+    not the float 0 (Mitsuba's flag)."""
+    spec_trans = values.get("spec_trans")
     absent = spec_trans is None or (isinstance(spec_trans, (int, float)) and not isinstance(spec_trans, bool)
                                     and float(spec_trans) == 0.0)
-    return {"transmission": not absent, "ior": "eta" if "eta" in props else "specular"}
+    return not absent
 
 
 PLUGIN_RULES: dict[str, Callable[[Properties], dict]] = {
@@ -223,26 +264,43 @@ PLUGIN_RULES: dict[str, Callable[[Properties], dict]] = {
 
 @BSDFS.register("twosided")
 def load_twosided(builder: SceneBuilder, props: Properties, twosided: bool = False) -> int:
-    """Mitsuba's ``twosided``: one nested BSDF seen from both sides (two
-    different ones are not supported yet)."""
+    """Mitsuba's ``twosided``: one nested BSDF seen from both sides (its row
+    flagged twosided), or two (front, back): the ``twosided`` composite."""
     if twosided:
         raise props.error("a twosided BSDF inside a twosided BSDF is not supported yet")
-    nested = [(name, *builder.resolve(spec, f"{props.key}.{name}")) for name, spec in props.plugins()
-              if builder.category(spec, name) == "bsdf"]
+    nested = [(name, *builder.resolve(spec, f"{props.key}.brdf_{i}"))
+              for i, (name, spec) in enumerate((n, s) for n, s in props.plugins() if builder.category(s, n) == "bsdf")]
     if not nested:
         raise props.error("twosided needs a nested bsdf")
     if len(nested) > 2:
         raise props.error(f"twosided takes at most two nested BSDFs, got {len(nested)}")
-    for name, _, _ in nested:
-        props.get(name)
+    allow = props.bool("allow_transmission", False)
+    for _, inner, _ in nested:
+        transmits = _transmissive(builder, inner)
+        if transmits and not allow:
+            raise props.error(f"twosided cannot hold a transmissive BSDF ({transmits[0]}) unless "
+                              "allow_transmission is set, as in Mitsuba")
+        solid = [name for name in transmits if name != "mask"]
+        if solid:
+            raise props.error(f"twosided with a transmissive BSDF ({solid[0]}) is not supported yet")
     _, inner, inner_key = nested[0]
     if len(nested) == 2 and (nested[1][2] != inner_key or nested[1][1] is not inner):
-        raise props.error("twosided with two different BSDFs (front and back) is not supported yet")
-    allow = props.bool("allow_transmission", False)
-    index = load_plugin(BSDFS, builder, inner, inner_key, True)
-    # the variant loaded says whether it transmits (principled: only with spec_trans)
-    if bsdf_registry.TYPES[builder.bsdfs[index][0]].transmissive:
-        raise props.error(f"twosided with a transmissive BSDF ({inner.get('type')}) is not supported yet" if allow
-                          else f"twosided cannot hold a transmissive BSDF ({inner.get('type')}) unless "
-                               "allow_transmission is set, as in Mitsuba")
-    return index
+        return load_registered(builder, props)
+    for name, _, _ in nested:
+        props.get(name)
+    return load_plugin(BSDFS, builder, inner, inner_key, True)
+
+
+def _transmissive(builder: SceneBuilder, spec: Mapping) -> list[str]:
+    """The plugin types in BSDF ``spec`` (nested ones included) that transmit
+    light, as Mitsuba's flags count it (a mask's null component too)."""
+    kind = spec.get("type")
+    if kind == "principled":
+        transmits = _has_spec_trans(spec)
+    else:
+        transmits = any(t.transmissive for t in bsdf_registry.variants(kind))
+    found = ["mask"] if kind == "mask" else [kind] if transmits else []
+    for name, child in spec.items():
+        if name not in ("type", "id") and isinstance(child, Mapping) and builder.category(child, name) == "bsdf":
+            found += _transmissive(builder, builder.resolve(child, name)[0])
+    return found
