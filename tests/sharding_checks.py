@@ -90,6 +90,11 @@ def main() -> dict:
     out["views_launch_rows"] = launches(hlo)
     out["views_all_gathers"] = collectives(hlo, "all-gather")
     out["views_all_reduces"] = collectives(hlo, "all-reduce")
+
+    # The same views under shard_map: each device's body launches directly.
+    from jax import shard_map
+    by_device = jax.jit(shard_map(lambda v: multiview(x0, v), mesh=mesh, in_specs=P("d"), out_specs=P("d")))
+    out["shard_map_identical"] = bool(jnp.all(by_device(sharded) == one_device))
     return out
 
 
