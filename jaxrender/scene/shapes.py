@@ -251,7 +251,7 @@ def instance_mesh(tris: np.ndarray, uvs: np.ndarray, normals: np.ndarray | None,
                   m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """A group-space mesh (``SceneBuilder.add_triangles`` rows) as an
     instance with to_world ``m`` shows it, as Mitsuba's instance does: points
-    by ``m``, normals by its inverse transpose (renormalised), and where
+    by ``m``, vertex normals by its inverse transpose, and where
     ``m`` mirrors, the vertex order reversed, because Mitsuba transforms the
     group-space face normal as a normal (it keeps pointing the same way)
     where a cross product of mirrored edges would turn round."""
@@ -259,9 +259,11 @@ def instance_mesh(tris: np.ndarray, uvs: np.ndarray, normals: np.ndarray | None,
     out = (tris.reshape(-1, 3) @ lin.T + off).reshape(-1, 9)
     nw = None
     if normals is not None:
-        n = normals.reshape(-1, 3) @ np.linalg.inv(lin)     # rows: (M^-T n)^T
-        ln = np.linalg.norm(n, axis=1, keepdims=True)
-        nw = np.divide(n, ln, out=np.zeros_like(n), where=ln > 0).reshape(-1, 9)
+        # Rows (M^-T n)^T, not renormalised: Mitsuba interpolates the group's
+        # normals and transforms the result, and the kernel normalises after
+        # interpolating, so per-vertex lengths must keep M^-T's ratios (one
+        # common factor, |det|^(1/3), keeps a uniform scale's unit length).
+        nw = (normals.reshape(-1, 3) @ np.linalg.inv(lin) * abs(np.linalg.det(lin)) ** (1 / 3)).reshape(-1, 9)
     if np.linalg.det(lin) < 0:
         out, uvs = out[:, _REVERSE_XYZ], uvs[:, _REVERSE_UV]
         nw = None if nw is None else nw[:, _REVERSE_XYZ]
