@@ -240,6 +240,8 @@ def test_params_keys_are_mitsubas():
     assert ours == theirs == {"things.torus.bsdf.reflectance.value", "things.ball.bsdf.reflectance.value"}
     with pytest.raises(SceneError, match="'b.to_world' is not a parameter.*expanded into transformed copies"):
         jaxrender.render(scene, {"b.to_world": np.eye(4, dtype=np.float32)}, spp=1)
+    with pytest.raises(SceneError, match="'things.ball.to_world' is not a parameter.*geometry"):
+        jaxrender.render(scene, {"things.ball.to_world": np.eye(4, dtype=np.float32)}, spp=1)
 
 
 @pytest.mark.parametrize("key", ["things.torus.bsdf.reflectance.value", "things.ball.bsdf.reflectance.value"])

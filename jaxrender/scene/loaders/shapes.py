@@ -218,6 +218,9 @@ _INSTANCE_TO_WORLD_WHY = ("an instance is expanded into transformed copies of it
                           "loaded, so its to_world cannot change (nor be differentiated) at render time: load the "
                           "scene again with the new transform (Mitsuba does not differentiate it either)")
 
+_GROUP_SHAPE_WHY = ("the geometry of a shapegroup's shapes is not a parameter (jaxrender has no geometry "
+                    "gradients, and instances are expanded into copies when the scene is loaded)")
+
 
 @dataclass
 class ShapeGroup:
@@ -259,6 +262,7 @@ def load_shapegroup(builder: SceneBuilder, props: Properties) -> None:
                                       name)
             props.get(name)
             load_plugin(SHAPES, builder, child, key)
+            builder.unexposed[f"{key}.to_world"] = _GROUP_SHAPE_WHY
         group = ShapeGroup(builder.meshes, list(zip(builder.shapes, builder.shape_attrs)))
     finally:
         builder.meshes, builder.shapes, builder.shape_attrs = saved
