@@ -66,6 +66,10 @@ class SceneBuilder:
         self.meshes: list[tuple] = []         # (tris, attrs, uvs, normals | None) per mesh
         self.shapes: list[AnalyticShape] = []
         self.shape_attrs: list[tuple[int, int]] = []
+        self.groups: dict = {}                # shapegroup key -> loaders.shapes.ShapeGroup (group space)
+        # Mitsuba parameter keys jaxrender does not expose (key -> why), for
+        # the error a params entry for one gets (an instance's to_world).
+        self.unexposed: dict[str, str] = {}
 
     # -- the scene dictionary ------------------------------------------------
     def load_scene(self, d: Mapping) -> SceneBuilder:

@@ -52,6 +52,7 @@ def scene_fields(b: SceneBuilder) -> dict:
                 bvh_bounds=bvh.node_bounds.astype(np.float32), bvh_links=bvh.node_links.astype(np.int32),
                 **_emitter_tables(b, tri, attr), env_emitter=b.env, camera_key=camera_key, params=b.params,
                 bsdfs=b.bsdfs, emitter_keys=b.emitter_keys, nondifferentiable=b.nondiff, frozen=b.frozen,
+                unexposed=b.unexposed,
                 tri_uv=tri_uv, textures=b.textures, bsdf_slots=b.bsdf_slots,
                 bsdf_nesting=max(b.bsdf_depth, default=0), env_texture=b.env_texture,
                 env_frame=b.env_frame.astype(np.float32),

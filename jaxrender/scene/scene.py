@@ -11,7 +11,7 @@ emitters, BSDFs, textures, sensors, integrators, registered by Mitsuba
 type name), reading properties strictly (``properties.py``: a property no
 loader reads is an error, as in Mitsuba); ``geometry.py`` builds the
 arrays. Supported so far: shapes rectangle, cube, obj, ply, serialized, sphere, disk,
-cylinder;
+cylinder, shapegroup and instance (expanded into copies at load time);
 the BSDFs of ``kernels.bsdfs.registry`` (also inside twosided, blendbsdf
 and mask, which are composites of that registry), with
 ``bitmap`` or ``checkerboard`` textures; area, point, spot, directional,
@@ -86,6 +86,9 @@ class Scene:
     nondifferentiable: dict = field(default_factory=dict)
     # Parameters whose loaded value a render may not change (key -> why).
     frozen: dict = field(default_factory=dict)
+    # Keys Mitsuba's traverse has that are not parameters here (key -> why,
+    # e.g. an instance's to_world): a params entry for one says why.
+    unexposed: dict = field(default_factory=dict)
     # Every sensor of the scene, in file order: (to_world parameter key, Camera).
     sensors: list = field(default_factory=list)
     # (E, EMITTER_FRAME_WIDTH) per emitter: world-to-local 3x3 (row-major),
@@ -180,6 +183,8 @@ class Scene:
         if not params:
             return
         unknown = set(params) - set(self.params)
+        for k in sorted(unknown & set(self.unexposed)):
+            raise SceneError(f"parameter {k!r} is not a parameter of this scene: {self.unexposed[k]}")
         if unknown:
             hints = "".join(did_you_mean(k, self.params) for k in sorted(unknown))
             raise SceneError(f"unknown scene parameter(s) {sorted(unknown)}{hints}; known: {sorted(self.params)}")

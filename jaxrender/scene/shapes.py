@@ -231,3 +231,67 @@ def vertex_normals(vertices: np.ndarray, faces: np.ndarray) -> np.ndarray:
     out[good] /= ln[good, None]
     out[~good] = (1.0, 0.0, 0.0)
     return out
+
+
+# ---------------------------------------------------------------------------
+# Instances: a shapegroup's shapes moved by an instance's to_world
+# ---------------------------------------------------------------------------
+# Vertex order (0, 2, 1) of a triangle's 9 coordinates / 6 texture coordinates.
+_REVERSE_XYZ = [0, 1, 2, 6, 7, 8, 3, 4, 5]
+_REVERSE_UV = [0, 1, 4, 5, 2, 3]
+
+
+def check_instance_transform(m: np.ndarray, key: str) -> float:
+    """The determinant of an instance's linear part; a SceneError where it
+    is singular (Mitsuba would intersect through its inverse)."""
+    return _nonsingular(m, f"{key}.to_world")
+
+
+def instance_mesh(tris: np.ndarray, uvs: np.ndarray, normals: np.ndarray | None,
+                  m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """A group-space mesh (``SceneBuilder.add_triangles`` rows) as an
+    instance with to_world ``m`` shows it, as Mitsuba's instance does: points
+    by ``m``, vertex normals by its inverse transpose, and where
+    ``m`` mirrors, the vertex order reversed, because Mitsuba transforms the
+    group-space face normal as a normal (it keeps pointing the same way)
+    where a cross product of mirrored edges would turn round."""
+    lin, off = m[:3, :3], m[:3, 3]
+    out = (tris.reshape(-1, 3) @ lin.T + off).reshape(-1, 9)
+    nw = None
+    if normals is not None:
+        # Rows (M^-T n)^T, not renormalised: Mitsuba interpolates the group's
+        # normals and transforms the result, and the kernel normalises after
+        # interpolating, so per-vertex lengths must keep M^-T's ratios (one
+        # common factor, |det|^(1/3), keeps a uniform scale's unit length).
+        nw = (normals.reshape(-1, 3) @ np.linalg.inv(lin) * abs(np.linalg.det(lin)) ** (1 / 3)).reshape(-1, 9)
+    if np.linalg.det(lin) < 0:
+        out, uvs = out[:, _REVERSE_XYZ], uvs[:, _REVERSE_UV]
+        nw = None if nw is None else nw[:, _REVERSE_XYZ]
+    return out, uvs, nw
+
+
+def instance_shape(shape: AnalyticShape, m: np.ndarray, key: str) -> AnalyticShape:
+    """A group-space analytic shape under an instance's to_world ``m``, with
+    the normals Mitsuba's instance gives (the group-space normal transformed
+    as a normal). Disks and cylinders are intersected in their object space,
+    so any affine ``m`` is exact; a sphere is a centre and one radius, so
+    ``m`` must be a similarity (rotation, uniform scale, mirror, translation):
+    Mitsuba shows a sphere under a non-uniform instance scale as an
+    ellipsoid, which jaxrender cannot represent, so that is a SceneError."""
+    det = check_instance_transform(m, key)
+    to_world = m @ shape.to_world
+    if shape.kind == SPHERE:
+        lin = m[:3, :3]
+        gram = lin.T @ lin
+        if not np.allclose(gram, gram[0, 0] * np.eye(3), rtol=1e-5, atol=1e-6 * abs(gram[0, 0])):
+            raise SceneError(f"{key}.to_world: the instance scales non-uniformly or shears the sphere "
+                             f"{shape.key!r}, which Mitsuba then renders as an ellipsoid; jaxrender's analytic "
+                             "sphere has one radius, so this is not supported yet (scale uniformly, or "
+                             "instance a sphere mesh)")
+        # R (p - c) / |.| is the mirrored outward normal: the sign stays.
+        return AnalyticShape(SPHERE, to_world, shape.flip, key)
+    if shape.kind == CYLINDER:
+        # The kernel's normal is a cross product of world tangents, which a
+        # mirror turns round; Mitsuba's instance normal does not turn.
+        return AnalyticShape(CYLINDER, to_world, shape.flip != (det < 0), key)
+    return AnalyticShape(shape.kind, to_world, shape.flip, key)

@@ -1,5 +1,6 @@
-"""Shape plugins: the meshes ``rectangle``, ``cube``, ``obj``, ``ply`` and
-the analytic ``sphere`` and ``disk``, as Mitsuba 3.9.1 reads them.
+"""Shape plugins: the meshes ``rectangle``, ``cube``, ``obj``, ``ply``,
+``serialized``, the analytic ``sphere``, ``disk`` and ``cylinder``, and
+``shapegroup`` / ``instance``, as Mitsuba 3.9.1 reads them.
 
 A shape loader is ``loader(builder, props)``. Like Mitsuba, a shape finds
 its nested BSDF and emitter by their kind, whatever their names (at most
@@ -8,9 +9,26 @@ medium (``interior`` / ``exterior``) or texture attribute is "not
 supported yet". Every shape reads ``to_world`` and
 ``silhouette_sampling_weight`` (which only Mitsuba's projective
 integrators use); meshes read ``face_normals`` and ``flip_normals``.
+
+Instancing is done by expansion: a ``shapegroup`` is loaded once into
+group-space geometry (never rendered by itself), and each ``instance``
+adds a transformed copy of it to the scene (``shapes.instance_mesh`` and
+``shapes.instance_shape``). So the BVH, the triangle buffers and the memory
+grow with the number of instances (a 10k-triangle group instanced 50 times
+is 500k triangles), unlike Mitsuba's two-level hierarchy; the image and the
+BSDF gradients are the same. A group's shapes keep their BSDFs (one BSDF
+row shared by every instance, under the key ``<group id>.<child>``, as
+``mitsuba.traverse`` names it) and Mitsuba's rules hold: no emitters, no
+nested shapegroups or instances inside a group; one referenced shapegroup
+per instance; a sphere only under a similarity transform (see
+``instance_shape``). An instance's ``to_world`` is not a parameter (its
+geometry is built at load time): a ``params`` key for it is an error saying
+so (``SceneBuilder.unexposed``).
 """
 from __future__ import annotations
 
+import warnings
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -18,8 +36,8 @@ import numpy as np
 from .. import mesh_io
 from ..errors import SceneError
 from ..properties import Properties
-from ..shapes import (AnalyticShape, cube_mesh, cylinder_shape, disk_shape, rectangle_mesh, sphere_shape,
-                      vertex_normals)
+from ..shapes import (AnalyticShape, check_instance_transform, cube_mesh, cylinder_shape, disk_shape, instance_mesh,
+                      instance_shape, rectangle_mesh, sphere_shape, vertex_normals)
 from .emitters import EMITTERS, AreaHost
 from .registry import PluginRegistry, load_plugin
 
@@ -191,3 +209,94 @@ def load_cylinder(builder: SceneBuilder, props: Properties) -> None:
 def _add_analytic(builder: SceneBuilder, props: Properties, shape: AnalyticShape) -> None:
     bsdf, emitter = _attachments(builder, props, AreaHost(shape, len(builder.shapes)))
     builder.add_shape(shape, bsdf, emitter)
+
+
+# ---------------------------------------------------------------------------
+# Shape groups and instances (expanded at load time, see the module docstring)
+# ---------------------------------------------------------------------------
+_INSTANCE_TO_WORLD_WHY = ("an instance is expanded into transformed copies of its shapegroup when the scene is "
+                          "loaded, so its to_world cannot change (nor be differentiated) at render time: load the "
+                          "scene again with the new transform (Mitsuba does not differentiate it either)")
+
+_GROUP_SHAPE_WHY = ("the geometry of a shapegroup's shapes is not a parameter (jaxrender has no geometry "
+                    "gradients, and instances are expanded into copies when the scene is loaded)")
+
+
+@dataclass
+class ShapeGroup:
+    """A loaded shapegroup in its own space: meshes as
+    ``SceneBuilder.add_triangles`` takes them, analytic shapes with their
+    (BSDF, emitter) indices."""
+    meshes: list
+    shapes: list
+
+
+@SHAPES.register("shapegroup")
+def load_shapegroup(builder: SceneBuilder, props: Properties) -> None:
+    """Load the group's shapes once, into ``builder.groups[key]``, and add
+    nothing to the scene: only instances show it."""
+    if props.key in builder.groups:
+        props.mark_read(*props.values)
+        return
+    m = props.transform()
+    if not np.allclose(m, np.eye(4)):
+        # (Mitsuba reads it and ignores it; so does jaxrender, but says so)
+        warnings.warn(f"{props.key}.to_world: a shapegroup's to_world has no effect (as in Mitsuba); "
+                      "give it to the instances", stacklevel=3)
+    props.float("silhouette_sampling_weight", 1.0)
+    saved = builder.meshes, builder.shapes, builder.shape_attrs
+    builder.meshes, builder.shapes, builder.shape_attrs = [], [], []
+    try:
+        for name, spec in props.plugins():
+            child, key = builder.resolve(spec, f"{props.key}.{name}")
+            kind = child.get("type")
+            if builder.category(child, key) not in ("shape", None):   # (None: unknown, said by load_plugin)
+                raise props.error(f"a shapegroup holds only shapes, got a {kind!r} (as in Mitsuba)", name)
+            if kind == "shapegroup":
+                raise props.error("nested shapegroups are not permitted (as in Mitsuba)", name)
+            if kind == "instance":
+                raise props.error("nested instancing is not permitted (as in Mitsuba)", name)
+            for inner, inner_spec in Properties(child, key, "shape").plugins():
+                if builder.category(inner_spec, inner) == "emitter":
+                    raise props.error(f"instancing of emitters is not supported (as in Mitsuba): {key}.{inner}",
+                                      name)
+            props.get(name)
+            load_plugin(SHAPES, builder, child, key)
+            builder.unexposed[f"{key}.to_world"] = _GROUP_SHAPE_WHY
+        group = ShapeGroup(builder.meshes, list(zip(builder.shapes, builder.shape_attrs)))
+    finally:
+        builder.meshes, builder.shapes, builder.shape_attrs = saved
+    builder.groups[props.key] = group
+
+
+@SHAPES.register("instance")
+def load_instance(builder: SceneBuilder, props: Properties) -> None:
+    """A copy of the referenced shapegroup's shapes under ``to_world``."""
+    m = props.transform()
+    props.float("silhouette_sampling_weight", 1.0)
+    found = []
+    for name, spec in props.plugins():
+        target, key = builder.resolve(spec, f"{props.key}.{name}")
+        if target.get("type") != "shapegroup":
+            raise props.error(f"only a shapegroup can be given to an instance (as in Mitsuba), got a "
+                              f"{target.get('type')!r}", name)
+        if spec.get("type") != "ref":
+            raise props.error("an instance's shapegroup must be a reference (by id) to a shapegroup at the top "
+                              "level of the scene (Mitsuba cannot load one written inside the instance)", name)
+        if found:
+            raise props.error("only one shapegroup can be given per instance (as in Mitsuba)", name)
+        props.get(name)
+        found.append((target, key))
+    if not found:
+        raise props.error("a reference to a 'shapegroup' must be given (as in Mitsuba)")
+    target, key = found[0]
+    if key not in builder.groups:
+        load_plugin(SHAPES, builder, target, key)
+    group = builder.groups[key]
+    check_instance_transform(m, props.key)
+    builder.unexposed[f"{props.key}.to_world"] = _INSTANCE_TO_WORLD_WHY
+    for tris, attrs, uvs, normals in group.meshes:
+        tris, uvs, normals = instance_mesh(tris, uvs, normals, m)
+        builder.add_triangles(tris, attrs, uvs, normals)
+    for shape, (bsdf, emitter) in group.shapes:
+        builder.add_shape(instance_shape(shape, m, props.key), bsdf, emitter)

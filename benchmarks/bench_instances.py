@@ -1,0 +1,110 @@
+"""What expanding instances at load time costs: a shapegroup of one mesh of
+about ``--tris`` triangles instanced ``--instances`` times, against the
+mesh alone, with Mitsuba's load time of the same scene for comparison.
+
+    python benchmarks/bench_instances.py [--tris 10000] [--instances 50] [--reps 3]
+
+jaxrender copies the group into every instance (memory grows with the
+instance count); Mitsuba keeps one copy and a two-level hierarchy. Reported
+per scene: jaxrender's ``load_dict`` time (mesh read, copies, BVH build;
+the minimum over ``--reps``), the triangle count, the bytes of the BVH
+buffers and of the per-triangle buffers (vertices, UVs, vertex normals,
+attributes), and Mitsuba's (``scalar_rgb``) ``load_dict`` time.
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+import jaxrender
+from jaxrender.scene.transform import Transform as T
+
+
+def write_mesh(path: Path, tris: int) -> int:
+    """A bumpy sphere (UV grid) of about ``tris`` triangles as ASCII PLY
+    without normals (so each loader computes them); returns its count."""
+    n = max(4, int(np.sqrt(tris / 2)))
+    th, ph = np.meshgrid(np.linspace(0.05, np.pi - 0.05, n), np.linspace(0, 2 * np.pi, n, endpoint=False),
+                         indexing="ij")
+    r = 1.0 + 0.05 * np.sin(7 * th) * np.cos(5 * ph)
+    v = np.stack([r * np.sin(th) * np.cos(ph), r * np.sin(th) * np.sin(ph), r * np.cos(th)], -1).reshape(-1, 3)
+    idx = np.arange(n * n).reshape(n, n)
+    a, b = idx[:-1], np.roll(idx, -1, axis=1)[:-1]
+    c, d = idx[1:], np.roll(idx, -1, axis=1)[1:]
+    f = np.concatenate([np.stack([a, c, b], -1).reshape(-1, 3), np.stack([b, c, d], -1).reshape(-1, 3)])
+    with open(path, "w") as out:
+        out.write(f"ply\nformat ascii 1.0\nelement vertex {len(v)}\nproperty float x\nproperty float y\n"
+                  f"property float z\nelement face {len(f)}\nproperty list uchar int vertex_indices\nend_header\n")
+        np.savetxt(out, v, fmt="%.6f")
+        np.savetxt(out, np.concatenate([np.full((len(f), 1), 3), f], 1), fmt="%d")
+    return len(f)
+
+
+def scene(mesh: Path, instances: int) -> dict:
+    d = {"type": "scene", "sensor": {"type": "perspective"}}
+    if instances == 0:
+        d["mesh"] = {"type": "ply", "filename": str(mesh)}
+        return d
+    d["group"] = {"type": "shapegroup", "mesh": {"type": "ply", "filename": str(mesh)}}
+    side = int(np.ceil(np.sqrt(instances)))
+    for k in range(instances):
+        d[f"i{k}"] = {"type": "instance", "shapegroup": {"type": "ref", "id": "group"},
+                      "to_world": T().translate([3.0 * (k % side), 3.0 * (k // side), 0.0]).rotate([0, 0, 1], 7 * k)}
+    return d
+
+
+def measure(d: dict, reps: int) -> dict:
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        s = jaxrender.load_dict(d)
+        best = min(best, time.perf_counter() - t0)
+    bvh = sum(np.asarray(a).nbytes for a in (s.wide_bvh or (s.bvh_bounds, s.bvh_links)))
+    per_tri = sum(a.nbytes for a in (s.triangles, s.tri_uv, s.tri_normals, s.tri_attr))
+    out = dict(load_s=best, triangles=len(s.triangles), bvh_mb=bvh / 2 ** 20, tri_buffers_mb=per_tri / 2 ** 20)
+    try:
+        import mitsuba as mi
+        mi.set_variant("scalar_rgb")
+        mi.set_log_level(mi.LogLevel.Error)      # (its ASCII PLY performance warning)
+        best = float("inf")
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            mi.load_dict(_mi(mi, d))
+            best = min(best, time.perf_counter() - t0)
+        out["mitsuba_load_s"] = best
+    except ImportError:
+        pass
+    return out
+
+
+def _mi(mi, x):
+    if isinstance(x, T):
+        return mi.ScalarTransform4f(x.matrix.tolist())
+    if isinstance(x, dict):
+        return {k: _mi(mi, v) for k, v in x.items()}
+    return x
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tris", type=int, default=10000)
+    ap.add_argument("--instances", type=int, default=50)
+    ap.add_argument("--reps", type=int, default=3)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        mesh = Path(tmp) / "mesh.ply"
+        n = write_mesh(mesh, args.tris)
+        print(f"mesh: {n} triangles")
+        for label, k in (("mesh alone", 0), ("1 instance", 1), (f"{args.instances} instances", args.instances)):
+            r = measure(scene(mesh, k), args.reps)
+            print(f"{label:>14}: load {r['load_s']:.3f} s, {r['triangles']} triangles, BVH {r['bvh_mb']:.2f} MiB, "
+                  f"triangle buffers {r['tri_buffers_mb']:.2f} MiB"
+                  + (f"; Mitsuba load {r['mitsuba_load_s']:.3f} s" if "mitsuba_load_s" in r else ""))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,265 @@
+"""``shapegroup`` and ``instance`` (expanded into transformed copies at load
+time, ``jaxrender/scene/loaders/shapes.py``), against Mitsuba 3.9.1:
+
+* the inputs Mitsuba's ``load_dict`` rejects (emitters, nested groups or
+  instances in a group, an instance without exactly one shapegroup, a
+  non-shape in a group, ...) are SceneErrors here, and the ones it accepts
+  load;
+* ray hits (t, point, geometric and shading normals) on a group of meshes
+  (file normals, computed normals, face normals) and analytic shapes under
+  translated, rotated and scaled, mirrored and (without the sphere)
+  non-uniformly scaled and sheared instances equal ``scene.ray_intersect``;
+  the group by itself is never hit;
+* a Cornell box with three instances of a group (a mesh and a sphere) is
+  Mitsuba's image within noise;
+* the gradient of an instanced shape's BSDF reflectance (one BSDF row that
+  every instance shares) equals finite differences;
+* the parameter keys are Mitsuba's, and an instance's to_world is not a
+  parameter (a clear error).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrender
+from jaxrender.scene.errors import SceneError
+from jaxrender.scene.transform import Transform as T
+from test_render_reference import disagreements
+from test_shapes import MESHES, _rays, _sensor, _to_mitsuba, mitsuba_hits, our_hits
+
+mi = pytest.importorskip("mitsuba")
+
+
+@pytest.fixture(autouse=True)
+def _scalar_variant():
+    mi.set_variant("scalar_rgb")
+
+
+def _rgb(*v):
+    return {"type": "diffuse", "reflectance": {"type": "rgb", "value": list(v)}}
+
+
+def group(sphere=True):
+    """Meshes with file, computed and face normals, a cylinder, a disk and
+    (optionally) a sphere, around the origin."""
+    g = {"type": "shapegroup",
+         "mesh": {"type": "obj", "filename": str(MESHES / "lowpoly_sphere.obj"),
+                  "to_world": T().translate([0.8, 0.0, 0.0]).scale(0.5), "bsdf": _rgb(0.8, 0.2, 0.1)},
+         "torus": {"type": "ply", "filename": str(MESHES / "lowpoly_torus.ply"),
+                   "to_world": T().translate([-0.6, 0.3, 0.0]).scale(0.4)},
+         "box": {"type": "cube", "to_world": T().translate([0.0, 0.0, 0.7]).scale(0.2)},
+         "tube": {"type": "cylinder", "p0": [0.0, -0.8, -0.3], "p1": [0.2, -0.4, 0.4], "radius": 0.2},
+         "disk": {"type": "disk", "flip_normals": True, "to_world": T().translate([0.0, -0.2, -0.6]).scale(0.4)}}
+    if sphere:
+        g["ball"] = {"type": "sphere", "center": [0.0, 0.8, 0.2], "radius": 0.3, "bsdf": _rgb(0.2, 0.5, 0.8)}
+    return g
+
+
+def instance(to_world=None, ref="g"):
+    d = {"type": "instance", "shapegroup": {"type": "ref", "id": ref}}
+    if to_world is not None:
+        d["to_world"] = to_world
+    return d
+
+
+def scene_dict(**shapes):
+    return {"type": "scene", "sensor": _sensor(), **shapes}
+
+
+# ---------------------------------------------------------------------------
+# Loading: what Mitsuba rejects, rejected here
+# ---------------------------------------------------------------------------
+REJECTED = {
+    "emitter in group": (dict(g={"type": "shapegroup", "a": {"type": "sphere", "e": {"type": "area"}}}),
+                         "instancing of emitters"),
+    "nested group": (dict(g={"type": "shapegroup", "h": {"type": "shapegroup", "a": {"type": "sphere"}}}),
+                     "nested shapegroups"),
+    "referenced group in group": (dict(g=group(), h={"type": "shapegroup", "x": {"type": "ref", "id": "g"}}),
+                                  "nested shapegroups"),
+    "instance in group": (dict(g=group(), h={"type": "shapegroup", "i": instance()}), "nested instancing"),
+    "bsdf in group": (dict(g={"type": "shapegroup", "a": {"type": "sphere"}, "b": {"type": "diffuse"}}),
+                      "holds only shapes"),
+    "light in group": (dict(g={"type": "shapegroup", "a": {"type": "sphere"}, "b": {"type": "point"}}),
+                       "holds only shapes"),
+    "instance without group": (dict(i={"type": "instance"}), "reference to a 'shapegroup' must be given"),
+    "instance of two groups": (dict(g=group(), h=group(), i={**instance(), "other": {"type": "ref", "id": "h"}}),
+                               "only one shapegroup"),
+    "instance of a bsdf": (dict(m={"type": "diffuse"}, i=instance(ref="m")), "only a shapegroup"),
+    "instance of a sphere": (dict(i={"type": "instance", "s": {"type": "sphere"}}), "only a shapegroup"),
+    "instance with a bsdf": (dict(g=group(), i={**instance(), "bsdf": {"type": "diffuse"}}), "only a shapegroup"),
+    "instance of an inline group": (dict(i={"type": "instance", "s": group()}), "must be a reference"),
+    "unknown id": (dict(i=instance(ref="nope")), "unknown id 'nope'"),
+    "group property": (dict(g={**group(), "radius": 1.0}, i=instance()), "radius"),
+    "instance property": (dict(g=group(), i={**instance(), "flip_normals": True}), "flip_normals"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REJECTED))
+def test_rejected_as_mitsuba_rejects(name):
+    shapes, message = REJECTED[name]
+    d = scene_dict(**shapes)
+    with pytest.raises(Exception):
+        mi.load_dict(_to_mitsuba(mi, d))
+    with pytest.raises(SceneError, match=message):
+        jaxrender.load_dict(d)
+
+
+def test_accepted_as_mitsuba_accepts():
+    """A group instanced before it is declared, silhouette_sampling_weight
+    on both, a top-level shape also referenced into a group (shown by
+    itself and through the instance, as in Mitsuba), a group nobody
+    instances (checked, never shown), and a shapegroup's to_world, which
+    Mitsuba ignores (so do we, with a warning)."""
+    d = scene_dict(i={**instance(T().translate([3, 0, 0])), "silhouette_sampling_weight": 1.0},
+                   ball={"type": "sphere", "radius": 0.5},
+                   g={"type": "shapegroup", "silhouette_sampling_weight": 1.0, "b": {"type": "ref", "id": "ball"},
+                      "to_world": T().translate([0, 0, 5])},
+                   unused={"type": "shapegroup", "a": {"type": "rectangle"}})
+    mi.load_dict(_to_mitsuba(mi, d))
+    with pytest.warns(UserWarning, match="no effect"):
+        scene = jaxrender.load_dict(d)
+    o = np.array([[0, 0, -5], [3, 0, -5], [0, 0, 5 - 5]], np.float32)
+    dirs = np.array([[0, 0, 1], [0, 0, 1], [0, 1e-3, 1]], np.float32)
+    dirs /= np.linalg.norm(dirs, axis=1, keepdims=True)
+    ours, ref = our_hits(scene, o, dirs), mitsuba_hits(mi, {k: v for k, v in d.items() if k != "sensor"}, o, dirs)
+    np.testing.assert_allclose(ours["t"], ref["t"], atol=1e-5)
+    assert ours["t"][0] > 0 and ours["t"][1] > 0
+
+
+def test_group_alone_is_not_shown():
+    """The group's own shapes are not in the scene: only the instance's
+    copy, far away, is."""
+    d = scene_dict(g=group(), i=instance(T().translate([20, 0, 0])))
+    scene = jaxrender.load_dict(d)
+    o, dirs = _rays(200, seed=3)
+    assert np.all(our_hits(scene, o, dirs)["t"] < 0)
+    assert np.all(mitsuba_hits(mi, {k: v for k, v in d.items() if k != "sensor"}, o, dirs)["t"] < 0)
+
+
+def test_sphere_under_non_uniform_instance_is_refused():
+    """Mitsuba shows it as an ellipsoid; our analytic sphere has one radius."""
+    d = scene_dict(g=group(), i=instance(T().scale([1.0, 2.0, 1.0])))
+    mi.load_dict(_to_mitsuba(mi, d))
+    with pytest.raises(SceneError, match="i.to_world: the instance scales non-uniformly.*'g.ball'"):
+        jaxrender.load_dict(d)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")   # (the Transform's own inverse)
+def test_singular_instance_is_refused():
+    with pytest.raises(SceneError, match="i.to_world: the transform is singular"):
+        jaxrender.load_dict(scene_dict(g=group(), i=instance(T().scale([1.0, 0.0, 1.0]))))
+
+
+# ---------------------------------------------------------------------------
+# Ray hits against Mitsuba's ray_intersect
+# ---------------------------------------------------------------------------
+INSTANCES = {
+    "translated": (True, T().translate([0.3, -0.2, 0.1])),
+    "rotated-scaled": (True, T().translate([0.1, 0.2, -0.1]).rotate([0.6, 0.0, 0.8], 40).scale(1.3)),
+    "mirrored": (True, T().rotate([0, 0, 1], 25).scale([-1.1, 1.1, 1.1])),
+    "non-uniform": (False, T().rotate([0, 1, 0], 30).scale([1.4, 0.7, 1.0])),
+    "sheared-mirrored": (False, T(np.array([[1.0, 0.4, 0.0, 0.1], [0.0, 0.9, 0.0, 0.0], [0.2, 0.0, -1.2, 0.0],
+                                            [0.0, 0.0, 0.0, 1.0]]))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INSTANCES))
+def test_hits_match_mitsuba(name):
+    """t, p, geometric and shading normals of 400 rays at one instance
+    (and the group's own space, where nothing is) of the group; two more
+    instances sit elsewhere."""
+    sphere, to_world = INSTANCES[name]
+    shapes = dict(g=group(sphere), i=instance(to_world),
+                  j=instance(T().translate([6, 0, 0]).scale(0.5)), k=instance(T().translate([0, 6, 0])))
+    scene = jaxrender.load_dict(scene_dict(**shapes))
+    o, d = _rays(400, seed=len(name), lo=-1.4, hi=1.4, dist=5.0)
+    ours, ref = our_hits(scene, o, d), mitsuba_hits(mi, shapes, o, d)
+    hit = ref["t"] > 0
+    agree = (ours["t"] > 0) == hit
+    assert agree.mean() > 0.99 and hit.mean() > 0.2, (agree.mean(), hit.mean())
+    # Mitsuba solves the cylinder's quadratic in double precision, we in
+    # float32: rays within a degree of grazing differ more.
+    both = agree & hit & (np.abs(np.sum(d * ref["ng"], axis=1)) > 0.02)
+    for k, tol in (("t", 1e-4), ("p", 5e-5), ("ng", 5e-5), ("ns", 2e-4)):
+        err = np.max(np.abs(ours[k][both] - ref[k][both]))
+        assert err < tol, (k, err)
+
+
+# ---------------------------------------------------------------------------
+# An image and a gradient
+# ---------------------------------------------------------------------------
+def instanced_cbox(size=32, spp=64):
+    """The Cornell box whose boxes are three instances of a group of a
+    smooth torus and a sphere (translated; rotated and scaled; mirrored)."""
+    d = jaxrender.cornell_box()
+    del d["small-box"], d["large-box"]
+    d["sensor"]["film"].update(width=size, height=size, rfilter={"type": "box"})
+    d["sensor"]["sampler"]["sample_count"] = spp
+    d["integrator"] = {"type": "path", "max_depth": 4, "rr_depth": 100}
+    d["things"] = {"type": "shapegroup",
+                   "torus": {"type": "ply", "filename": str(MESHES / "lowpoly_torus.ply"),
+                             "to_world": T().scale(0.35), "bsdf": _rgb(0.7, 0.6, 0.2)},
+                   "ball": {"type": "sphere", "center": [0.0, 0.3, 0.0], "radius": 0.2, "bsdf": _rgb(0.2, 0.4, 0.8)}}
+    d["a"] = instance(T().translate([-0.45, -0.7, 0.3]), "things")
+    d["b"] = instance(T().translate([0.4, -0.5, -0.3]).rotate([0, 1, 0], 60).rotate([1, 0, 0], 30).scale(1.3),
+                      "things")
+    d["c"] = instance(T().translate([0.0, 0.3, 0.2]).scale([-0.8, 0.8, 0.8]), "things")
+    return d
+
+
+def mitsuba_image(d, renders=4):
+    """Mean and standard error of Mitsuba's pixels over ``renders`` seeds."""
+    scene = mi.load_dict(_to_mitsuba(mi, d))
+    imgs = np.stack([np.asarray(mi.render(scene, seed=s), np.float64) for s in range(renders)])
+    return {"mean": imgs.mean(0), "stderr": imgs.std(0, ddof=1) / np.sqrt(renders)}
+
+
+def test_image_matches_mitsuba_within_noise():
+    d = instanced_cbox()
+    ref = mitsuba_image(d)
+    scene = jaxrender.load_dict(d)
+    assert scene.structure.analytic and len(scene.shapes) == 3
+    renders = np.stack([np.asarray(jaxrender.render(scene, seed=10 + k), np.float64) for k in range(4)])
+    assert disagreements(renders, ref) == []
+    # control: the middle instance moved by 0.1 is a different image
+    d["c"]["to_world"] = T().translate([0.1, 0.3, 0.2]).scale([-0.8, 0.8, 0.8])
+    wrong = jaxrender.load_dict(d)
+    renders = np.stack([np.asarray(jaxrender.render(wrong, seed=10 + k), np.float64) for k in range(4)])
+    assert disagreements(renders, ref) != []
+
+
+def test_params_keys_are_mitsubas():
+    d = instanced_cbox(size=4, spp=1)
+    scene = jaxrender.load_dict(d)
+    ours = {k for k in scene.params if k.startswith("things.")}
+    theirs = {k for k in mi.traverse(mi.load_dict(_to_mitsuba(mi, d))).keys()
+              if k.startswith("things.") and "reflectance" in k}
+    assert ours == theirs == {"things.torus.bsdf.reflectance.value", "things.ball.bsdf.reflectance.value"}
+    with pytest.raises(SceneError, match="'b.to_world' is not a parameter.*expanded into transformed copies"):
+        jaxrender.render(scene, {"b.to_world": np.eye(4, dtype=np.float32)}, spp=1)
+    with pytest.raises(SceneError, match="'things.ball.to_world' is not a parameter.*geometry"):
+        jaxrender.render(scene, {"things.ball.to_world": np.eye(4, dtype=np.float32)}, spp=1)
+
+
+@pytest.mark.parametrize("key", ["things.torus.bsdf.reflectance.value", "things.ball.bsdf.reflectance.value"])
+def test_instanced_bsdf_gradient_matches_finite_differences(key):
+    """The reflectance of the group's shape, shared by all three instances:
+    the adjoint equals central differences of the primal with the same
+    random numbers."""
+    scene = jaxrender.load_dict(instanced_cbox(size=12, spp=4))
+    weights = jnp.asarray(np.random.default_rng(0).uniform(0.5, 1.5, (12, 12, 3)), jnp.float32)
+
+    def loss(x, seed, seed_grad):
+        return jnp.sum(jaxrender.render(scene, {key: x}, seed=seed, seed_grad=seed_grad) * weights)
+
+    x0 = jnp.asarray(scene.params[key])
+    g = np.asarray(jax.grad(loss)(x0, 7, 7))
+    assert np.all(np.abs(g) > 1e-2), g
+    h = 5e-2 * float(jnp.max(x0))
+    for c in range(3):
+        e = jnp.zeros(3).at[c].set(h)
+        fd = (float(loss(x0 + e, 7, 0)) - float(loss(x0 - e, 7, 0))) / (2 * h)
+        assert abs(g[c] - fd) <= 2e-3 * abs(fd) + 1e-4, (key, c, g[c], fd)
