@@ -67,7 +67,11 @@ def load_registered(builder: SceneBuilder, props: Properties, twosided: bool = F
     if depth > base.MAX_NESTING:
         raise props.error(f"composite BSDFs nest {depth} deep here; at most {base.MAX_NESTING} levels are "
                           "supported")
-    return builder.add_bsdf(t.name, fields, slots, twosided, depth)
+    inner = next((builder.bsdf_frame[c] for c in children if builder.bsdf_frame[c] is not None), None)
+    if t.frame and inner is not None:
+        raise props.error(f"a {inner} inside a {props.plugin} is not supported yet (frame perturbations do not "
+                          "nest)")
+    return builder.add_bsdf(t.name, fields, slots, twosided, depth, props.plugin if t.frame else inner)
 
 
 def _nested(builder: SceneBuilder, props: Properties, t: base.BsdfType) -> list:
