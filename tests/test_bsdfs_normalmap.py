@@ -258,6 +258,12 @@ def test_traverse_keys_are_mitsubas(tmp_path):
               if k.startswith("card.bsdf") and not k.endswith("to_uv")}
     assert {"card.bsdf.normalmap.data", "card.bsdf.nested_bsdf.diffuse_reflectance.value"} <= theirs
     assert theirs <= ours, theirs - ours
+    d = lit_card(bumpmap_bsdf(write_png(tmp_path / "h.png", height_image(n=4)), scale=0.5))
+    ours = {k for k in jaxrender.load_dict(d).params if k.startswith("card.")}
+    theirs = {k for k in mi.traverse(mi.load_dict(to_mitsuba(mi, d))).keys()
+              if k.startswith("card.bsdf") and not k.endswith("to_uv")}
+    assert {"card.bsdf.nested_texture.data", "card.bsdf.scale"} <= theirs
+    assert theirs <= ours, theirs - ours
 
 
 def test_loader_refuses_what_it_cannot_honour(tmp_path):
@@ -266,7 +272,14 @@ def test_loader_refuses_what_it_cannot_honour(tmp_path):
     cases = [({"type": "disk", "bsdf": nm}, "normalmap BSDF on a disk is not supported"),
              ({"type": "rectangle", "bsdf": normalmap_bsdf(png, nm)}, "a normalmap inside a normalmap"),
              ({"type": "rectangle", "bsdf": {"type": "normalmap", "normalmap": nm["normalmap"]}},
-              "normalmap takes one nested BSDF, got 0")]
+              "normalmap takes one nested BSDF, got 0"),
+             ({"type": "rectangle", "bsdf": {"type": "bumpmap", "bsdf": {"type": "diffuse"}}},
+              "bumpmap takes one nested texture, got 0"),
+             ({"type": "rectangle", "bsdf": {"type": "bumpmap", "t": {"type": "checkerboard"},
+                                             "bsdf": {"type": "diffuse"}}},
+              "only a bitmap texture's gradient is supported, got 'checkerboard'"),
+             ({"type": "sphere", "bsdf": {"type": "bumpmap", "t": nm["normalmap"], "bsdf": nm}},
+              "a normalmap inside a bumpmap")]
     for shape, msg in cases:
         with pytest.raises(SceneError, match=msg):
             jaxrender.load_dict(scene_of(shape))
@@ -278,3 +291,56 @@ def test_scenes_without_them_keep_their_kernels():
     plain = jaxrender.load_dict(jaxrender.cornell_box()).structure
     assert not plain.tangents
     assert Structure(bsdfs=("diffuse", "normalmap"), bsdf_nesting=1, tex_slots=1).tangents
+
+
+def bumpmap_bsdf(path, nested=None, raw=True, **kw) -> dict:
+    return {"type": "bumpmap", "height": {"type": "bitmap", "filename": path, "raw": raw, **kw.pop("tex", {})},
+            "bsdf": nested or {"type": "roughplastic", "alpha": 0.2, "diffuse_reflectance": rgb([0.2, 0.5, 0.7])},
+            **kw}
+
+
+@pytest.mark.parametrize("nested", ["roughplastic", "aniso"])
+def test_bumpmap_on_a_rectangle_matches_mitsuba(tmp_path, nested):
+    png = write_png(tmp_path / "h.png", height_image())
+    d = scene_of({"type": "rectangle", "to_world": ROT, "bsdf": bumpmap_bsdf(png, NESTED[nested], scale=0.3)})
+    o, dirs = rays(300, 1)
+    m = ROT.matrix[:3, :3].T.astype(np.float32)
+    print(_compare(d, o @ m, dirs @ m))
+
+
+def test_bumpmap_on_a_smooth_mesh_and_a_sphere_matches_mitsuba(tmp_path):
+    """An RGB height map (its luminance) under a rotated, scaled ``to_uv``
+    with mirror wrapping, on a mesh with vertex normals (twosided, seen from
+    both sides) and on a sphere."""
+    png = write_png(tmp_path / "h.png", np.random.default_rng(7).uniform(0, 1, (6, 9, 3)))
+    bsdf = bumpmap_bsdf(png, scale=0.05, tex={"wrap_mode": "mirror",
+                                              "to_uv": T().rotate([0, 0, 1], 30).scale([1.7, 1.3, 1.0])})
+    mesh = {"type": "obj", "filename": write_obj(tmp_path / "m.obj"), "to_world": ROT,
+            "bsdf": {"type": "twosided", "b": bsdf}}
+    o, dirs = rays(300, 2)
+    o[::3, 2] *= -1
+    dirs[::3, 2] *= -1
+    m = ROT.matrix[:3, :3].T.astype(np.float32)
+    print(_compare(scene_of(mesh), o @ m, dirs @ m, seed=5))
+    sphere = {"type": "sphere", "center": [0.1, 0.0, -0.2], "radius": 1.2, "to_world": ROT,
+              "bsdf": bumpmap_bsdf(png, scale=0.01)}
+    o, dirs = rays(300, 3, target=0.5)
+    print(_compare(scene_of(sphere), o @ m, dirs @ m, seed=6))
+
+
+def test_bumpmap_image_matches_mitsuba_within_noise(tmp_path):
+    png = write_png(tmp_path / "h.png", height_image(n=16))
+    d = lit_card(bumpmap_bsdf(png, scale=0.1))
+    _agree(_ours_renders(d, 16, 5), _mitsuba_renders(d, 16, 5, seed0=50))
+
+
+def test_height_map_gradient_matches_finite_differences(tmp_path):
+    from test_gradients import _compare_in_expectation
+    png = write_png(tmp_path / "h.png", height_image(n=4))
+    scene = jaxrender.load_dict(lit_card(bumpmap_bsdf(png, scale=0.2), size=8))
+    key = "card.bsdf.nested_texture.data"
+    assert key in scene.params and key not in scene.nondifferentiable
+    assert "card.bsdf.scale" in scene.nondifferentiable
+    direction = np.zeros(scene.params[key].shape)
+    direction[:, ::2] = 1.0          # raise every other column: slopes in u
+    _compare_in_expectation(scene, key, direction, spp=16, spp_fd=64, h=0.03)
