@@ -279,7 +279,9 @@ def test_loader_refuses_what_it_cannot_honour(tmp_path):
                                              "bsdf": {"type": "diffuse"}}},
               "only a bitmap texture's gradient is supported, got 'checkerboard'"),
              ({"type": "sphere", "bsdf": {"type": "bumpmap", "t": nm["normalmap"], "bsdf": nm}},
-              "a normalmap inside a bumpmap")]
+              "a normalmap inside a bumpmap"),
+             ({"type": "rectangle", "bsdf": normalmap_bsdf(write_png(tmp_path / "g.png", height_image()))},
+              "the normal map must have three channels")]
     for shape, msg in cases:
         with pytest.raises(SceneError, match=msg):
             jaxrender.load_dict(scene_of(shape))
@@ -344,3 +346,17 @@ def test_height_map_gradient_matches_finite_differences(tmp_path):
     direction = np.zeros(scene.params[key].shape)
     direction[:, ::2] = 1.0          # raise every other column: slopes in u
     _compare_in_expectation(scene, key, direction, spp=16, spp_fd=64, h=0.03)
+
+
+def test_adjoint_is_transpose_of_forward_mode(tmp_path):
+    """Normal map, height map and nested BSDF parameters in one scene."""
+    import jax.numpy as jnp
+    from test_plugin_gradients import check_adjoint_transpose
+    d = lit_card(normalmap_bsdf(write_png(tmp_path / "n.png", normal_image(n=4))), size=8)
+    d["card"]["to_world"] = T().translate([-0.5, 0, 0]).scale(0.5)
+    d["other"] = {"type": "sphere", "center": [0.5, 0.0, 0.3], "radius": 0.3,
+                  "bsdf": bumpmap_bsdf(write_png(tmp_path / "h.png", height_image(n=4)), scale=0.2)}
+    keys = ["card.bsdf.normalmap.data", "other.bsdf.nested_texture.data",
+            "card.bsdf.nested_bsdf.diffuse_reflectance.value"]
+    g = check_adjoint_transpose(jaxrender.load_dict(d), keys)
+    assert all(float(jnp.max(jnp.abs(g[k]))) > 0 for k in keys)

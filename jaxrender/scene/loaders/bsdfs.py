@@ -63,6 +63,8 @@ def load_registered(builder: SceneBuilder, props: Properties, twosided: bool = F
         raise props.error(f"no {props.plugin} variant is registered for {options}") from None
     nested = _nested(builder, props, t)
     fields, slots = _row(builder, props, t, fixed, nested)
+    if t.plugin == "normalmap" and any(builder.textures[s[2]].channels != 3 for s in slots):
+        raise props.error("the normal map must have three channels (Mitsuba's eval_3)", "normalmap")
     if len(slots) > layout.MAX_TEX_SLOTS:
         raise props.error(f"at most {layout.MAX_TEX_SLOTS} parameters of one BSDF can be textured, got {len(slots)}")
     children = [int(k) for (k, _), prm in zip(fields, [q for q in t.params if q.width()]) if prm.kind == base.BSDF]
