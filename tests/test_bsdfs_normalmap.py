@@ -360,3 +360,14 @@ def test_adjoint_is_transpose_of_forward_mode(tmp_path):
             "card.bsdf.nested_bsdf.diffuse_reflectance.value"]
     g = check_adjoint_transpose(jaxrender.load_dict(d), keys)
     assert all(float(jnp.max(jnp.abs(g[k]))) > 0 for k in keys)
+
+
+def test_inside_and_around_other_composites_match_mitsuba(tmp_path):
+    """A mask (its null component) inside a normalmap; a normalmap and a
+    bumpmap blended (each sees the hit's own tangent)."""
+    png = write_png(tmp_path / "n.png", normal_image(seed=3))
+    m = ROT.matrix[:3, :3].T.astype(np.float32)
+    o, dirs = rays(300, 1)
+    for bsdf in (normalmap_bsdf(png, {"type": "mask", "opacity": 0.6, "a": {"type": "diffuse"}}),
+                 {"type": "blendbsdf", "weight": 0.4, "a": normalmap_bsdf(png), "b": bumpmap_bsdf(png, scale=0.2)}):
+        print(_compare(scene_of({"type": "rectangle", "to_world": ROT, "bsdf": bsdf}), o @ m, dirs @ m))
