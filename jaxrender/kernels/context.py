@@ -78,6 +78,12 @@ class Structure:
         """The BsdfType of each entry of ``bsdfs`` (a kernel's dispatch table)."""
         return [bsdf_registry.TYPES[n] for n in self.bsdfs]
 
+    @property
+    def tangents(self) -> bool:
+        """Whether a BSDF type perturbs the shading frame (normalmap,
+        bumpmap): then hits carry Mitsuba's dp_du / dp_dv and UVs."""
+        return any(t.frame for t in self.bsdf_types)
+
     def suffix(self) -> str:
         """A short tag for kernel names."""
         return ((f"_tex{self.tex_slots}" if self.tex_slots else "") + ("_envmap" if self.envmap else "")

@@ -4,7 +4,9 @@ The interaction holds what integrators, BSDFs and emitters ask of a hit:
 the point, the geometric normal (ray offsets, which side of an area light
 emits) and the shading frame (vertex normals, else the geometric one: what
 BSDFs see), the primitive and its barycentrics / UV parameters, the BSDF
-and emitter attached to the shape.
+and emitter attached to the shape, and, in scenes with a BSDF that perturbs
+the shading frame (normalmap, bumpmap: ``Structure.tangents``), Mitsuba's
+``dp_du`` / ``dp_dv`` (None elsewhere, so other kernels do not compute them).
 """
 from __future__ import annotations
 
@@ -37,6 +39,8 @@ class SurfaceInteraction:
     cos_l: Any        # cosine between the geometric normal and -d (> 0: the front side)
     scale: Any        # ray offset distance from the surface
     o: Vec = None     # ray origin
+    dp_du: Vec = None  # position derivatives in (u, v), world (only with Structure.tangents)
+    dp_dv: Vec = None
 
     def spawn(self, w: Vec) -> Vec:
         """A ray origin just off the surface, on the side ``w`` leaves towards."""
@@ -48,19 +52,27 @@ def intersect(ctx, o: Vec, d: Vec, t_min, t_max=INF) -> SurfaceInteraction:
     st = ctx.structure
     t, prim, b1, b2 = closest_hit(ctx.geo, o, d, t_min, t_max)
     normals = ctx.b["tri_normals"] if st.shading_normals else None
+    tangents = st.tangents
 
     def on_triangle():
-        return triangle.surface(ctx.geo.tris, normals, prim, o, d, t, b1, b2)
+        out = triangle.surface(ctx.geo.tris, normals, prim, o, d, t, b1, b2)
+        if tangents:
+            out += triangle.tangents(ctx.geo.tris, ctx.b["tri_uv"], prim, out[1])
+        return out
 
     if st.analytic:
         s = ctx.geo.prim_shape[prim]
 
         def on_shape():
-            p, ng, u, v = shapes.surface(ctx.geo, s, o, d, t, st.tex_slots > 0)
+            p, ng, u, v = shapes.surface(ctx.geo, s, o, d, t, st.tex_slots > 0 or tangents)
+            if tangents:
+                return (p, ng, ng, u, v) + shapes.tangents(ctx.geo, s, p)
             return p, ng, ng, u, v
-        p, ng, ns, b1, b2 = ir.cond((prim >= 0) & (s >= 0), on_shape, on_triangle)
+        out = ir.cond((prim >= 0) & (s >= 0), on_shape, on_triangle)
     else:
-        p, ng, ns, b1, b2 = on_triangle()
+        out = on_triangle()
+    p, ng, ns, b1, b2 = out[:5]
+    dp_du, dp_dv = out[5:] if tangents else (None, None)
     attr = ctx.b["tri_attr"]
     attr_em = attr.read(prim, layout.ATTR_EMITTER)
     hit = prim >= 0
@@ -69,4 +81,4 @@ def intersect(ctx, o: Vec, d: Vec, t_min, t_max=INF) -> SurfaceInteraction:
     scale = 1e-4 * (1.0 + ir.maximum(ir.maximum(ir.abs(p.x), ir.abs(p.y)), ir.abs(p.z)))
     return SurfaceInteraction(t, prim, b1, b2, d, hit, p, ng, frame, frame.to_local(-d),
                               attr.read(prim, layout.ATTR_BSDF), attr_em, hit & (attr_em >= 0), -ir.dot(ng, d),
-                              scale, o)
+                              scale, o, dp_du, dp_dv)

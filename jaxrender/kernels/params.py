@@ -24,7 +24,8 @@ FLAG = "flag"        # a boolean stored with the values (not a parameter)
 OPTION = "option"    # a trace-time choice selecting the kernel variant (not stored)
 ARRAY = "array"      # a float array of fixed size, stored in the texels buffer; key "<name>"
 BSDF = "bsdf"        # a nested BSDF (composite BSDFs): the row holds its BSDF index; its keys "<name>.*"
-KINDS = (COLOR, FLOAT, SCALAR, IOR, FLAG, OPTION, ARRAY, BSDF)
+TEXTURE = "texture"  # a bitmap texture the plugin's code reads itself (bumpmap's gradient): the row holds its index
+KINDS = (COLOR, FLOAT, SCALAR, IOR, FLAG, OPTION, ARRAY, BSDF, TEXTURE)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -98,9 +98,10 @@ def reduce_coord(u, mode):
     return ir.clamp(r, -1.0, 3.0)
 
 
-def bilinear(t: Texel, px, py, wrap_x, wrap_y) -> Vec:
-    """Bilinear interpolation at continuous texel coordinates (px, py)
-    (texel centres at integers), integer coordinates wrapped per axis."""
+def corners(t: Texel, px, py, wrap_x, wrap_y) -> tuple:
+    """The four texels around continuous texel coordinates (px, py) (texel
+    centres at integers; integer coordinates wrapped per axis) and the
+    weights of the second ones: (v00, v10, v01, v11, wx, wy)."""
     fx, fy = ir.floor(px), ir.floor(py)
     wx, wy = px - fx, py - fy
     x0, y0 = ir.cast(fx, "i32"), ir.cast(fy, "i32")
@@ -108,6 +109,13 @@ def bilinear(t: Texel, px, py, wrap_x, wrap_y) -> Vec:
     ya, yb = wrap_index(y0, t.height, wrap_y) * t.width, wrap_index(y0 + 1, t.height, wrap_y) * t.width
     v00, v10 = t.fetch(ya + xa), t.fetch(ya + xb)
     v01, v11 = t.fetch(yb + xa), t.fetch(yb + xb)
+    return v00, v10, v01, v11, wx, wy
+
+
+def bilinear(t: Texel, px, py, wrap_x, wrap_y) -> Vec:
+    """Bilinear interpolation at continuous texel coordinates (px, py)
+    (texel centres at integers), integer coordinates wrapped per axis."""
+    v00, v10, v01, v11, wx, wy = corners(t, px, py, wrap_x, wrap_y)
     top = v00 * (1.0 - wx) + v10 * wx
     bottom = v01 * (1.0 - wx) + v11 * wx
     return top * (1.0 - wy) + bottom * wy
@@ -216,6 +224,29 @@ def _image_lookup(t: Texel, st: Vec) -> Vec:
     px = ir.select(nearest, ir.floor(u * fw), u * fw - 0.5)
     py = ir.select(nearest, ir.floor(v * fh), v * fh - 0.5)
     return bilinear(t, px, py, t.wrap, t.wrap)
+
+
+def gradient(b: dict, tex, uv: Vec) -> tuple:
+    """Mitsuba's ``eval_1_grad`` of bitmap ``tex`` at surface ``uv``: the
+    derivatives in u and v of its bilinear interpolant (of the luminance of
+    a three-channel image), the texel-space slopes taken back through
+    ``to_uv`` by its transpose and then scaled by the resolution, as Mitsuba
+    orders them; 0 for nearest filtering. Only bumpmap asks for it, so
+    other scenes' kernels do not contain it."""
+    t = Texel(b, tex)
+    m = [b["tex_uv"].read(tex, k) for k in range(6)]
+    st = Vec(m[0] * uv.x + m[1] * uv.y + m[2], m[3] * uv.x + m[4] * uv.y + m[5])
+    fw, fh = ir.cast(t.width, "f32"), ir.cast(t.height, "f32")
+    px = reduce_coord(st.x, t.wrap) * fw - 0.5
+    py = reduce_coord(st.y, t.wrap) * fh - 0.5
+    v00, v10, v01, v11, wx, wy = corners(t, px, py, t.wrap, t.wrap)
+    mono = t.channels == 1
+    f00, f10, f01, f11 = (ir.select(mono, v.x, luminance(v)) for v in (v00, v10, v01, v11))
+    dx = (1.0 - wy) * (f10 - f00) + wy * (f11 - f01)
+    dy = (1.0 - wx) * (f01 - f00) + wx * (f11 - f10)
+    linear = t.filter != FILTER_NEAREST
+    return (ir.select(linear, (m[0] * dx + m[3] * dy) * fw, 0.0),
+            ir.select(linear, (m[1] * dx + m[4] * dy) * fh, 0.0))
 
 
 def hit_uv(b: dict, tri, b1, b2) -> Vec:

@@ -17,6 +17,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..kernels import shapes as kshapes
 from ..kernels import textures as ktex
 from .camera import Camera
 from .errors import SceneError
@@ -55,6 +56,7 @@ class SceneBuilder:
         self.bsdfs: list = []                 # (type name, fields, twosided), see Scene.bsdfs
         self.bsdf_slots: list = []
         self.bsdf_depth: list[int] = []       # per BSDF: how deep composites nest in it (0: a plain BSDF)
+        self.bsdf_frame: list[str | None] = []  # per BSDF: the frame-perturbing plugin in it (normalmap), or None
         self.textures: list[TextureSpec] = []
         self._bsdf_index: dict[str, int] = {}
         self._loading: set[str] = set()       # BSDF keys being loaded (a composite that contains itself)
@@ -189,10 +191,12 @@ class SceneBuilder:
         self.textures.append(spec)
         return len(self.textures) - 1
 
-    def add_bsdf(self, type_name: str, fields: list, slots: list, twosided: bool, depth: int = 0) -> int:
+    def add_bsdf(self, type_name: str, fields: list, slots: list, twosided: bool, depth: int = 0,
+                 frame: str | None = None) -> int:
         self.bsdfs.append((type_name, fields, twosided))
         self.bsdf_slots.append([tuple(s) for s in slots])
         self.bsdf_depth.append(depth)
+        self.bsdf_frame.append(frame)
         return len(self.bsdfs) - 1
 
     def add_emitter(self, kind: int, geom: np.ndarray, extra: int, key: str, frame: np.ndarray | None = None) -> int:
@@ -217,6 +221,10 @@ class SceneBuilder:
         self.meshes.append((tris, attrs, uvs, normals))
 
     def add_shape(self, shape: AnalyticShape, bsdf: int, emitter: int) -> None:
+        frame = self.bsdf_frame[bsdf] if 0 <= bsdf < len(self.bsdf_frame) else None
+        if frame is not None and shape.kind != kshapes.KIND["sphere"]:
+            raise SceneError(f"{shape.key}: a {frame} BSDF on a {kshapes.NAMES[shape.kind]} is not supported yet "
+                             "(its dp_du / dp_dv are only computed for meshes and spheres)")
         self.shapes.append(shape)
         self.shape_attrs.append((bsdf, emitter))
 

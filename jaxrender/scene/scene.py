@@ -159,7 +159,7 @@ class Scene:
             kind = t.kind if t.plugin is None else ktex.CUSTOM + plugins.index(t.plugin)
             meta[i, :7] = (offsets[i], t.width, t.height, t.channels, kind, t.wrap, t.filter)
             uv[i] = (t.to_uv if t.to_uv is not None else np.eye(3)[:2]).reshape(6)
-        textured = bool(slots)
+        textured = bool(slots) or self.structure.tangents     # (a frame-perturbing BSDF needs UVs)
         env_frame = (self.env_frame.astype(np.float32).reshape(1, 9) if self.env_texture >= 0
                      else np.zeros((0, 9), np.float32))
         return dict(tri_uv=self.tri_uv if textured else np.zeros((0, 6), np.float32),

@@ -28,9 +28,10 @@ from typing import Callable
 from ... import ir
 from ...ir import Vec
 from .. import layout
-from ..params import ARRAY, BSDF, COLOR, FLAG, FLOAT, IOR, KINDS, OPTION, SCALAR, ArrayView, Param
+from ..params import ARRAY, BSDF, COLOR, FLAG, FLOAT, IOR, KINDS, OPTION, SCALAR, TEXTURE, ArrayView, Param
 
-__all__ = ["ARRAY", "BSDF", "COLOR", "FLAG", "FLOAT", "IOR", "KINDS", "OPTION", "SCALAR", "ArrayView", "Param",
+__all__ = ["ARRAY", "BSDF", "COLOR", "FLAG", "FLOAT", "IOR", "KINDS", "OPTION", "SCALAR", "TEXTURE", "ArrayView",
+           "Param",
            "BsdfType", "ParamView", "MAX_NESTING"]
 
 # How deep composite BSDFs may nest (a blend of blends is 2): a trace-time
@@ -60,7 +61,9 @@ class BsdfType:
     ``query`` / ``mix_albedo``: a composite's code (then ``eval``, ``pdf``
     and ``sample`` are None): ``query(params, nested, wi, wos, u) -> (evals,
     sample)``, ``mix_albedo(params, nested, wi) -> Vec`` (``surface.py``).
-    ``null``: it can sample Mitsuba's null component (a pass-through)."""
+    ``null``: it can sample Mitsuba's null component (a pass-through).
+    ``frame``: a composite that perturbs the shading frame (normalmap,
+    bumpmap): scenes with it compute the hit's dp_du / dp_dv."""
     name: str
     plugin: str
     params: tuple
@@ -77,6 +80,7 @@ class BsdfType:
     query: Callable | None = None
     mix_albedo: Callable | None = None
     null: bool = False
+    frame: bool = False
 
     @property
     def composite(self) -> bool:
@@ -122,7 +126,7 @@ class BsdfType:
 class ParamView:
     """A BSDF row seen through its type's parameters: ``view.reflectance``
     (a Spectrum for COLOR, a Float otherwise, an :class:`ArrayView` for
-    ARRAY, a nested BSDF's index for BSDF, None for OPTION), ``view.table`` (its precomputed table, if any)."""
+    ARRAY, a nested BSDF's index for BSDF, a texture's for TEXTURE, None for OPTION), ``view.table`` (its precomputed table, if any)."""
 
     def __init__(self, t: BsdfType, row: list, table=None, buffers: dict | None = None, spectrum=None):
         self._t, self._row, self.table, self._b = t, row, table, buffers
@@ -140,7 +144,7 @@ class ParamView:
             return Vec(*self._row[k:k + self._channels])
         if p.kind == OPTION:
             return dict(self._t.options)[name]
-        if p.kind == BSDF:
+        if p.kind in (BSDF, TEXTURE):
             return ir.cast(self._row[k], "i32")
         if p.kind == ARRAY:
             tex = ir.cast(self._row[k], "i32")

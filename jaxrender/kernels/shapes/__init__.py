@@ -39,3 +39,12 @@ def surface(geo, s, o, d, t, uv: bool):
     """(point, geometric normal, u, v) of a hit at t on analytic shape ``s``;
     (u, v) only when ``uv`` (textured scenes), else 0."""
     return by_kind(geo.shape_kind(s), [lambda m=m: m.surface(geo, s, o, d, t, uv) for m in ANALYTIC])
+
+
+def tangents(geo, s, p):
+    """Mitsuba's (dp_du, dp_dv) at point ``p`` of analytic shape ``s``: a
+    sphere's; other kinds have none here (zero vectors: the scene loader
+    refuses a frame-perturbing BSDF on them)."""
+    zero = lambda: (ir.Vec(0.0, 0.0, 0.0), ir.Vec(0.0, 0.0, 0.0))     # noqa: E731
+    return by_kind(geo.shape_kind(s), [lambda m=m: m.tangents(geo, s, p) if hasattr(m, "tangents") else zero()
+                                       for m in ANALYTIC])

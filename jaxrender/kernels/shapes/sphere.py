@@ -60,6 +60,24 @@ def surface(geo, s, o: Vec, d: Vec, t, uv: bool):
     return p, ng, u, v
 
 
+def tangents(geo, s, p: Vec) -> tuple[Vec, Vec]:
+    """Mitsuba's (dp_du, dp_dv) at point ``p``: the derivatives of the
+    position in u = phi / 2pi and v = theta / pi (dp_dv = (1, 0, 0) in
+    object space at the poles)."""
+    local = geo.to_object(s, p)
+    rd = ir.sqrt(local.x * local.x + local.y * local.y)
+    pole = rd == 0.0
+    inv = 1.0 / ir.select(pole, 1.0, rd)
+    du = Vec(-local.y, local.x, 0.0) * (2.0 * math.pi)
+    dv = Vec(ir.select(pole, 1.0, local.z * local.x * inv), ir.select(pole, 0.0, local.z * local.y * inv),
+             ir.select(pole, 0.0, -rd)) * math.pi
+    m = [geo.shape_value(s, layout.SHAPE_TO_WORLD + k) for k in range(12)]
+
+    def vec(v: Vec) -> Vec:
+        return Vec(*(m[4 * k] * v.x + m[4 * k + 1] * v.y + m[4 * k + 2] * v.z for k in range(3)))
+    return vec(du), vec(dv)
+
+
 def cone(geo, s, p: Vec):
     """Sphere ``s`` seen from ``p``: (vector to its centre, its squared
     length, sin^2 and 1 - cos of the half angle of the cone it subtends,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from ... import ir
 from ...ir import Vec
 from .. import layout
+from ..sampling import coordinate_system
 
 INF = float("inf")
 
@@ -51,3 +52,22 @@ def surface(tris, normals, tri, o: Vec, d: Vec, t, b1, b2):
         smooth = l2 > 0.0
         ns = ir.select(smooth, n * ir.rsqrt(ir.select(smooth, l2, 1.0)), ng)
     return o + d * t, ng, ns, b1, b2
+
+
+def tangents(tris, uvs, tri, ng: Vec) -> tuple[Vec, Vec]:
+    """Mitsuba's (dp_du, dp_dv) of triangle ``tri``: the position's
+    derivatives in its texture coordinates (``uvs``: the ``tri_uv`` buffer;
+    a mesh without them has the barycentric map, so dp_du = p1 - p0), or
+    the coordinate system of ``ng`` where those coordinates are degenerate."""
+    p0, p1, p2 = vertices(tris, tri)
+    q = [uvs.read(tri, k) for k in range(6)]
+    du0, dv0, du1, dv1 = q[2] - q[0], q[3] - q[1], q[4] - q[0], q[5] - q[1]
+    dp0, dp1 = p1 - p0, p2 - p0
+    det = du0 * dv1 - dv0 * du1
+    ok = det != 0.0
+    inv = 1.0 / ir.select(ok, det, 1.0)
+    s, t = coordinate_system(ng)
+    dp_du = (dp0 * dv1 - dp1 * dv0) * inv
+    dp_dv = (dp1 * du0 - dp0 * du1) * inv
+    return (Vec(*(ir.select(ok, a, b) for a, b in zip(dp_du, s))),
+            Vec(*(ir.select(ok, a, b) for a, b in zip(dp_dv, t))))

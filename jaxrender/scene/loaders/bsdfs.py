@@ -22,7 +22,10 @@ BSDF's row index. How each :class:`Param` kind is read:
   BSDFs in the order given, one per BSDF Param, loaded as
   ``<key>.<name>`` (``bsdf_0``, ``nested_bsdf``, ``brdf_1``: Mitsuba's
   traverse names) or by their id when referenced; the row holds their
-  indices. Composites nest at most ``kernels.bsdfs.base.MAX_NESTING`` deep.
+  indices. Composites nest at most ``kernels.bsdfs.base.MAX_NESTING`` deep;
+  a frame-perturbing one (normalmap, bumpmap) not inside another.
+* TEXTURE (bumpmap): the plugin's one nested texture, whatever its name,
+  loaded as ``<key>.<name>``; a bitmap. The row holds its texture index.
 
 Mitsuba's own rules beyond the declarations are in :data:`PLUGIN_RULES`
 (roughplastic's restrictions, the conductors' ``material`` presets,
@@ -60,6 +63,8 @@ def load_registered(builder: SceneBuilder, props: Properties, twosided: bool = F
         raise props.error(f"no {props.plugin} variant is registered for {options}") from None
     nested = _nested(builder, props, t)
     fields, slots = _row(builder, props, t, fixed, nested)
+    if t.plugin == "normalmap" and any(builder.textures[s[2]].channels != 3 for s in slots):
+        raise props.error("the normal map must have three channels (Mitsuba's eval_3)", "normalmap")
     if len(slots) > layout.MAX_TEX_SLOTS:
         raise props.error(f"at most {layout.MAX_TEX_SLOTS} parameters of one BSDF can be textured, got {len(slots)}")
     children = [int(k) for (k, _), prm in zip(fields, [q for q in t.params if q.width()]) if prm.kind == base.BSDF]
@@ -67,7 +72,11 @@ def load_registered(builder: SceneBuilder, props: Properties, twosided: bool = F
     if depth > base.MAX_NESTING:
         raise props.error(f"composite BSDFs nest {depth} deep here; at most {base.MAX_NESTING} levels are "
                           "supported")
-    return builder.add_bsdf(t.name, fields, slots, twosided, depth)
+    inner = next((builder.bsdf_frame[c] for c in children if builder.bsdf_frame[c] is not None), None)
+    if t.frame and inner is not None:
+        raise props.error(f"a {inner} inside a {props.plugin} is not supported yet (frame perturbations do not "
+                          "nest)")
+    return builder.add_bsdf(t.name, fields, slots, twosided, depth, props.plugin if t.frame else inner)
 
 
 def _nested(builder: SceneBuilder, props: Properties, t: base.BsdfType) -> list:
@@ -140,6 +149,9 @@ def _row(builder: SceneBuilder, props: Properties, t: base.BsdfType, fixed: dict
             props.get(name)
             fields.append((float(builder.bsdf(spec, f"{props.key}.{prm.name}")), width))
             continue
+        if prm.kind == base.TEXTURE:
+            fields.append((float(_texture_child(builder, props, prm)), width))
+            continue
         name = prm.group if prm.group in isotropic else prm.name
         if prm.kind in (base.COLOR, base.FLOAT) and name not in fixed:
             ti = builder.texture(props.get(name, prm.default), f"{props.key}.{name}", width)
@@ -149,6 +161,23 @@ def _row(builder: SceneBuilder, props: Properties, t: base.BsdfType, fixed: dict
                 continue
         fields.append((_READERS[prm.kind](builder, props, prm, name, fixed), width))
     return fields, slots
+
+
+def _texture_child(builder: SceneBuilder, props: Properties, prm: base.Param) -> int:
+    """A TEXTURE parameter: the plugin's one nested texture (any name, as
+    Mitsuba's bumpmap takes it), loaded as ``<key>.<name>``; a bitmap, the
+    only texture whose gradient the kernels compute."""
+    found = [(name, spec) for name, spec in props.plugins() if builder.category(spec, name) == "texture"]
+    if len(found) != 1:
+        raise props.error(f"{props.plugin} takes one nested texture, got {len(found)}")
+    name, spec = found[0]
+    props.get(name)
+    ti = builder.texture(spec, f"{props.key}.{prm.name}", 1)
+    tex = builder.textures[ti] if ti is not None else None
+    if tex is None or tex.kind != ktex.BITMAP or tex.plugin is not None:
+        raise props.error(f"{props.plugin}: only a bitmap texture's gradient is supported, got "
+                          f"{builder.resolve(spec, name)[0].get('type')!r}", name)
+    return ti
 
 
 def _add_slot(slots: list, start: int, width: int, texture: int, luminance: int) -> None:
