@@ -76,7 +76,8 @@ class PrincipledParams:
     clearcoat_rate: Any
 
 
-def _zero3() -> Vec:
+def zero3() -> Vec:
+    """A black colour."""
     z = ir.Float(0.0)
     return Vec(z, z, z)
 
@@ -243,7 +244,7 @@ def eval(params: PrincipledParams, wi: Vec, wo: Vec, transmission: bool = False)
     d = _ggx(p)
     DG = d.eval(h) * d.G(wi, wo, h)
     compat_r = compatible(h, wi, wo, ci, True)
-    zero = _zero3()
+    zero = zero3()
 
     spec_on = active & reflect & compat_r & (F > 0.0)
     spec = _fresnel_reflect(p, F, wi_h, front, bsdf) * (DG / (4.0 * ir.abs(ci)))
@@ -325,7 +326,7 @@ def sample(params: PrincipledParams, wi: Vec, u1, u2: Vec, transmission: bool = 
         wo = ir.select(is_t, wo_t, wo)
     wo = ir.select(pick_d, wo_d, wo)
     ok = ir.select(pick_d, ci * wo_d.z > 0.0, ok)
-    zero = _zero3()
+    zero = zero3()
     wo = ir.select(active, wo, zero)
     active = active & ok
     pd = ir.select(active, pdf(p, wi, wo, transmission), 0.0)

@@ -1,0 +1,229 @@
+"""Mitsuba's thin principled BSDF (``kernels/bsdfs/principledthin.py``)
+against Mitsuba 3.9.1's scalar_rgb plugin: eval / pdf for random direction
+pairs (wi on both sides), sample() for identical random numbers, chi-square
+fits of sample() vs pdf() (its exact density), the loader's keys and rules,
+and a render and a gradient through the whole renderer.
+
+Tolerances (float32 on both sides, same inputs), as the principled tests:
+eval / pdf within 2e-4 relative (floor 1e-3); sampled directions within
+1e-4; sampled pdf and weight within 2e-4 for 99% of samples and 1e-2 for all.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from bsdf_harness import (
+    bsdf_kernel,
+    chi2_sample_vs_pdf,
+    mitsuba_bsdf,
+    mitsuba_query,
+    random_wi,
+    rel_err,
+    rgb,
+    run_bsdf,
+    uniform_sphere,
+)
+
+import jaxrender
+from jaxrender.kernels.bsdfs import principledthin
+from jaxrender.kernels.bsdfs.base import COLOR, ParamView
+from test_film import _agree, _mitsuba_renders, _ours_renders
+from test_gradients import _check_exact_fd, _loss_fn, _weights
+from test_scene_parsing import to_mitsuba
+
+mi = pytest.importorskip("mitsuba")
+
+N_PAIRS = 1200
+TOL = 2e-4
+T = principledthin.TYPE
+
+# Parameter sets, as Mitsuba properties (floats, or rgb triples for base_color).
+SETS = [
+    {},
+    {"spec_trans": 0.8, "eta": 1.33, "roughness": 0.15, "spec_tint": 0.1, "anisotropic": 0.5,
+     "diff_trans": 0.3, "base_color": (0.7, 0.1, 0.1)},
+    {"spec_trans": 1.0, "eta": 1.5, "roughness": 0.4},
+    {"diff_trans": 1.2, "sheen": 0.7, "sheen_tint": 0.5, "flatness": 0.6, "roughness": 0.7,
+     "base_color": (0.3, 0.8, 0.4)},
+    {"spec_trans": 0.4, "eta": 2.0, "roughness": 0.6, "anisotropic": 0.8, "spec_tint": 0.9, "diff_trans": 2.0,
+     "base_color": (0.2, 0.5, 0.9), "diffuse_reflectance_sampling_rate": 0.5,
+     "specular_reflectance_sampling_rate": 2.0, "specular_transmittance_sampling_rate": 3.0,
+     "diffuse_transmittance_sampling_rate": 0.7},
+    {"spec_trans": 0.5, "eta": 0.8, "roughness": 0.3, "sheen": 1.0, "flatness": 1.0, "diff_trans": 0.5},
+]
+
+
+def row(props: dict) -> np.ndarray:
+    out = []
+    for p in T.params:
+        v = props.get(p.name, p.default)
+        out.extend(np.broadcast_to(np.asarray(v, np.float32), (3,)) if p.kind == COLOR else [v])
+    return np.array(out, np.float32)
+
+
+def mitsuba(props: dict):
+    d = {"type": "principledthin"}
+    for k, v in props.items():
+        d[k] = rgb(v) if k == "base_color" else float(v)
+    return mitsuba_bsdf(d)
+
+
+def _make(r):
+    return T.make(ParamView(T, list(r)))
+
+
+def kernel():
+    return bsdf_kernel(principledthin, _make, sum(p.width() for p in T.params), "principledthin")
+
+
+def pairs(seed=11):
+    rng = np.random.default_rng(seed)
+    wi = random_wi(rng, N_PAIRS, below=0.4)
+    wo = uniform_sphere(rng, N_PAIRS)
+    # wo near wi's mirror direction and its transmitted twin, where the glossy lobes peak
+    k = N_PAIRS // 3
+    near = wi[:k] * np.float32([-1, -1, 1]) + rng.normal(0, 0.15, (k, 3)).astype(np.float32)
+    near[k // 2:, 2] *= -1
+    wo[:k] = near / np.linalg.norm(near, axis=1, keepdims=True)
+    u = rng.random((N_PAIRS, 3), dtype=np.float32)
+    return wi, wo, u
+
+
+PAIRS = pairs()
+
+
+def compare(props: dict, j: int):
+    k, r, b = kernel(), row(props), mitsuba(props)
+    wi, wo, u = PAIRS
+    mine = run_bsdf(k, r, wi, wo, u)
+    ref = mitsuba_query(b, wi, wo, u)
+    errs = {"eval": rel_err(mine["eval"], ref["eval"], 1e-3).max(),
+            "pdf": rel_err(mine["pdf"], ref["pdf"], 1e-3).max()}
+    assert errs["eval"] <= TOL and errs["pdf"] <= TOL, f"set {j}: {errs}"
+    ok_ref = np.any(ref["s_weight"] != 0, axis=1)
+    ok = np.any(mine["s_weight"] != 0, axis=1)
+    assert np.array_equal(ok, ok_ref), f"set {j}: sampling validity differs at {np.flatnonzero(ok != ok_ref)[:5]}"
+    assert ok.mean() > 0.5
+    errs["s_wo"] = np.abs(mine["s_wo"] - ref["s_wo"]).max()
+    assert errs["s_wo"] <= 1e-4, f"set {j}: {errs}"
+    for key in ("s_pdf", "s_weight"):
+        e = rel_err(mine[key][ok], ref[key][ok], 1e-3).reshape(ok.sum(), -1).max(1)
+        assert np.quantile(e, 0.99) <= TOL and e.max() <= 1e-2, f"set {j}: {key} {e.max()}"
+        errs[key] = e.max()
+    # eval / pdf again at the sampled directions (the lobes' peaks)
+    s_wo = ref["s_wo"][ok].astype(np.float32)
+    r2 = run_bsdf(k, r, wi[ok], s_wo, u[ok])
+    b2 = mitsuba_query(b, wi[ok], s_wo, u[ok])
+    for key in ("eval", "pdf"):
+        errs[key + "@sampled"] = e = rel_err(r2[key], b2[key], 1e-3).max()
+        assert e <= TOL, f"set {j}: {key} at sampled directions {e}"
+    return errs
+
+
+@pytest.mark.parametrize("j", range(len(SETS)))
+def test_principledthin_matches_mitsuba(j):
+    compare(SETS[j], j)
+
+
+def wi_at(theta_deg, phi_deg=20.0):
+    t, p = np.radians(theta_deg), np.radians(phi_deg)
+    return np.array([np.sin(t) * np.cos(p), np.sin(t) * np.sin(p), np.cos(t)], np.float32)
+
+
+# (set, theta of wi in degrees; above 90: wi below the sheet). Rough
+# enough for the harness's quadrature of pdf() over its cells.
+GLOSSY = {"spec_trans": 0.7, "eta": 1.6, "roughness": 0.6, "anisotropic": 0.3, "diff_trans": 0.6,
+          "spec_tint": 0.5}
+CHI2 = [(SETS[3], 50.0), (SETS[4], 120.0), (GLOSSY, 60.0), (GLOSSY, 160.0)]
+
+
+@pytest.mark.parametrize("j", range(len(CHI2)))
+def test_principledthin_sampling_chi2(j):
+    props, theta = CHI2[j]
+    z, integral, _ = chi2_sample_vs_pdf(kernel(), row(props), wi_at(theta), n=100_000, seed=j)
+    assert integral.sum() <= 1.0 + 5e-3
+    assert z < 4.5, f"chi2 set {j}: z={z}"
+
+
+# ------------------------------------------------------- scene side ----
+def thin_cbox(size=16, spp=16, **integrator):
+    d = jaxrender.cornell_box()
+    d["sensor"]["film"]["width"] = d["sensor"]["film"]["height"] = size
+    d["sensor"]["sampler"]["sample_count"] = spp
+    d["integrator"] = {"type": "path", "max_depth": 4, **integrator}
+    d["large-box"]["bsdf"] = {
+        "type": "principledthin", "roughness": 0.35, "sheen": 0.5, "sheen_tint": 0.4, "flatness": 0.3,
+        "diff_trans": 0.8, "base_color": {"type": "checkerboard", "color0": rgb([0.8, 0.3, 0.1]),
+                                          "color1": rgb([0.1, 0.4, 0.8])}}
+    d["small-box"]["bsdf"] = {"type": "principledthin", "spec_trans": 0.7, "eta": 1.4, "roughness": 0.3,
+                              "spec_tint": 0.3, "anisotropic": 0.4, "base_color": rgb([0.9, 0.8, 0.5])}
+    return d
+
+
+def test_loaded_parameters_are_mitsubas_traverse():
+    """Keys and values of every principledthin parameter, as mi.traverse lists them."""
+    d = thin_cbox()
+    d["large-box"]["bsdf"]["eta"] = {"type": "checkerboard", "color0": 1.2, "color1": 1.7}
+    scene = jaxrender.load_dict(d)
+
+    def mine(k):  # (the checkerboards' own keys are the texture tests' business)
+        return k.startswith(("large-box.bsdf.", "small-box.bsdf.")) and ".color" not in k
+
+    ours = {k: np.asarray(v, np.float64) for k, v in scene.params.items() if mine(k)}
+    m = mi.traverse(mi.load_dict(to_mitsuba(mi, d)))
+    theirs = {k: m[k] for k in m.keys() if mine(k) and not k.endswith(".to_uv")}
+    assert set(ours) == set(theirs)
+    assert "small-box.bsdf.specular_transmittance_sampling_rate" in ours
+    for k in ours:
+        np.testing.assert_allclose(ours[k], np.broadcast_to(np.asarray(theirs[k], np.float64), ours[k].shape),
+                                   rtol=1e-7, err_msg=k)
+    assert "principledthin" in {t.name for t in scene.bsdf_types}
+
+
+@pytest.mark.parametrize("bsdf, message", [
+    ({"type": "principledthin", "metallic": 0.3}, "metallic"),      # principled's, not read by principledthin
+    ({"type": "principledthin", "specular": 0.5}, "specular"),
+    ({"type": "twosided", "b": {"type": "principledthin"}}, "transmissive BSDF \\(principledthin\\)"),
+])
+def test_what_mitsuba_refuses_is_refused(bsdf, message):
+    d = thin_cbox()
+    d["floor"]["bsdf"] = bsdf
+    with pytest.raises(Exception):
+        mi.load_dict(to_mitsuba(mi, d))
+    with pytest.raises(jaxrender.SceneError, match=message):
+        jaxrender.load_dict(d)
+
+
+def test_render_matches_mitsuba_within_noise():
+    # (Russian roulette from depth 2: a thin sheet's sampled eta is 1.)
+    d = thin_cbox(rr_depth=2)
+    d["floor"]["bsdf"] = {"type": "principledthin", "spec_trans": 0.3, "diff_trans": 1.5, "roughness": 0.5,
+                          "eta": 1.2, "base_color": rgb([0.6, 0.7, 0.5])}
+    _agree(_ours_renders(d, 16, 6), _mitsuba_renders(d, 16, 6, seed0=50))
+
+
+def test_albedo_aov_is_mitsubas():
+    """Mitsuba's eval_diffuse_reflectance: base_color (a texture on the large box)."""
+    d = thin_cbox(size=16)
+    d["integrator"] = {"type": "aov", "aovs": "a:albedo"}
+    _agree(_ours_renders(d, 4, 4), _mitsuba_renders(d, 4, 4, seed0=50))
+
+
+def test_gradients_match_finite_differences():
+    # base_color and sheen enter eval only, not the lobe selection: exact
+    # against FD with the same random numbers (roulette off).
+    d = thin_cbox(size=8, rr_depth=100)
+    d["large-box"]["bsdf"]["base_color"] = rgb([0.7, 0.4, 0.2])
+    scene = jaxrender.load_dict(d)
+    _check_exact_fd(scene, "large-box.bsdf.base_color.value", min_fd=1e-3)
+    # (sheen's derivative is small beside the loss, ~44: a step of 0.01
+    # leaves float32 rounding of the sum at ~2% of the difference; the
+    # loss is a low-degree polynomial in sheen, so a wide central step is exact enough)
+    key = "large-box.bsdf.sheen.value"
+    loss = _loss_fn(scene, key, _weights(scene), spp=4)
+    x0, h = jnp.float32(0.5), 0.2
+    g = float(jax.grad(loss)(x0, 7, 7))
+    fd = (float(loss(x0 + h, 7, 0)) - float(loss(x0 - h, 7, 0))) / (2 * h)
+    assert abs(fd) > 1e-3 and abs(g - fd) <= 2e-3 * abs(fd) + 1e-4, (g, fd)
