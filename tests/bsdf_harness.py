@@ -21,6 +21,13 @@ API:
 * ``random_wi(rng, n, below=0.0)``, ``uniform_sphere(rng, n)``: float32 unit
   vectors (``below``: fraction of wi below the horizon).
 * ``rel_err(a, b, floor)``: elementwise |a - b| / max(|b|, floor).
+* ``glossy_pairs(n, seed, below, through=0.0)``: ``(wi, wo, u)`` with a
+  third of ``wo`` near wi's mirror direction (a fraction ``through`` of
+  those mirrored through the surface), the rest uniform.
+* ``compare_with_mitsuba(kernel, prm, bsdf, wi, wo, u, tol)``: eval / pdf
+  (NaN where Mitsuba's is) and sample() against Mitsuba's, then eval / pdf
+  again at the sampled directions; returns the largest errors.
+* ``wi_at(theta_deg, phi_deg=20)``: a float32 direction.
 * ``chi2_sample_vs_pdf(kernel, prm_row, wi, n=..., seed=...)``: histogram
   ``n`` samples on a (cos theta, phi) grid of the sphere and compare with the
   kernel's pdf integrated over each cell (midpoint rule); returns
@@ -130,6 +137,53 @@ def random_wi(rng, n, below=0.0):
 
 def rel_err(a, b, floor):
     return np.abs(a - b) / np.maximum(np.abs(b), floor)
+
+
+def wi_at(theta_deg, phi_deg=20.0):
+    t, p = np.radians(theta_deg), np.radians(phi_deg)
+    return np.array([np.sin(t) * np.cos(p), np.sin(t) * np.sin(p), np.cos(t)], np.float32)
+
+
+def glossy_pairs(n, seed, below, through=0.0):
+    rng = np.random.default_rng(seed)
+    wi = random_wi(rng, n, below=below)
+    wo = uniform_sphere(rng, n)
+    k = n // 3
+    near = wi[:k] * np.float32([-1, -1, 1]) + rng.normal(0, 0.15, (k, 3)).astype(np.float32)
+    near[k - int(k * through):, 2] *= -1
+    wo[:k] = near / np.linalg.norm(near, axis=1, keepdims=True)
+    u = rng.random((n, 3), dtype=np.float32)
+    return wi, wo, u
+
+
+def compare_with_mitsuba(kernel, prm, bsdf, wi, wo, u, tol, label="") -> dict:
+    """Sampled directions within 1e-4; eval and pdf within ``tol`` relative
+    (floor 1e-3), sampled pdf and weight within ``tol`` for 99% of samples
+    and 1e-2 for all; the same samples valid on both sides."""
+    mine = run_bsdf(kernel, prm, wi, wo, u)
+    ref = mitsuba_query(bsdf, wi, wo, u)
+    np.testing.assert_array_equal(np.isnan(mine["pdf"]), np.isnan(ref["pdf"]))
+    errs = {"eval": rel_err(mine["eval"], ref["eval"], 1e-3).max(),
+            "pdf": np.nanmax(rel_err(mine["pdf"], ref["pdf"], 1e-3))}
+    assert errs["eval"] <= tol and errs["pdf"] <= tol, f"{label}: {errs}"
+    ok_ref = np.any(ref["s_weight"] != 0, axis=1)
+    ok = np.any(mine["s_weight"] != 0, axis=1)
+    assert np.array_equal(ok, ok_ref), f"{label}: sampling validity differs at {np.flatnonzero(ok != ok_ref)[:5]}"
+    errs["s_wo"] = np.abs(mine["s_wo"][ok] - ref["s_wo"][ok]).max()
+    assert errs["s_wo"] <= 1e-4, f"{label}: {errs}"
+    for key in ("s_pdf", "s_weight"):
+        e = rel_err(mine[key][ok], ref[key][ok], 1e-3).reshape(ok.sum(), -1).max(1)
+        assert np.quantile(e, 0.99) <= tol and e.max() <= 1e-2, f"{label}: {key} {e.max()}"
+        errs[key] = e.max()
+    # eval / pdf again at the sampled directions (the lobes' peaks)
+    s_wo = ref["s_wo"][ok].astype(np.float32)
+    r2 = run_bsdf(kernel, prm, wi[ok], s_wo, u[ok])
+    b2 = mitsuba_query(bsdf, wi[ok], s_wo, u[ok])
+    for key in ("eval", "pdf"):
+        errs[key + "@sampled"] = e = rel_err(r2[key], b2[key], 1e-3).max()
+        assert e <= tol, f"{label}: {key} at sampled directions {e}"
+    errs["valid"] = ok.mean()
+    return errs
 
 
 def sphere_grid(nz=24, nphi=48, sub=6):

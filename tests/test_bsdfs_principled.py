@@ -17,17 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from bsdf_harness import (
-    bsdf_kernel,
-    chi2_sample_vs_pdf,
-    mitsuba_bsdf,
-    mitsuba_query,
-    random_wi,
-    rel_err,
-    rgb,
-    run_bsdf,
-    uniform_sphere,
-)
+from bsdf_harness import bsdf_kernel, chi2_sample_vs_pdf, compare_with_mitsuba, glossy_pairs, mitsuba_bsdf, rgb, wi_at
 
 import jaxrender
 from jaxrender.kernels.bsdfs import principled, registry
@@ -103,54 +93,19 @@ def kernel(t):
 
 @functools.cache
 def pairs(seed=11):
-    rng = np.random.default_rng(seed)
-    wi = random_wi(rng, N_PAIRS, below=0.3)
-    wo = uniform_sphere(rng, N_PAIRS)
-    # wo near wi's mirror and refraction directions, where the glossy lobes peak
-    near = wi[: N_PAIRS // 3] * np.float32([-1, -1, 1]) + rng.normal(0, 0.15, (N_PAIRS // 3, 3)).astype(np.float32)
-    wo[: N_PAIRS // 3] = near / np.linalg.norm(near, axis=1, keepdims=True)
-    u = rng.random((N_PAIRS, 3), dtype=np.float32)
-    return wi, wo, u
+    return glossy_pairs(N_PAIRS, seed, below=0.3)
 
 
 def compare(props: dict, j: int):
     tol = TOL_SHARP_COAT if props.get("clearcoat_gloss", 0.0) > 0.8 else TOL
     t = variant(props)
-    k, r, b = kernel(t), row(props), mitsuba(props)
-    wi, wo, u = pairs()
-    mine = run_bsdf(k, r, wi, wo, u)
-    ref = mitsuba_query(b, wi, wo, u)
     # (Mitsuba's pdf is NaN where all lobe probabilities vanish: eta = 1 seen from inside)
-    np.testing.assert_array_equal(np.isnan(mine["pdf"]), np.isnan(ref["pdf"]))
-    errs = {"eval": rel_err(mine["eval"], ref["eval"], 1e-3).max(),
-            "pdf": np.nanmax(rel_err(mine["pdf"], ref["pdf"], 1e-3))}
-    assert errs["eval"] <= tol and errs["pdf"] <= tol, f"set {j}: {errs}"
-    ok_ref = np.any(ref["s_weight"] != 0, axis=1)
-    ok = np.any(mine["s_weight"] != 0, axis=1)
-    assert np.array_equal(ok, ok_ref), f"set {j}: sampling validity differs at {np.flatnonzero(ok != ok_ref)[:5]}"
-    assert np.abs(mine["s_wo"][ok] - ref["s_wo"][ok]).max() <= 1e-4, f"set {j}"
-    for key in ("s_pdf", "s_weight"):
-        e = rel_err(mine[key][ok], ref[key][ok], 1e-3).reshape(ok.sum(), -1).max(1)
-        assert np.quantile(e, 0.99) <= tol and e.max() <= 1e-2, f"set {j}: {key} {e.max()}"
-        errs[key] = e.max()
-    # eval / pdf again at the sampled directions (the lobes' peaks)
-    s_wo = ref["s_wo"][ok].astype(np.float32)
-    r2 = run_bsdf(k, r, wi[ok], s_wo, u[ok])
-    b2 = mitsuba_query(b, wi[ok], s_wo, u[ok])
-    for key in ("eval", "pdf"):
-        e = rel_err(r2[key], b2[key], 1e-3).max()
-        assert e <= tol, f"set {j}: {key} at sampled directions {e}"
-    return errs
+    return compare_with_mitsuba(kernel(t), row(props), mitsuba(props), *pairs(), tol, f"set {j}")
 
 
 @pytest.mark.parametrize("j", range(len(SETS)))
 def test_principled_matches_mitsuba(j):
     compare(SETS[j], j)
-
-
-def wi_at(theta_deg, phi_deg=20.0):
-    t, p = np.radians(theta_deg), np.radians(phi_deg)
-    return np.array([np.sin(t) * np.cos(p), np.sin(t) * np.sin(p), np.cos(t)], np.float32)
 
 
 # Sets where pdf() is the exact density of sample(): without transmission,
