@@ -18,6 +18,9 @@ API:
   ``mitsuba_query(bsdf, wi, wo, u) -> dict`` with the same keys as
   ``run_bsdf`` (``s_delta`` from the sampled type).
 * ``rgb(v)``: Mitsuba's ``{'type': 'rgb', 'value': v}``.
+* ``param_row(t, props)``: the parameter row of BsdfType ``t`` for Mitsuba
+  properties ``props`` (floats, or rgb triples for COLOR params; defaults
+  for the others); ``mitsuba_plugin(plugin, props)``: Mitsuba's BSDF for them.
 * ``random_wi(rng, n, below=0.0)``, ``uniform_sphere(rng, n)``: float32 unit
   vectors (``below``: fraction of wi below the horizon).
 * ``rel_err(a, b, floor)``: elementwise |a - b| / max(|b|, floor).
@@ -28,6 +31,14 @@ API:
   (NaN where Mitsuba's is) and sample() against Mitsuba's, then eval / pdf
   again at the sampled directions; returns the largest errors.
 * ``wi_at(theta_deg, phi_deg=20)``: a float32 direction.
+* ``check_chi2(kernel, prm_row, wi, seed)``: :func:`chi2_sample_vs_pdf`
+  with 100k samples accepted (z < 4.5, pdf integrating to at most 1).
+* ``cbox_with(large, small, size=16, spp=16, **integrator)``: a small
+  Cornell box scene dict (path tracer, max_depth 4) whose boxes have the
+  BSDFs ``large`` and ``small``.
+* ``assert_params_are_traverse(d, mine)``: the parameters jaxrender loads
+  from scene dict ``d`` whose keys satisfy ``mine`` are ``mi.traverse``'s
+  (keys and values).
 * ``chi2_sample_vs_pdf(kernel, prm_row, wi, n=..., seed=...)``: histogram
   ``n`` samples on a (cos theta, phi) grid of the sphere and compare with the
   kernel's pdf integrated over each cell (midpoint rule); returns
@@ -44,6 +55,7 @@ import math
 
 import numpy as np
 
+import jaxrender
 from jaxrender import ir
 from jaxrender.ir import Vec
 from jaxrender.primitives import launch
@@ -87,6 +99,21 @@ def run_bsdf(kernel, prm, wi, wo, u) -> dict:
 
 def rgb(v):
     return {"type": "rgb", "value": [float(x) for x in v]}
+
+
+def param_row(t, props: dict) -> np.ndarray:
+    from jaxrender.kernels.bsdfs.base import COLOR, OPTION
+    out = []
+    for p in t.params:
+        if p.kind != OPTION:
+            v = props.get(p.name, p.default)
+            out.extend(np.broadcast_to(np.asarray(v, np.float32), (3,)) if p.kind == COLOR else [v])
+    return np.array(out, np.float32)
+
+
+def mitsuba_plugin(plugin: str, props: dict):
+    return mitsuba_bsdf({"type": plugin, **{k: rgb(v) if isinstance(v, (tuple, list)) else float(v)
+                                            for k, v in props.items()}})
 
 
 @functools.cache
@@ -214,3 +241,33 @@ def chi2_sample_vs_pdf(kernel, prm_row, wi, n=200_000, seed=0, nz=24, nphi=48, s
     integral = (q["pdf"].reshape(nz, sub, nphi, sub) * w).sum((1, 3))
     _, _, z = chi2_reject(hist.ravel(), integral.ravel() * n)
     return z, integral, s
+
+
+def check_chi2(kernel, prm_row, wi, seed, label=""):
+    z, integral, _ = chi2_sample_vs_pdf(kernel, prm_row, wi, n=100_000, seed=seed)
+    assert integral.sum() <= 1.0 + 5e-3
+    assert z < 4.5, f"chi2 {label}: z={z}"
+
+
+def cbox_with(large, small, size=16, spp=16, **integrator) -> dict:
+    d = jaxrender.cornell_box()
+    d["sensor"]["film"]["width"] = d["sensor"]["film"]["height"] = size
+    d["sensor"]["sampler"]["sample_count"] = spp
+    d["integrator"] = {"type": "path", "max_depth": 4, **integrator}
+    d["large-box"]["bsdf"], d["small-box"]["bsdf"] = large, small
+    return d
+
+
+def assert_params_are_traverse(d, mine):
+    try:
+        from test_scene_parsing import to_mitsuba
+    except ImportError:  # pragma: no cover - run from another directory
+        from tests.test_scene_parsing import to_mitsuba
+    mi = _mi()
+    ours = {k: np.asarray(v, np.float64) for k, v in jaxrender.load_dict(d).params.items() if mine(k)}
+    m = mi.traverse(mi.load_dict(to_mitsuba(mi, d)))
+    theirs = {k: m[k] for k in m.keys() if mine(k) and not k.endswith(".to_uv")}
+    assert set(ours) == set(theirs)
+    for k in ours:
+        np.testing.assert_allclose(ours[k], np.broadcast_to(np.asarray(theirs[k], np.float64), ours[k].shape),
+                                   rtol=1e-7, err_msg=k)

@@ -14,11 +14,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from bsdf_harness import bsdf_kernel, chi2_sample_vs_pdf, compare_with_mitsuba, glossy_pairs, mitsuba_bsdf, rgb, wi_at
+from bsdf_harness import (assert_params_are_traverse, bsdf_kernel, cbox_with, check_chi2, compare_with_mitsuba,
+                          glossy_pairs, mitsuba_plugin, param_row, rgb, wi_at)
 
 import jaxrender
 from jaxrender.kernels.bsdfs import principledthin
-from jaxrender.kernels.bsdfs.base import COLOR, ParamView
+from jaxrender.kernels.bsdfs.base import ParamView
 from test_film import _agree, _mitsuba_renders, _ours_renders
 from test_gradients import _check_exact_fd, _loss_fn, _weights
 from test_scene_parsing import to_mitsuba
@@ -46,18 +47,11 @@ SETS = [
 
 
 def row(props: dict) -> np.ndarray:
-    out = []
-    for p in T.params:
-        v = props.get(p.name, p.default)
-        out.extend(np.broadcast_to(np.asarray(v, np.float32), (3,)) if p.kind == COLOR else [v])
-    return np.array(out, np.float32)
+    return param_row(T, props)
 
 
 def mitsuba(props: dict):
-    d = {"type": "principledthin"}
-    for k, v in props.items():
-        d[k] = rgb(v) if k == "base_color" else float(v)
-    return mitsuba_bsdf(d)
+    return mitsuba_plugin("principledthin", props)
 
 
 def _make(r):
@@ -87,43 +81,27 @@ CHI2 = [(SETS[3], 50.0), (SETS[4], 120.0), (GLOSSY, 60.0), (GLOSSY, 160.0)]
 @pytest.mark.parametrize("j", range(len(CHI2)))
 def test_principledthin_sampling_chi2(j):
     props, theta = CHI2[j]
-    z, integral, _ = chi2_sample_vs_pdf(kernel(), row(props), wi_at(theta), n=100_000, seed=j)
-    assert integral.sum() <= 1.0 + 5e-3
-    assert z < 4.5, f"chi2 set {j}: z={z}"
+    check_chi2(kernel(), row(props), wi_at(theta), seed=j, label=f"set {j}")
 
 
 # ------------------------------------------------------- scene side ----
 def thin_cbox(size=16, spp=16, **integrator):
-    d = jaxrender.cornell_box()
-    d["sensor"]["film"]["width"] = d["sensor"]["film"]["height"] = size
-    d["sensor"]["sampler"]["sample_count"] = spp
-    d["integrator"] = {"type": "path", "max_depth": 4, **integrator}
-    d["large-box"]["bsdf"] = {
-        "type": "principledthin", "roughness": 0.35, "sheen": 0.5, "sheen_tint": 0.4, "flatness": 0.3,
-        "diff_trans": 0.8, "base_color": {"type": "checkerboard", "color0": rgb([0.8, 0.3, 0.1]),
-                                          "color1": rgb([0.1, 0.4, 0.8])}}
-    d["small-box"]["bsdf"] = {"type": "principledthin", "spec_trans": 0.7, "eta": 1.4, "roughness": 0.3,
-                              "spec_tint": 0.3, "anisotropic": 0.4, "base_color": rgb([0.9, 0.8, 0.5])}
-    return d
+    large = {"type": "principledthin", "roughness": 0.35, "sheen": 0.5, "sheen_tint": 0.4, "flatness": 0.3,
+             "diff_trans": 0.8, "base_color": {"type": "checkerboard", "color0": rgb([0.8, 0.3, 0.1]),
+                                               "color1": rgb([0.1, 0.4, 0.8])}}
+    small = {"type": "principledthin", "spec_trans": 0.7, "eta": 1.4, "roughness": 0.3, "spec_tint": 0.3,
+             "anisotropic": 0.4, "base_color": rgb([0.9, 0.8, 0.5])}
+    return cbox_with(large, small, size, spp, **integrator)
 
 
 def test_loaded_parameters_are_mitsubas_traverse():
     """Keys and values of every principledthin parameter, as mi.traverse lists them."""
     d = thin_cbox()
     d["large-box"]["bsdf"]["eta"] = {"type": "checkerboard", "color0": 1.2, "color1": 1.7}
+    # (the checkerboards' own keys are the texture tests' business)
+    assert_params_are_traverse(d, lambda k: k.startswith(("large-box.bsdf.", "small-box.bsdf.")) and ".color" not in k)
     scene = jaxrender.load_dict(d)
-
-    def mine(k):  # (the checkerboards' own keys are the texture tests' business)
-        return k.startswith(("large-box.bsdf.", "small-box.bsdf.")) and ".color" not in k
-
-    ours = {k: np.asarray(v, np.float64) for k, v in scene.params.items() if mine(k)}
-    m = mi.traverse(mi.load_dict(to_mitsuba(mi, d)))
-    theirs = {k: m[k] for k in m.keys() if mine(k) and not k.endswith(".to_uv")}
-    assert set(ours) == set(theirs)
-    assert "small-box.bsdf.specular_transmittance_sampling_rate" in ours
-    for k in ours:
-        np.testing.assert_allclose(ours[k], np.broadcast_to(np.asarray(theirs[k], np.float64), ours[k].shape),
-                                   rtol=1e-7, err_msg=k)
+    assert "small-box.bsdf.specular_transmittance_sampling_rate" in scene.params
     assert "principledthin" in {t.name for t in scene.bsdf_types}
 
 
