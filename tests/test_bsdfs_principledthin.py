@@ -120,11 +120,16 @@ def test_what_mitsuba_refuses_is_refused(bsdf, message):
 
 
 def test_render_matches_mitsuba_within_noise():
-    # (Russian roulette from depth 2: a thin sheet's sampled eta is 1.)
-    d = thin_cbox(rr_depth=2)
-    d["floor"]["bsdf"] = {"type": "principledthin", "spec_trans": 0.3, "diff_trans": 1.5, "roughness": 0.5,
-                          "eta": 1.2, "base_color": rgb([0.6, 0.7, 0.5])}
-    _agree(_ours_renders(d, 16, 6), _mitsuba_renders(d, 16, 6, seed0=50))
+    # (Russian roulette from depth 2: a thin sheet's sampled eta is 1; a
+    # textured eta scales the floor's transmission roughness.)
+    # The white walls are thin sheets too (what they transmit is lost).
+    d = thin_cbox(size=24, rr_depth=2)
+    d["white"] = {"type": "principledthin", "roughness": 0.6, "diff_trans": 0.4, "sheen": 0.3, "flatness": 0.5,
+                  "base_color": rgb([0.75, 0.75, 0.7])}
+    d["floor"]["bsdf"] = {"type": "principledthin", "spec_trans": 0.5, "diff_trans": 1.5, "roughness": 0.5,
+                          "eta": {"type": "checkerboard", "color0": 1.1, "color1": 1.9},
+                          "base_color": rgb([0.6, 0.7, 0.5])}
+    _agree(_ours_renders(d, 32, 8), _mitsuba_renders(d, 32, 8, seed0=50))
 
 
 def test_albedo_aov_is_mitsubas():
