@@ -17,24 +17,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from bsdf_harness import (
-    bsdf_kernel,
-    chi2_sample_vs_pdf,
-    mitsuba_bsdf,
-    mitsuba_query,
-    random_wi,
-    rel_err,
-    rgb,
-    run_bsdf,
-    uniform_sphere,
-)
+from bsdf_harness import (assert_params_are_traverse, bsdf_kernel, cbox_with, check_chi2, compare_with_mitsuba,
+                          glossy_pairs, mitsuba_plugin, param_row, rgb, wi_at)
 
 import jaxrender
 from jaxrender.kernels.bsdfs import principled, registry
-from jaxrender.kernels.bsdfs.base import COLOR, OPTION, ParamView
+from jaxrender.kernels.bsdfs.base import ParamView
 from test_film import _agree, _mitsuba_renders, _ours_renders
 from test_gradients import _check_exact_fd
-from test_scene_parsing import to_mitsuba
 
 mi = pytest.importorskip("mitsuba")
 
@@ -72,21 +62,11 @@ def variant(props: dict):
 
 
 def row(props: dict) -> np.ndarray:
-    t = variant(props)
-    out = []
-    for p in t.params:
-        if p.kind == OPTION:
-            continue
-        v = props.get(p.name, p.default)
-        out.extend(np.broadcast_to(np.asarray(v, np.float32), (3,)) if p.kind == COLOR else [v])
-    return np.array(out, np.float32)
+    return param_row(variant(props), props)
 
 
 def mitsuba(props: dict):
-    d = {"type": "principled"}
-    for k, v in props.items():
-        d[k] = rgb(v) if k == "base_color" else float(v)
-    return mitsuba_bsdf(d)
+    return mitsuba_plugin("principled", props)
 
 
 def _make(t, r):
@@ -103,54 +83,19 @@ def kernel(t):
 
 @functools.cache
 def pairs(seed=11):
-    rng = np.random.default_rng(seed)
-    wi = random_wi(rng, N_PAIRS, below=0.3)
-    wo = uniform_sphere(rng, N_PAIRS)
-    # wo near wi's mirror and refraction directions, where the glossy lobes peak
-    near = wi[: N_PAIRS // 3] * np.float32([-1, -1, 1]) + rng.normal(0, 0.15, (N_PAIRS // 3, 3)).astype(np.float32)
-    wo[: N_PAIRS // 3] = near / np.linalg.norm(near, axis=1, keepdims=True)
-    u = rng.random((N_PAIRS, 3), dtype=np.float32)
-    return wi, wo, u
+    return glossy_pairs(N_PAIRS, seed, below=0.3)
 
 
 def compare(props: dict, j: int):
     tol = TOL_SHARP_COAT if props.get("clearcoat_gloss", 0.0) > 0.8 else TOL
     t = variant(props)
-    k, r, b = kernel(t), row(props), mitsuba(props)
-    wi, wo, u = pairs()
-    mine = run_bsdf(k, r, wi, wo, u)
-    ref = mitsuba_query(b, wi, wo, u)
     # (Mitsuba's pdf is NaN where all lobe probabilities vanish: eta = 1 seen from inside)
-    np.testing.assert_array_equal(np.isnan(mine["pdf"]), np.isnan(ref["pdf"]))
-    errs = {"eval": rel_err(mine["eval"], ref["eval"], 1e-3).max(),
-            "pdf": np.nanmax(rel_err(mine["pdf"], ref["pdf"], 1e-3))}
-    assert errs["eval"] <= tol and errs["pdf"] <= tol, f"set {j}: {errs}"
-    ok_ref = np.any(ref["s_weight"] != 0, axis=1)
-    ok = np.any(mine["s_weight"] != 0, axis=1)
-    assert np.array_equal(ok, ok_ref), f"set {j}: sampling validity differs at {np.flatnonzero(ok != ok_ref)[:5]}"
-    assert np.abs(mine["s_wo"][ok] - ref["s_wo"][ok]).max() <= 1e-4, f"set {j}"
-    for key in ("s_pdf", "s_weight"):
-        e = rel_err(mine[key][ok], ref[key][ok], 1e-3).reshape(ok.sum(), -1).max(1)
-        assert np.quantile(e, 0.99) <= tol and e.max() <= 1e-2, f"set {j}: {key} {e.max()}"
-        errs[key] = e.max()
-    # eval / pdf again at the sampled directions (the lobes' peaks)
-    s_wo = ref["s_wo"][ok].astype(np.float32)
-    r2 = run_bsdf(k, r, wi[ok], s_wo, u[ok])
-    b2 = mitsuba_query(b, wi[ok], s_wo, u[ok])
-    for key in ("eval", "pdf"):
-        e = rel_err(r2[key], b2[key], 1e-3).max()
-        assert e <= tol, f"set {j}: {key} at sampled directions {e}"
-    return errs
+    return compare_with_mitsuba(kernel(t), row(props), mitsuba(props), *pairs(), tol, f"set {j}")
 
 
 @pytest.mark.parametrize("j", range(len(SETS)))
 def test_principled_matches_mitsuba(j):
     compare(SETS[j], j)
-
-
-def wi_at(theta_deg, phi_deg=20.0):
-    t, p = np.radians(theta_deg), np.radians(phi_deg)
-    return np.array([np.sin(t) * np.cos(p), np.sin(t) * np.sin(p), np.cos(t)], np.float32)
 
 
 # Sets where pdf() is the exact density of sample(): without transmission,
@@ -162,42 +107,28 @@ CHI2 = [(SETS[0], 40.0), (SETS[1], 30.0), (SETS[5], 60.0), (SETS[6], 20.0), (GLA
 @pytest.mark.parametrize("j", range(len(CHI2)))
 def test_principled_sampling_chi2(j):
     props, theta = CHI2[j]
-    t = variant(props)
-    z, integral, _ = chi2_sample_vs_pdf(kernel(t), row(props), wi_at(theta), n=100_000, seed=j)
-    assert integral.sum() <= 1.0 + 5e-3
-    assert z < 4.5, f"chi2 set {j}: z={z}"
+    check_chi2(kernel(variant(props)), row(props), wi_at(theta), seed=j, label=f"set {j}")
 
 
 # ------------------------------------------------------- scene side ----
 def principled_cbox(size=16, spp=16, **integrator):
-    d = jaxrender.cornell_box()
-    d["sensor"]["film"]["width"] = d["sensor"]["film"]["height"] = size
-    d["sensor"]["sampler"]["sample_count"] = spp
-    d["integrator"] = {"type": "path", "max_depth": 4, **integrator}
-    d["large-box"]["bsdf"] = {
+    large = {
         "type": "principled", "metallic": 0.4, "roughness": 0.35, "clearcoat": 0.7, "clearcoat_gloss": 0.6,
         "sheen": 0.5, "spec_tint": 0.3, "specular": 0.6,
         "base_color": {"type": "checkerboard", "color0": rgb([0.8, 0.3, 0.1]), "color1": rgb([0.1, 0.4, 0.8])}}
-    d["small-box"]["bsdf"] = {"type": "principled", "spec_trans": 0.8, "eta": 1.45, "roughness": 0.3,
-                              "base_color": rgb([0.9, 0.8, 0.5])}
-    return d
+    small = {"type": "principled", "spec_trans": 0.8, "eta": 1.45, "roughness": 0.3,
+             "base_color": rgb([0.9, 0.8, 0.5])}
+    return cbox_with(large, small, size, spp, **integrator)
 
 
 def test_loaded_parameters_are_mitsubas_traverse():
     """Keys and values of every principled parameter, as mi.traverse lists
     them (eta or specular, whichever was given), and the variant each gets."""
     d = principled_cbox()
+    # (the checkerboard's own keys are the texture tests' business)
+    assert_params_are_traverse(d, lambda k: k.startswith(("large-box.bsdf.", "small-box.bsdf."))
+                               and "base_color.color" not in k)
     scene = jaxrender.load_dict(d)
-    def mine(k):  # (the checkerboard's own keys are the texture tests' business)
-        return k.startswith(("large-box.bsdf.", "small-box.bsdf.")) and "base_color.color" not in k
-
-    ours = {k: np.asarray(v, np.float64) for k, v in scene.params.items() if mine(k)}
-    m = mi.traverse(mi.load_dict(to_mitsuba(mi, d)))
-    theirs = {k: m[k] for k in m.keys() if mine(k) and k != "large-box.bsdf.base_color.to_uv"}
-    assert set(ours) == set(theirs)
-    for k in ours:
-        np.testing.assert_allclose(ours[k], np.broadcast_to(np.asarray(theirs[k], np.float64), ours[k].shape),
-                                   rtol=1e-7, err_msg=k)
     names = {t.name for t in scene.bsdf_types}
     assert {"principled", "principled-transmission-eta"} <= names
 

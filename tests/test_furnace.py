@@ -145,6 +145,8 @@ FURNACE_BSDFS = {
     "dielectric": {"type": "dielectric", "int_ior": 1.5},
     "thindielectric": {"type": "thindielectric"},
     "roughdielectric": {"type": "roughdielectric", "distribution": "ggx", "alpha": 0.3},
+    "principledthin": {"type": "principledthin", "spec_trans": 0.5, "diff_trans": 0.8, "roughness": 0.4,
+                       "base_color": 0.9, "sheen": 0.3},
 }
 
 

@@ -76,7 +76,8 @@ class PrincipledParams:
     clearcoat_rate: Any
 
 
-def _zero3() -> Vec:
+def zero3() -> Vec:
+    """A black colour."""
     z = ir.Float(0.0)
     return Vec(z, z, z)
 
@@ -100,12 +101,12 @@ def schlick(r0, cos_i, eta):
     return r0 * (1.0 - w) + w
 
 
-def _lerp(a, b, t):
+def lerp(a, b, t):
     """a + (b - a) t, rounded as Mitsuba's lerp: b t + (a - a t)."""
     return ir.fma(b, t, ir.fma(-a, t, a))
 
 
-def _tint(color: Vec) -> Vec:
+def tint(color: Vec) -> Vec:
     """``color`` over its luminance (white for a black colour)."""
     lum = luminance(color)
     ok = lum > 0.0
@@ -117,30 +118,37 @@ def _tint(color: Vec) -> Vec:
 def _fresnel_reflect(p, F, cos_i, front, bsdf) -> Vec:
     """The specular reflection's Fresnel term (Mitsuba's principled_fresnel)."""
     eta_it = ir.select(cos_i >= 0.0, p.eta, 1.0 / p.eta)
-    r0 = (eta_it - 1.0) / (eta_it + 1.0)
     metal = schlick(p.base_color, cos_i, p.eta) * p.metallic
-    tinted = schlick(_tint(p.base_color) * (r0 * r0), cos_i, p.eta) * ((1.0 - p.metallic) * p.spec_tint)
+    tinted = tinted_schlick(p.base_color, eta_it, cos_i, p.eta) * ((1.0 - p.metallic) * p.spec_tint)
     front_f = metal + tinted + (1.0 - p.metallic) * (1.0 - p.spec_tint) * F
     inside = bsdf * F
     return ir.select(front, front_f, Vec(inside, inside, inside))
 
 
-def _alphas(p):
-    r2 = p.roughness * p.roughness
-    aspect = ir.sqrt(1.0 - 0.9 * p.anisotropic)
-    return ir.maximum(0.001, r2 / aspect), ir.maximum(0.001, r2 * aspect)
+def tinted_schlick(color: Vec, eta_r0, cos_i, eta) -> Vec:
+    """Schlick's Fresnel with normal reflectance ``tint(color)`` times that
+    of a dielectric of IOR ``eta_r0``."""
+    r0 = (eta_r0 - 1.0) / (eta_r0 + 1.0)
+    return schlick(tint(color) * (r0 * r0), cos_i, eta)
+
+
+def ggx(roughness, anisotropic) -> Microfacet:
+    """The GGX distribution (visible normals sampled) of a principled
+    ``roughness``: alpha = roughness^2 stretched by ``anisotropic``, at least 0.001."""
+    r2 = roughness * roughness
+    aspect = ir.sqrt(1.0 - 0.9 * anisotropic)
+    return Microfacet("ggx", ir.maximum(0.001, r2 / aspect), ir.maximum(0.001, r2 * aspect), True)
 
 
 def _ggx(p) -> Microfacet:
-    ax, ay = _alphas(p)
-    return Microfacet("ggx", ax, ay, True)
+    return ggx(p.roughness, p.anisotropic)
 
 
 class GTR1:
     """Burley's GTR1 distribution of the clearcoat (isotropic)."""
 
     def __init__(self, gloss):
-        a = _lerp(ir.Float(0.1), ir.Float(0.001), gloss)
+        a = lerp(ir.Float(0.1), ir.Float(0.001), gloss)
         self.a2 = a * a
 
     def D(self, m: Vec):
@@ -166,7 +174,27 @@ def _smith_ggx1(v: Vec, m: Vec, alpha: float):
     return ir.select(ir.dot(v, m) * v.z <= 0.0, 0.0, g)
 
 
-def _compatible(m: Vec, wi: Vec, wo: Vec, cos_i, reflection: bool):
+def burley(roughness, flatness, aci, aco, cos_d):
+    """Burley's diffuse shape with retro-reflection (``cos_d``: cosine
+    between the half vector and wo), blended by ``flatness`` with the
+    Hanrahan-Krueger fake subsurface term; times albedo / pi it is the BRDF."""
+    Fo, Fi = schlick_weight(aco), schlick_weight(aci)
+    f_diff = (1.0 - 0.5 * Fi) * (1.0 - 0.5 * Fo)
+    Rr = 2.0 * roughness * cos_d * cos_d
+    f_retro = Rr * (Fo + Fi + Fo * Fi * (Rr - 1.0))
+    Fss90 = 0.5 * Rr
+    Fss = lerp(ir.Float(1.0), Fss90, Fo) * lerp(ir.Float(1.0), Fss90, Fi)
+    f_ss = 1.25 * (Fss * (1.0 / (aco + aci) - 0.5) + 0.5)
+    return lerp(f_diff + f_retro, f_ss, flatness)
+
+
+def sheen_color(base_color: Vec, sheen_tint) -> Vec:
+    """White blended towards ``tint(base_color)`` by ``sheen_tint``."""
+    one = ir.Float(1.0)
+    return Vec(one, one, one) * (1.0 - sheen_tint) + tint(base_color) * sheen_tint
+
+
+def compatible(m: Vec, wi: Vec, wo: Vec, cos_i, reflection: bool):
     """Both directions on the microfacet's side a reflection (or a
     refraction) needs, with m oriented towards wi's side of the surface."""
     ms = m * ir.copysign(1.0, cos_i)
@@ -215,15 +243,15 @@ def eval(params: PrincipledParams, wi: Vec, wo: Vec, transmission: bool = False)
     F = fresnel(wi_h, p.eta)[0]
     d = _ggx(p)
     DG = d.eval(h) * d.G(wi, wo, h)
-    compat_r = _compatible(h, wi, wo, ci, True)
-    zero = _zero3()
+    compat_r = compatible(h, wi, wo, ci, True)
+    zero = zero3()
 
     spec_on = active & reflect & compat_r & (F > 0.0)
     spec = _fresnel_reflect(p, F, wi_h, front, bsdf) * (DG / (4.0 * ir.abs(ci)))
     value = ir.select(spec_on, spec, zero)
 
     if transmission:
-        trans_on = active & (bsdf > 0.0) & refract & _compatible(h, wi, wo, ci, False) & (F < 1.0)
+        trans_on = active & (bsdf > 0.0) & refract & compatible(h, wi, wo, ci, False) & (F < 1.0)
         denom = wi_h + eta_path * wo_h
         # (Mitsuba's order of operations: the radiance scale 1 / eta_path^2 times eta_path^2)
         inv_eta_path = ir.select(front, 1.0 / p.eta, p.eta)
@@ -239,18 +267,9 @@ def eval(params: PrincipledParams, wi: Vec, wo: Vec, transmission: bool = False)
     value = value + ir.select(coat_on, Vec(coat, coat, coat), zero)
 
     diff_on = active & (brdf > 0.0) & reflect & front
-    aci = ir.abs(ci)
-    Fo, Fi = schlick_weight(aco), schlick_weight(aci)
-    f_diff = (1.0 - 0.5 * Fi) * (1.0 - 0.5 * Fo)
-    Rr = 2.0 * p.roughness * wo_h * wo_h
-    f_retro = Rr * (Fo + Fi + Fo * Fi * (Rr - 1.0))
-    Fss90 = 0.5 * Rr
-    Fss = _lerp(ir.Float(1.0), Fss90, Fo) * _lerp(ir.Float(1.0), Fss90, Fi)
-    f_ss = 1.25 * (Fss * (1.0 / (aco + aci) - 0.5) + 0.5)
-    diffuse = p.base_color * (brdf * aco * INV_PI * _lerp(f_diff + f_retro, f_ss, p.flatness))
-    one = ir.Float(1.0)
-    sheen_color = Vec(one, one, one) * (1.0 - p.sheen_tint) + _tint(p.base_color) * p.sheen_tint
-    sheen = sheen_color * (p.sheen * (1.0 - p.metallic) * schlick_weight(ir.abs(wo_h)) * aco)
+    diffuse = p.base_color * (brdf * aco * INV_PI * burley(p.roughness, p.flatness, ir.abs(ci), aco, wo_h))
+    sheen = sheen_color(p.base_color, p.sheen_tint) * (p.sheen * (1.0 - p.metallic)
+                                                       * schlick_weight(ir.abs(wo_h)) * aco)
     sheen_on = (p.sheen > 0.0) & (1.0 - p.metallic > 0.0)
     diffuse = diffuse + ir.select(sheen_on, sheen, zero)
     return value + ir.select(diff_on, diffuse, zero)
@@ -271,11 +290,11 @@ def pdf(params: PrincipledParams, wi: Vec, wo: Vec, transmission: bool = False):
     else:
         dwh_dwo = ir.abs(1.0 / (4.0 * wo_h))
     d_pdf = _ggx(p).pdf(wi * ir.copysign(1.0, ci), h) * dwh_dwo
-    compat_r = _compatible(h, wi, wo, ci, True) & reflect
+    compat_r = compatible(h, wi, wo, ci, True) & reflect
     result = ir.select(compat_r, refl * d_pdf + coat * (GTR1(p.clearcoat_gloss).pdf(h) * dwh_dwo), 0.0)
     result = result + ir.select(reflect, diff * sampling.square_to_cosine_hemisphere_pdf(wo), 0.0)
     if transmission:
-        compat_t = _compatible(h, wi, wo, ci, False) & refract
+        compat_t = compatible(h, wi, wo, ci, False) & refract
         result = result + ir.select(compat_t, trans * d_pdf, 0.0)
     return ir.select(ci != 0.0, result, 0.0)
 
@@ -299,15 +318,15 @@ def sample(params: PrincipledParams, wi: Vec, u1, u2: Vec, transmission: bool = 
     wo_c = reflect_about(wi, m_cc)
     wo_d = sampling.square_to_cosine_hemisphere(u2)
     wo = ir.select(pick_c, wo_c, wo_r)
-    ok = _compatible(ir.select(pick_c, m_cc, m), wi, wo, ci, True) & (ci * wo.z > 0.0)
+    ok = compatible(ir.select(pick_c, m_cc, m), wi, wo, ci, True) & (ci * wo.z > 0.0)
     if transmission:
         wo_t = refract_about(wi, m, cos_t, eta_ti)
         is_t = pick_t & ~pick_c
-        ok = ir.select(is_t, _compatible(m, wi, wo_t, ci, False) & (ci * wo_t.z < 0.0), ok)
+        ok = ir.select(is_t, compatible(m, wi, wo_t, ci, False) & (ci * wo_t.z < 0.0), ok)
         wo = ir.select(is_t, wo_t, wo)
     wo = ir.select(pick_d, wo_d, wo)
     ok = ir.select(pick_d, ci * wo_d.z > 0.0, ok)
-    zero = _zero3()
+    zero = zero3()
     wo = ir.select(active, wo, zero)
     active = active & ok
     pd = ir.select(active, pdf(p, wi, wo, transmission), 0.0)
