@@ -48,6 +48,27 @@ def _check_film_fits(cam, floats_per_item: int, split: PixelSplit, channels: int
                          f"of memory of the device that renders it")
 
 
+_AUTO_ONLY = ("jaxrender partitions its launches over meshes whose axes are Auto (XLA propagates the "
+              "sharding); make the mesh with axis_types=(jax.sharding.AxisType.Auto, ...) or jax.sharding.Mesh")
+
+
+def _check_auto_axes(params, mesh) -> None:
+    """A SceneError for explicitly sharded inputs (jax.make_mesh's default
+    axis type), which JAX cannot yet carry through the buffers' assembly."""
+    def explicit(m) -> bool:
+        return any(t == jax.sharding.AxisType.Explicit for t in getattr(m, "axis_types", ()) or ())
+
+    if mesh is not None and explicit(mesh):
+        raise SceneError(f"mesh has Explicit axes: {_AUTO_ONLY}")
+    for k, v in (params or {}).items():
+        try:
+            sharding = jax.typeof(v).sharding
+        except Exception:   # a value JAX gives no type (the type checks come later)
+            continue
+        if explicit(getattr(sharding, "mesh", None)):
+            raise SceneError(f"parameter {k!r} is sharded over a mesh with Explicit axes: {_AUTO_ONLY}")
+
+
 def _pixel_split(mesh, cam, floats_per_item: int, max_launch_bytes) -> PixelSplit:
     """Launches side by side on the devices of ``mesh``, or, for a film
     whose per-item buffers exceed ``max_launch_bytes``, bands of rows one
@@ -205,6 +226,7 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
         if scene.integrator["type"] == "aov":
             raise SceneError(f"pixel_format {cam.pixel_format!r} with an aov integrator is not supported yet (rgb)")
         integrator = dataclasses.replace(integrator, alpha=has_alpha(cam.pixel_format))
+    _check_auto_axes(params, mesh)
     structure = scene.sensor_structure(sensor)
     floats_per_item = integrator.block_width(structure) + (cam.footprint ** 2 if cam.footprint > 1 else 0)
     split = _pixel_split(mesh, cam, floats_per_item, max_launch_bytes)

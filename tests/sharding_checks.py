@@ -95,6 +95,18 @@ def main() -> dict:
     from jax import shard_map
     by_device = jax.jit(shard_map(lambda v: multiview(x0, v), mesh=mesh, in_specs=P("d"), out_specs=P("d")))
     out["shard_map_identical"] = bool(jnp.all(by_device(sharded) == one_device))
+
+    # Explicit mesh axes (jax.make_mesh's default): a clear error, not JAX's.
+    explicit = jax.make_mesh((N,), ("e",), axis_types=(jax.sharding.AxisType.Explicit,))
+    errors = []
+    for attempt in (lambda: image(x0, explicit),
+                    lambda: jax.jit(multiview)(x0, jax.device_put(views, NamedSharding(explicit, P("e"))))):
+        try:
+            attempt()
+            errors.append("no error")
+        except jaxrender.SceneError as exc:
+            errors.append("Auto" in str(exc))
+    out["explicit_axes_errors"] = errors
     return out
 
 
