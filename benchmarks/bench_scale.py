@@ -20,7 +20,9 @@ over N. Each device's launches use ``cores / N`` threads
 cores: with forced host devices the N devices share this machine's cores,
 so the best a run here can show is a speedup of 1 (no overhead), not N;
 what it measures is the cost of partitioning (collectives, halo exchange,
-launch overhead per device), not added hardware.
+launch overhead per device), not added hardware. ``--threads 1 --devices 1
+2`` on a 2-core machine gives each device one core of its own: then the
+speedup measures scaling with added hardware (ideal: 2).
 """
 from __future__ import annotations
 
@@ -91,6 +93,9 @@ def main(argv=None) -> int:
     ap.add_argument("--size", type=int, default=64)
     ap.add_argument("--spp", type=int, default=16)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=0,
+                    help="launch threads per device (default: cores / devices); 1 with --devices 1 2 on a "
+                         "2-core machine gives each device a core of its own, so speedup can reach 2")
     ap.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -100,7 +105,7 @@ def main(argv=None) -> int:
     results = {}
     for n in args.devices:
         env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={n}",
-                   JAXRENDER_NUM_THREADS=str(max(1, cores // n)),
+                   JAXRENDER_NUM_THREADS=str(args.threads or max(1, cores // n)),
                    PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
         proc = subprocess.run([sys.executable, __file__, "--child", str(n), "--size", str(args.size),
                                "--spp", str(args.spp), "--reps", str(args.reps)],
@@ -110,7 +115,8 @@ def main(argv=None) -> int:
             return 1
         line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
         results[n] = json.loads(line[len("RESULT "):])
-    print(f"{cores} cores; Cornell box {args.size}x{args.size} x 8 views and one {2 * args.size}x{2 * args.size} "
+    threads = f"{args.threads} thread(s)" if args.threads else "cores / devices threads"
+    print(f"{cores} cores, {threads} per device; Cornell box {args.size}x{args.size} x 8 views and one {2 * args.size}x{2 * args.size} "
           f"image, {args.spp} spp; median of {args.reps}")
     print(f"{'workload':<12}{'devices':>8}{'time ms':>10}{'Msamples/s':>12}{'speedup':>9}{'efficiency':>11}")
     first = args.devices[0]
