@@ -67,6 +67,20 @@ def main() -> dict:
     out["pixels_launch_rows"] = launches(hlo)
     out["pixels_all_gathers"] = collectives(hlo, "all-gather")
 
+    # Rows that do not divide evenly: the last band runs past the grid.
+    d["sensor"]["film"]["height"] = 17
+    odd = jaxrender.load_dict(d)
+
+    def odd_loss(x, m=None):
+        return jnp.sum(jaxrender.render(odd, {KEY: x}, spp=4, seed=5, mesh=m) ** 2)
+
+    out["uneven_identical"] = bool(jnp.all(jaxrender.render(odd, spp=4, seed=5, mesh=mesh)
+                                           == jaxrender.render(odd, spp=4, seed=5)))
+    out["uneven_grad"] = [np.asarray(jax.grad(odd_loss)(x0)).tolist(),
+                          np.asarray(jax.jit(jax.grad(odd_loss), static_argnums=1)(x0, mesh)).tolist()]
+    out["uneven_all_gathers"] = collectives(
+        jax.jit(jax.grad(odd_loss), static_argnums=1).lower(x0, mesh).compile().as_text(), "all-gather")
+
     # Many views, vmapped, with the view axis sharded: each device its views.
     base = np.asarray(scene.params["sensor.to_world"], np.float32)
     views = np.stack([base + np.pad(np.array([[0, 0, 0, 0.1 * i - 0.2]], np.float32), ((0, 3), (0, 0)))

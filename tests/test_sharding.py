@@ -44,6 +44,9 @@ def test_sharded_renders_equal_one_device_and_launch_per_shard(devices):
     np.testing.assert_allclose(r["pixels_grad"][1], r["pixels_grad"][0], rtol=1e-5)
     assert r["pixels_launch_rows"] and all(n == 1 for n in r["pixels_launch_rows"]), r["pixels_launch_rows"]
     assert r["pixels_all_gathers"] == 0
+    # 17 rows over 2 or 4 devices: the same pixels, no gathering in the step.
+    assert r["uneven_identical"] and r["uneven_all_gathers"] == 0
+    np.testing.assert_allclose(r["uneven_grad"][1], r["uneven_grad"][0], rtol=1e-5)
     # 2 views per device: each device launches its two (not all 2N), the
     # scene buffers are not gathered, the shared gradient is all-reduced.
     assert r["views_identical"] and r["views_sharded"]

@@ -76,6 +76,11 @@ class PixelSplit:
         filter's reach across band edges)."""
         return -(-grid[0] // self.shards) * grid[1]
 
+    def padded_rows(self, grid: tuple) -> int:
+        """Rows of the grid the side-by-side launches cover together (the
+        last band may run past the grid's end)."""
+        return -(-grid[0] // self.shards) * self.shards
+
     def rows(self, x):
         """``x`` (rows first) split by rows across the mesh's devices (where
         they divide evenly; else as XLA places it)."""
@@ -122,18 +127,20 @@ def _kernel_inputs(config: RenderConfig, inputs: Mapping[str, Any]) -> dict:
 def _launch(config: RenderConfig, kernel, inputs: Mapping[str, Any], accum_rows=None,
             per_item: Mapping[str, Any] | None = None) -> dict:
     """Launch ``kernel`` over the film's items, split as ``config.split``
-    says: per-item outputs come back for every item of the grid in order,
-    accumulators summed over the launches (an all-reduce when the launches
-    are on several devices). ``per_item``: inputs with one row per item."""
-    split, items = config.split, config.film.items
+    says: per-item outputs come back for every item of the grid in order
+    (side-by-side launches: of the padded grid, ``PixelSplit.padded_rows``,
+    so that each device keeps its band), accumulators summed over the
+    launches (an all-reduce when the launches are on several devices).
+    ``per_item``: inputs with one row per item (of the padded grid)."""
+    split = config.split
     inputs = {k: inputs[k] for k in kernel.inputs if k not in (per_item or {})}
     if split.shards == 1:
-        return launch(kernel, (items,), accum_rows, **inputs, **(per_item or {}))
+        return launch(kernel, (config.film.items,), accum_rows, **inputs, **(per_item or {}))
     n = split.items_per_launch(config.film.grid)
     total = n * split.shards
     first = inputs.pop("item_offset")
     offsets = jnp.arange(split.shards, dtype=jnp.uint32) * jnp.uint32(n) + first
-    rows = {k: jnp.pad(v, [(0, total - items)] + [(0, 0)] * (v.ndim - 1)).reshape((split.shards, n) + v.shape[1:])
+    rows = {k: jnp.pad(v, [(0, total - v.shape[0])] + [(0, 0)] * (v.ndim - 1)).reshape((split.shards, n) + v.shape[1:])
             for k, v in (per_item or {}).items()}
     offsets = split.rows(offsets)
     rows = {k: split.rows(v) for k, v in rows.items()}
@@ -143,7 +150,7 @@ def _launch(config: RenderConfig, kernel, inputs: Mapping[str, Any], accum_rows=
 
     out = jax.vmap(one)(offsets, rows)
     per_item_out = set(kernel.item_outputs)
-    return {k: v.reshape((total,) + v.shape[2:])[:items] if k in per_item_out else jnp.sum(v, axis=0)
+    return {k: v.reshape((total,) + v.shape[2:]) if k in per_item_out else jnp.sum(v, axis=0)
             for k, v in out.items()}
 
 
@@ -208,10 +215,31 @@ def _film_weights(config: RenderConfig, inputs: Mapping[str, Any]):
 def _develop(config: RenderConfig, blocks, weights):
     """The image from the kernels' blocks, or, for a tiled render, from
     the canvases they were splatted onto (and the weights' canvas)."""
-    if config.split.tiles > 1:
+    split = config.split
+    if split.tiles > 1:
         w = weights if jnp.ndim(weights) == 0 else crop_canvas(weights, config.film)
         return normalize(crop_canvas(blocks, config.film), w)
-    return config.split.rows(_develop_jit(blocks, weights, config.film, config.integrator.channels))
+    if split.shards > 1:
+        image = _develop_padded(blocks, weights, config.film, config.integrator.channels,
+                                split.padded_rows(config.film.grid))
+        return split.rows(image)
+    return _develop_jit(blocks, weights, config.film, config.integrator.channels)
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3, 4))
+def _develop_padded(blocks, weights, geom: FilmGeometry, channels: int, rows: int):
+    """``develop`` of blocks covering ``rows`` rows of the grid, the rows
+    past its end dropped: each device's band stays on it and only the
+    filter's reach crosses band edges (the same sums as ``develop``)."""
+    (gh, gw), k = geom.grid, geom.footprint
+    valid = (jnp.arange(rows) < gh)[:, None, None]
+
+    def canvas(x):
+        x = x.reshape(rows, gw, x.shape[-1])
+        return splat_canvas(jnp.where(valid, x, 0.0), rows, gw, k, x.shape[-1] // (k * k))
+
+    w = weights if jnp.ndim(weights) == 0 else crop_canvas(canvas(weights), geom)
+    return normalize(crop_canvas(canvas(blocks), geom), w)
 
 
 # One compiled step instead of dozens of dispatches when rendering eagerly.
@@ -311,6 +339,8 @@ def _jvp_abstract(*args, config, active, batch_shape, in_batch):
     split, k = config.split, config.film.footprint
     if split.tiles > 1:
         shape = (split.tiles * split.tile_rows + k - 1, config.film.grid[1] + k - 1, width // (k * k))
+    elif split.shards > 1:
+        shape = (split.padded_rows(config.film.grid) * config.film.grid[1], width)
     else:
         shape = tuple(config.launch_shape) + (width,)
     return jax.core.ShapedArray(batch_shape + shape, np.float32)
