@@ -133,17 +133,22 @@ def test_timings(capsys):
     key = "red.reflectance.value"
     x0 = jnp.asarray(scene.params[key])
     grad = jax.jit(jax.grad(lambda x: jnp.sum(jaxrender.render(scene, {key: x}, spp=16, seed=1) ** 2)))
-    lines = []
+    def say(text):   # as each phase ends: a run cut short still shows where its time went
+        with capsys.disabled():
+            print(text, end="", flush=True)
+
+    say(f"\n  timings on {GPU.device_kind}:")
     for name, ctx in (("gpu", gpu), ("cpu", cpu)):
         with ctx():
+            t = time.perf_counter()
             jaxrender.render(scene, spp=64, seed=0).block_until_ready()
+            say(f" {name}: first primal (compiles) {time.perf_counter() - t:.1f} s,")
             t = time.perf_counter()
             jaxrender.render(scene, spp=64, seed=1).block_until_ready()
-            t_primal = time.perf_counter() - t
-            grad(x0).block_until_ready()
+            say(f" primal 64 spp {(time.perf_counter() - t) * 1e3:.1f} ms,")
             t = time.perf_counter()
             grad(x0).block_until_ready()
-            t_grad = time.perf_counter() - t
-        lines.append(f"{name}: primal 64 spp {t_primal * 1e3:.1f} ms, grad 16 spp {t_grad * 1e3:.1f} ms")
-    with capsys.disabled():
-        print(f"\n  timings on {GPU.device_kind}: " + "; ".join(lines), end="")
+            say(f" first grad (compiles) {time.perf_counter() - t:.1f} s,")
+            t = time.perf_counter()
+            grad(x0).block_until_ready()
+            say(f" grad 16 spp {(time.perf_counter() - t) * 1e3:.1f} ms;")
