@@ -34,10 +34,10 @@ def rgb(*v):
 
 
 def medium_scene(g=None, sigma_t=2.0, albedo=(0.8, 0.6, 0.4), max_depth=-1, boundary="null", shape="cube",
-                 integrator="volpath", spp=SPP, light=(2.5, 0.8)):
+                 integrator="volpath", spp=SPP, light=(2.5, 0.8), sample_emitters=True):
     """A medium in a box (or sphere) on a diffuse floor under a rectangle
     light (at height light[0], half size light[1])."""
-    med = {"type": "homogeneous", "sigma_t": sigma_t, "albedo": rgb(*albedo)}
+    med = {"type": "homogeneous", "sigma_t": sigma_t, "albedo": rgb(*albedo), "sample_emitters": sample_emitters}
     if g is not None:
         med["phase"] = {"type": "hg", "g": g}
     bsdf = {"type": "dielectric", "int_ior": 1.33} if boundary == "dielectric" else {"type": boundary}
@@ -60,6 +60,7 @@ CASES = {"isotropic": {}, "hg-0.5": {"g": -0.5, "max_depth": 4}, "hg0.7": {"g": 
          "spectral": {"sigma_t": rgb(0.3, 0.6, 0.9), "g": 0.2},
          "dielectric": {"boundary": "dielectric", "shape": "sphere"},
          "near-light": {"light": (1.2, 1.5), "sigma_t": 1.0, "albedo": (0.95, 0.9, 0.9)},
+         "no-emitter-sampling": {"light": (1.2, 1.5), "sample_emitters": False},
          "path-ignores-media": {"integrator": "path", "max_depth": 5}}
 
 
@@ -187,7 +188,8 @@ def test_phase_sampling_matches_its_pdf(name, g):
 # -- loading -----------------------------------------------------------------------------
 def test_params_keys_are_mitsubas():
     d = medium_scene(g=0.3)
-    d["fog"] = {"type": "homogeneous", "sigma_t": 0.5, "albedo": 0.9}
+    d["fog"] = {"type": "homogeneous", "sigma_t": {"type": "constvolume", "value": rgb(0.1, 0.2, 0.3)},
+                "albedo": {"type": "constvolume", "value": 0.9}}
     d["ball"] = {"type": "sphere", "radius": 0.2, "bsdf": {"type": "null"}, "exterior": {"type": "ref", "id": "fog"}}
     ours = jaxrender.load_dict(d).params
     theirs = mi.traverse(mi.load_dict(_to_mitsuba(mi, d)))
