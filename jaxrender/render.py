@@ -145,10 +145,10 @@ def _decorrelated(seed):
     return (jnp.asarray(seed, jnp.uint32) * jnp.uint32(2654435761) + jnp.uint32(0x632BE5AB)).astype(jnp.uint32)
 
 
-def kernel_inputs(scene, params: Mapping[str, Any] | None = None, sensor: int = 0) -> dict:
+def kernel_inputs(scene, params: Mapping[str, Any] | None = None, sensor: int = 0, media: bool = False) -> dict:
     """The scene's buffers (``Scene.kernel_inputs``) plus the BSDF tables
     computed from them."""
-    inputs = scene.kernel_inputs(params, sensor)
+    inputs = scene.kernel_inputs(params, sensor, media)
     inputs["bsdf_table"] = bsdf_table(scene.bsdf_types, inputs["bsdf_data"])
     return inputs
 
@@ -239,7 +239,7 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     if params:
         nondiff = scene.nondifferentiable
         params = {k: nondifferentiable(v, nondiff[k]) if k in nondiff else v for k, v in params.items()}
-    inputs = kernel_inputs(scene, params, sensor)
+    inputs = kernel_inputs(scene, params, sensor, media="medium_data" in integrator.inputs())
     inputs.update(settings, spp=np.uint32(spp), seed=seed, seed_grad=seed_grad, spp_grad=np.uint32(spp_grad))
     # The camera's reason is the scene's, for its to_world parameter.
     why = (("camera", scene.nondifferentiable[cam_key]), ("tris", _GEOMETRY_WHY),

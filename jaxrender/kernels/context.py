@@ -19,7 +19,7 @@ import dataclasses
 from typing import Any
 
 from .. import ir
-from . import layout, samplers, textures
+from . import layout, media, samplers, textures
 from .bsdfs import registry as bsdf_registry
 from .bsdfs.base import MAX_NESTING
 from .geometry import SceneGeometry
@@ -43,7 +43,10 @@ class Structure:
     into (odd: 1 for the box filter, 5 for Mitsuba's default Gaussian; see
     ``sensors/film.py``), ``sampler`` the sampler type (``samplers.TYPES``),
     ``bsdf_nesting`` how deep composite BSDFs nest (0: none; 1: e.g. a
-    blend of plain BSDFs; at most ``bsdfs.base.MAX_NESTING``)."""
+    blend of plain BSDFs; at most ``bsdfs.base.MAX_NESTING``), ``media`` and
+    ``phases`` the medium kinds and phase functions of its participating
+    media (``media.KINDS``, ``media.phase.NAMES``; empty: no media, and only
+    volumetric integrators read them)."""
     tex_slots: int = 0
     envmap: bool = False
     analytic: bool = False
@@ -54,6 +57,8 @@ class Structure:
     footprint: int = 1
     sampler: str = "independent"
     bsdf_nesting: int = 0
+    media: tuple = ()
+    phases: tuple = ()
 
     def __post_init__(self):
         if not (isinstance(self.footprint, int) and self.footprint >= 1 and self.footprint % 2 == 1):
@@ -70,6 +75,10 @@ class Structure:
         unknown = [t for t in self.textures if t not in textures.PLUGINS]
         if unknown:
             raise ValueError(f"unknown texture plugin(s) {unknown}")
+        if bool(self.media) != bool(self.phases) or not set(self.media) <= set(media.KINDS):
+            raise ValueError(f"media {self.media!r} need phase functions and kinds of {media.KINDS}")
+        object.__setattr__(self, "media", tuple(k for k in media.KINDS if k in self.media))
+        object.__setattr__(self, "phases", media.phase.ordered(self.phases))
         if self.sampler not in samplers.TYPES:
             raise ValueError(f"unknown sampler {self.sampler!r} ({', '.join(samplers.NAMES)})")
 
@@ -93,7 +102,8 @@ class Structure:
                 + ("" if self.sensor == "perspective" else f"_{self.sensor}")
                 + "".join(f"_{t}" for t in self.textures)
                 + ("" if self.footprint == 1 else f"_splat{self.footprint}")
-                + ("" if self.sampler == "independent" else f"_{self.sampler}"))
+                + ("" if self.sampler == "independent" else f"_{self.sampler}")
+                + "".join(f"_{m}" for m in self.media + self.phases))
 
 
 @dataclasses.dataclass

@@ -81,6 +81,25 @@ CAMERA_ROW = 22                # camera: to_world (16, row-major), tan_x, tan_y,
 CAMERA_TO_WORLD, CAMERA_TAN_X, CAMERA_TAN_Y, CAMERA_NEAR_CLIP, CAMERA_FAR_CLIP = 0, 16, 17, 18, 19
 CAMERA_APERTURE, CAMERA_FOCUS = 20, 21
 
+# --- participating media (read by volumetric integrators only: media_inputs) ------------
+MEDIUM_ROW = 8                 # medium_data: sigma_t (scale applied), albedo, phase parameter, sample_emitters
+MEDIUM_SIGMA_T, MEDIUM_ALBEDO, MEDIUM_PHASE_G, MEDIUM_SAMPLE_EMITTERS = 0, 3, 6, 7
+MEDIUM_META_ROW = 2            # medium_meta (i32): kind (Structure.media), phase (Structure.phases)
+MEDIUM_KIND, MEDIUM_PHASE = 0, 1
+PRIM_MEDIA_ROW = 2             # prim_media (i32, leaf order): interior, exterior medium (-1: none)
+MEDIA_INTERIOR, MEDIA_EXTERIOR = 0, 1
+
+
+def media_inputs() -> dict:
+    """The buffers a volumetric integrator reads besides :func:`scene_inputs`
+    (no rows in a scene without media)."""
+    return {
+        "medium_data": ir.In("f32", (MEDIUM_ROW,)),
+        "medium_meta": ir.In("i32", (MEDIUM_META_ROW,)),
+        "prim_media": ir.In("i32", (PRIM_MEDIA_ROW,)),
+        "camera_medium": ir.Scalar("i32"),                 # the medium the sensor is in, -1 none
+    }
+
 
 def scene_inputs(channels: int = 3) -> dict:
     """The buffers every rendering kernel reads (name -> ``ir.In``), for a

@@ -287,7 +287,8 @@ def _render_jvp(config: RenderConfig, primals, tangents):
             continue
         if jnp.issubdtype(jnp.result_type(inputs[name]), jnp.floating):
             if not integrator.differentiable:
-                raise NotDifferentiableError(f"the {integrator.name} integrator is not differentiable")
+                raise NotDifferentiableError(f"the {integrator.name} integrator is not differentiable: "
+                                             f"{integrator.primal_only}")
             raise NotDifferentiableError(
                 reasons.get(name, f"the renderer cannot differentiate its input {name!r}"))
     active = tuple(n for n in integrator.differentiable if not _is_zero(tin[n]))

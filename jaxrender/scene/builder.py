@@ -27,6 +27,7 @@ from .textures import TextureSpec
 from .loaders.bsdfs import BSDFS
 from .loaders.emitters import EMITTERS
 from .loaders.integrators import INTEGRATORS
+from .loaders.media import MEDIA, PHASES
 from .loaders.registry import PluginRegistry, category_of, load_plugin
 from .loaders.sensors import FILMS, RFILTERS, SAMPLERS, SENSORS
 from .loaders.shapes import SHAPES
@@ -34,7 +35,7 @@ from .loaders.textures import TEXTURES
 from .plugin_names import ALL_PLUGINS, did_you_mean
 
 REGISTRIES: tuple[PluginRegistry, ...] = (SHAPES, EMITTERS, SENSORS, INTEGRATORS, BSDFS, TEXTURES, FILMS, RFILTERS,
-                                          SAMPLERS)
+                                          SAMPLERS, MEDIA, PHASES)
 # Scene properties of Mitsuba that tune its own acceleration structures
 # (no effect on the image): read and ignored, as Mitsuba ignores most.
 ACCELERATION_PROPERTIES = ("allow_thread_reordering", "compact_acceleration_structures",
@@ -65,9 +66,12 @@ class SceneBuilder:
         self.emitters: list[tuple[int, np.ndarray, int]] = []  # (type, geometry row, extra)
         self.frames: dict[int, np.ndarray] = {}                # emitter -> emitter_frame row
         self.env, self.env_texture, self.env_frame = -1, -1, np.eye(3)
+        # attrs rows: BSDF, emitter (-1: none), interior and exterior medium (-1: none)
         self.meshes: list[tuple] = []         # (tris, attrs, uvs, normals | None) per mesh
         self.shapes: list[AnalyticShape] = []
-        self.shape_attrs: list[tuple[int, int]] = []
+        self.shape_attrs: list[tuple[int, int, int, int]] = []
+        self.media: list = []                 # loaders.media.MediumSpec per medium
+        self._medium_index: dict[str, int] = {}
         self.groups: dict = {}                # shapegroup key -> loaders.shapes.ShapeGroup (group space)
         # Mitsuba parameter keys jaxrender does not expose (key -> why), for
         # the error a params entry for one gets (an instance's to_world).
@@ -92,7 +96,7 @@ class SceneBuilder:
                 load_plugin(SHAPES, self, spec, key)
             elif kinds[key] == "emitter" and spec["type"] in EMITTERS:
                 load_plugin(EMITTERS, self, spec, key)
-            elif kinds[key] in ("bsdf", "texture") and spec["type"] in REGISTRY_OF[kinds[key]]:
+            elif kinds[key] in ("bsdf", "texture", "medium") and spec["type"] in REGISTRY_OF[kinds[key]]:
                 deferred.append(key)   # loaded where used
             elif kinds[key] is None:
                 names = [n for r in REGISTRIES for n in r.supported()] + sorted(ALL_PLUGINS)
@@ -124,10 +128,12 @@ class SceneBuilder:
         """Load the BSDFs and textures no shape uses into a scratch builder:
         their properties are checked, as Mitsuba loads every plugin."""
         for key in keys:
-            if key in self._bsdf_index or key in self._texture_index:
+            if key in self._bsdf_index or key in self._texture_index or key in self._medium_index:
                 continue
             scratch = SceneBuilder(self.named)
-            if self.named[key]["type"] in TEXTURES:
+            if self.named[key]["type"] in MEDIA:
+                scratch.medium(self.named[key], key)
+            elif self.named[key]["type"] in TEXTURES:
                 scratch.texture(self.named[key], key, 3)
             else:
                 scratch.bsdf(self.named[key], key)
@@ -157,6 +163,17 @@ class SceneBuilder:
             self._bsdf_index[key] = load_plugin(BSDFS, self, spec, key)
             self._loading.discard(key)
         return self._bsdf_index[key]
+
+    def medium(self, spec: Mapping, key: str) -> int:
+        """The index of medium ``spec`` (loaded once per key or id)."""
+        spec, key = self.resolve(spec, key)
+        if key not in self._medium_index:
+            if spec.get("type") not in MEDIA:
+                raise SceneError(f"{key}: medium type {spec.get('type')!r} is not supported yet "
+                                 f"({', '.join(MEDIA.supported())})")
+            self.media.append(load_plugin(MEDIA, self, spec, key))
+            self._medium_index[key] = len(self.media) - 1
+        return self._medium_index[key]
 
     def texture(self, value: Any, key: str, width: int) -> int | None:
         """Index of the texture ``value`` describes for a field of ``width``
@@ -216,17 +233,17 @@ class SceneBuilder:
             self.env_frame = frame
 
     def add_triangles(self, tris: np.ndarray, attrs: np.ndarray, uvs: np.ndarray, normals: np.ndarray | None) -> None:
-        """One mesh's world-space triangles (N, 9), (bsdf, emitter) rows,
+        """One mesh's world-space triangles (N, 9), (bsdf, emitter, interior, exterior) rows,
         vertex UVs (N, 6) and vertex normals (N, 9; None: face normals)."""
         self.meshes.append((tris, attrs, uvs, normals))
 
-    def add_shape(self, shape: AnalyticShape, bsdf: int, emitter: int) -> None:
+    def add_shape(self, shape: AnalyticShape, bsdf: int, emitter: int, media: tuple = (-1, -1)) -> None:
         frame = self.bsdf_frame[bsdf] if 0 <= bsdf < len(self.bsdf_frame) else None
         if frame is not None and shape.kind != kshapes.KIND["sphere"]:
             raise SceneError(f"{shape.key}: a {frame} BSDF on a {kshapes.NAMES[shape.kind]} is not supported yet "
                              "(its dp_du / dp_dv are only computed for meshes and spheres)")
         self.shapes.append(shape)
-        self.shape_attrs.append((bsdf, emitter))
+        self.shape_attrs.append((bsdf, emitter, *media))
 
 
 REGISTRY_OF = {r.category: r for r in REGISTRIES}

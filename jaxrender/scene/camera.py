@@ -33,7 +33,7 @@ class Camera:
     sample count (rounded as its type requires), seed, type and settings,
     the film's crop window (offset and size in pixels, default the whole
     film), whether it samples the border outside the crop window that its
-    filter reaches, and its pixel format."""
+    filter reaches, its pixel format and the participating medium it sits in."""
     to_world: np.ndarray
     tan_x: float
     tan_y: float
@@ -53,6 +53,7 @@ class Camera:
     kind: str = "perspective"
     aperture_radius: float = 0.0
     focus_distance: float = 0.0
+    medium: int = -1          # the medium the sensor is in (SceneBuilder.media), -1: none
 
     def __post_init__(self):
         if self.crop_size is None:

@@ -18,6 +18,7 @@ import numpy as np
 from ..ir import bvh_query
 from ..kernels import emitters as kemitters
 from ..kernels import layout
+from ..kernels.bsdfs import registry as bsdf_registry
 from .bvh import build_bvh, build_bvh_from_bounds, triangle_bounds
 from .errors import SceneError
 from .wide_bvh import build_wide_bvh
@@ -39,10 +40,12 @@ def scene_fields(b: SceneBuilder) -> dict:
     """The keyword arguments of ``Scene`` for everything ``b`` loaded."""
     if not b.meshes and not b.shapes:
         raise SceneError("the scene has no shapes")
+    _check_media(b)
     prims, bvh = _primitives(b)
     order = bvh.prim_index
     tri = prims["tris"][order].astype(np.float32)
-    attr = prims["attrs"][order]
+    attr = prims["attrs"][order, :layout.ATTR_ROW]
+    media = prims["attrs"][order, layout.ATTR_ROW:]
     tri_uv = prims["uvs"][order].astype(np.float32)
     if not np.all(np.isfinite(tri_uv)):
         raise SceneError("scene texture coordinates have NaN or infinite values")
@@ -51,7 +54,8 @@ def scene_fields(b: SceneBuilder) -> dict:
     return dict(camera=camera, integrator=b.integrator, triangles=tri, tri_attr=attr,
                 bvh_bounds=bvh.node_bounds.astype(np.float32), bvh_links=bvh.node_links.astype(np.int32),
                 **_emitter_tables(b, tri, attr), env_emitter=b.env, camera_key=camera_key, params=b.params,
-                bsdfs=b.bsdfs, emitter_keys=b.emitter_keys, nondifferentiable=b.nondiff, frozen=b.frozen,
+                prim_media=media if (media >= 0).any() else np.zeros((0, layout.PRIM_MEDIA_ROW), np.int32),
+                media=b.media, bsdfs=b.bsdfs, emitter_keys=b.emitter_keys, nondifferentiable=b.nondiff, frozen=b.frozen,
                 unexposed=b.unexposed,
                 tri_uv=tri_uv, textures=b.textures, bsdf_slots=b.bsdf_slots,
                 bsdf_nesting=max(b.bsdf_depth, default=0), env_texture=b.env_texture,
@@ -62,11 +66,23 @@ def scene_fields(b: SceneBuilder) -> dict:
                 shapes=b.shapes, sensors=b.sensors, wide_bvh=None if b.shapes else _wide_bvh(bvh, tri))
 
 
+def _check_media(b: SceneBuilder) -> None:
+    """What volumetric rendering does not do yet is an error, not a wrong image."""
+    if b.integrator.get("type") != "volpath":
+        return
+    for name, _, _ in b.bsdfs:
+        t = bsdf_registry.TYPES[name]
+        if t.null and t.composite:
+            raise SceneError(f"a {t.plugin!r} BSDF under the volpath integrator is not supported yet (its shadow "
+                             "rays would need the BSDF's null transmission); use null or an opaque BSDF")
+
+
 def _primitives(b: SceneBuilder) -> tuple[dict, object]:
     """Every primitive's rows in load order (tris, attrs, uvs; normals and
     prim_shape or None when no primitive needs them) and the BVH over them."""
     tri = np.concatenate([m[0] for m in b.meshes]).astype(np.float64) if b.meshes else np.zeros((0, 9))
-    attr = np.concatenate([m[1] for m in b.meshes]).astype(np.int32) if b.meshes else np.zeros((0, 2), np.int32)
+    width = layout.ATTR_ROW + layout.PRIM_MEDIA_ROW
+    attr = np.concatenate([m[1] for m in b.meshes]).astype(np.int32) if b.meshes else np.zeros((0, width), np.int32)
     if not np.all(np.isfinite(tri)):
         raise SceneError("scene geometry has NaN or infinite coordinates")
     verts = tri.reshape(-1, 3).astype(np.float32)
@@ -88,7 +104,7 @@ def _primitives(b: SceneBuilder) -> tuple[dict, object]:
                                 np.concatenate([hi_t, [bx[1] for bx in boxes]]))
     n_t, n_s = len(tri), len(b.shapes)
     return dict(tris=np.concatenate([tri, np.zeros((n_s, 9))]),
-                attrs=np.concatenate([attr, np.array(b.shape_attrs, np.int32).reshape(-1, 2)]),
+                attrs=np.concatenate([attr, np.array(b.shape_attrs, np.int32).reshape(-1, width)]),
                 uvs=np.concatenate([uvs, np.tile(_IDENTITY_UV, (n_s, 1))]),
                 normals=None if normals is None else np.concatenate([normals, np.zeros((n_s, 9))]),
                 prim_shape=np.concatenate([np.full(n_t, -1), np.arange(n_s)]).astype(np.int32)), bvh

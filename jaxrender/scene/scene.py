@@ -114,6 +114,10 @@ class Scene:
     # (nodes, leaves) buffers of wide_bvh.WideBVH.packed; None with analytic
     # shapes, whose kernels walk bvh_bounds / bvh_links.
     wide_bvh: tuple | None = None
+    # Participating media: loaders.media.MediumSpec per medium; per leaf
+    # entry its interior and exterior medium (-1: none; no rows without media).
+    media: list = field(default_factory=list)
+    prim_media: np.ndarray = field(default_factory=lambda: np.zeros((0, layout.PRIM_MEDIA_ROW), np.int32))
     # (buffer name, sensor) -> its jitted builder (see param_buffers)
     _jitted_param_buffers: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -128,7 +132,9 @@ class Scene:
                          tuple(t for t, _, _ in self.bsdfs) or ("diffuse",),
                          textures=tuple(n for n in ktex.PLUGINS if n in plugins),
                          sensor=self.sensor(0)[1].kind, sampler=self.sensor(0)[1].sampler.type,
-                         footprint=self.sensor(0)[1].footprint, bsdf_nesting=self.bsdf_nesting)
+                         footprint=self.sensor(0)[1].footprint, bsdf_nesting=self.bsdf_nesting,
+                         media=tuple(sorted({m.kind for m in self.media})),
+                         phases=tuple(sorted({m.phase for m in self.media})))
 
     def sensor_structure(self, index: int = 0):
         """:attr:`structure` with sensor ``index``'s type, sampler type and
@@ -167,6 +173,12 @@ class Scene:
                     tex_slots=np.array(slots, np.int32).reshape(-1, 4), tex_meta=meta, tex_uv=uv,
                     env_frame=env_frame)
 
+    def medium_meta(self) -> np.ndarray:
+        """Per medium: its kind and phase function, as indices of the structure's."""
+        st = self.structure
+        return np.array([(st.media.index(m.kind), st.phases.index(m.phase)) for m in self.media],
+                        np.int32).reshape(-1, layout.MEDIUM_META_ROW)
+
     def sensor(self, index: int = 0) -> tuple[str, "Camera"]:
         """(to_world parameter key, Camera) of sensor ``index`` (file order)."""
         sensors = self.sensors or [(self.camera_key, self.camera)]
@@ -204,8 +216,9 @@ class Scene:
                 raise SceneError(f"parameter {k!r}: a camera's to_world must be a rotation and "
                                  "translation (Mitsuba refuses scale; a singular one has no view)")
 
-    def kernel_inputs(self, params: Mapping[str, Any] | None = None, sensor: int = 0) -> dict:
-        """Buffers for the path kernel; ``params`` overrides scene.params values
+    def kernel_inputs(self, params: Mapping[str, Any] | None = None, sensor: int = 0, media: bool = False) -> dict:
+        """Buffers for the path kernel (``layout.scene_inputs``; ``media``: also
+        ``layout.media_inputs``); ``params`` overrides scene.params values
         (checked: :meth:`check_params`)."""
         self.check_params(params)
         p = dict(self.params)
@@ -221,13 +234,15 @@ class Scene:
                     light_tris=self.light_tris, light_cdf=self.light_cdf, emitter_meta=self.emitter_meta,
                     emitter_geom=self.emitter_geom, env_emitter=np.int32(self.env_emitter),
                     emitter_frame=self.emitter_frame, tri_normals=self.tri_normals, prim_shape=self.prim_shape,
-                    shape_data=self.shape_data, **self.texture_inputs(), **self.param_buffers(p, sensor),
+                    shape_data=self.shape_data, **self.texture_inputs(), **self.param_buffers(p, sensor, media),
+                    **(dict(prim_media=self.prim_media, medium_meta=self.medium_meta(),
+                            camera_medium=np.int32(cam.medium)) if media else {}),
                     **cam.sampler.kernel_inputs(), **cam.film_inputs())
 
-    def param_buffers(self, p: Mapping[str, Any], sensor: int = 0) -> dict:
+    def param_buffers(self, p: Mapping[str, Any], sensor: int = 0, media: bool = False) -> dict:
         """The buffers computed from the parameter values ``p`` (every key of
         ``params``): BSDF rows, emitter radiance, the camera, texels and the
-        envmap's sampling tables.
+        envmap's sampling tables (``media``: and the media's rows).
 
         A buffer whose values are concrete is computed with numpy: eager
         jax.numpy would compile one XLA computation per operation the first
@@ -237,6 +252,8 @@ class Scene:
         values: one call for JAX to differentiate and compile, not a dozen."""
         out = {}
         for name, (keys, build) in self._param_buffer_builders(sensor).items():
+            if name == "medium_data" and not media:
+                continue
             values = {k: p[k] for k in keys}
             if not any(is_traced(v) for v in values.values()):
                 out[name] = build(values, np)
@@ -288,10 +305,21 @@ class Scene:
         def env_dist(p, xp):
             return tex_io.envmap_tables(env, p[env.keys[0]], xp) if env is not None else np.zeros((0,), f32)
 
+        def medium_data(p, xp):
+            rows = []
+            for m in self.media:
+                sigma_t = xp.asarray(p[m.sigma_t], f32).reshape(3) * xp.asarray(p[m.scale], f32)
+                g = xp.asarray(p[m.g], f32).reshape(1) if m.g is not None else np.zeros(1, f32)
+                rows.append(xp.concatenate([sigma_t, xp.asarray(p[m.albedo], f32).reshape(3), g,
+                                            np.full(1, float(m.sample_emitters), f32)]))
+            return xp.stack(rows) if rows else np.zeros((0, layout.MEDIUM_ROW), f32)
+
+        medium_keys = [k for m in self.media for k in (m.sigma_t, m.scale, m.albedo, m.g) if k is not None]
         bsdf_keys = [k for _, fields, _ in self.bsdfs for k, _ in fields if isinstance(k, str)]
         return dict(bsdf_data=(bsdf_keys, bsdf_data), emitter_radiance=(self.emitter_keys, emitter_radiance),
                     camera=([cam_key], camera), texels=([k for t in self.textures for k in t.keys], texels),
-                    env_dist=([env.keys[0]] if env is not None else [], env_dist))
+                    env_dist=([env.keys[0]] if env is not None else [], env_dist),
+                    medium_data=(medium_keys, medium_data))
 
 
 def _check_finite(key: str, value) -> None:

@@ -18,18 +18,19 @@ Example::
 """
 from __future__ import annotations
 
-from . import (blendbsdf, bumpmap, conductor, dielectric, diffuse, mask, normalmap, plastic, principled,
+from . import (blendbsdf, bumpmap, conductor, dielectric, diffuse, mask, normalmap, null, plastic, principled,
                principledthin, roughconductor, roughdielectric, roughplastic, thindielectric, twosided)
 from ..params import add_plugin
 from .base import OPTION, BsdfType
 
 _BUILTIN = (diffuse.TYPE, conductor.TYPE, *roughconductor.TYPES, *plastic.TYPES, dielectric.TYPE,
             thindielectric.TYPE, *roughdielectric.TYPES, *roughplastic.TYPES, *principled.TYPES,
-            principledthin.TYPE, blendbsdf.TYPE, mask.TYPE, twosided.TYPE, normalmap.TYPE, bumpmap.TYPE)
+            principledthin.TYPE, null.TYPE, blendbsdf.TYPE, mask.TYPE, twosided.TYPE, normalmap.TYPE, bumpmap.TYPE)
 TYPES: dict[str, BsdfType] = {t.name: t for t in _BUILTIN}
 BUILTIN_NAMES = tuple(TYPES)
-# The plain (not composite) built-in types: what a Structure holds by default.
-DEFAULT_NAMES = tuple(n for n in BUILTIN_NAMES if not TYPES[n].composite)
+# The plain (not composite) built-in types but null: what a Structure holds by
+# default (a null type would make every default kernel track pass-throughs).
+DEFAULT_NAMES = tuple(n for n in BUILTIN_NAMES if not TYPES[n].composite and not TYPES[n].null)
 # Registration hooks (e.g. clearing traced-kernel caches when a type is replaced).
 _on_change: list = []
 

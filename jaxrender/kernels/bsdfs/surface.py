@@ -142,6 +142,8 @@ class SurfaceBsdf:
             return evals, None
         wo, pdf_s, weight, delta = t.call("sample", params, wi, *u)
         weight = continuation_weight(t, params, wi, wo, pdf_s, weight, delta, self.ctx.diff)
+        if t.null:     # a plain null type (the null BSDF): its only sample passes through
+            return evals, Sample(wo, pdf_s, weight, delta, ir.Bool(True), ir.Float(1.0))
         return evals, Sample(wo, pdf_s, weight, delta, *self.not_null())
 
     def not_null(self) -> tuple:

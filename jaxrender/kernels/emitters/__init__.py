@@ -26,6 +26,7 @@ from typing import Any
 from ... import ir
 from ...ir import Vec
 from .. import layout
+from ..sampling import mis_weight
 from . import area, constant, directional, envmap, point, spot
 from .base import DirectionSample, EmitterType
 
@@ -35,7 +36,7 @@ NAMES = tuple(t.name for t in TYPES)
 TYPE_ID = {n: i for i, n in enumerate(NAMES)}
 
 __all__ = ["TYPES", "NAMES", "TYPE_ID", "EmitterType", "DirectionSample", "EmitterSample", "sample", "pdf",
-           "eval_sample", "eval_hit"]
+           "eval_sample", "eval_hit", "light_weight", "sample_from"]
 
 
 @dataclasses.dataclass
@@ -63,14 +64,34 @@ def sample(ctx, si, d: Vec, u) -> EmitterSample:
     came from) with one dimension group ``u`` = (x, y, a, b) of the sampler
     (``Context.rand``): ``a`` chooses the emitter, ``b`` a part of it (a
     mesh's triangle) and (x, y) the point on it."""
+    return _sample(ctx, lambda: si.p + si.ng * ir.copysign(si.scale, -ir.dot(si.ng, d)), u)
+
+
+def sample_from(ctx, ref: Vec, u) -> EmitterSample:
+    """:func:`sample` from the point ``ref`` (a point in a medium, where
+    there is no surface to offset from)."""
+    return _sample(ctx, lambda: ref, u)
+
+
+def _sample(ctx, reference, u) -> EmitterSample:
     x, y, a, b = u
     n_em = ctx.n_emitters
     sel = ir.minimum(ir.cast(a * ir.cast(n_em, "f32"), "i32"), n_em - 1)
-    ref = si.p + si.ng * ir.copysign(si.scale, -ir.dot(si.ng, d))
+    ref = reference()
     kind = ctx.b["emitter_meta"].read(sel, layout.META_TYPE)
     rest = (b, x, y)
     ds = ir.dispatch(kind, [lambda t=t: t.sample(ctx, sel, ref, rest) for t in _used(ctx.structure)])
     return EmitterSample(ds.w, ds.dist, ds.factor, ds.pdf, ds.delta, sel, kind)
+
+
+def light_weight(ctx, es: EmitterSample, pdf_other):
+    """The weight of an emitter sample's radiance: its MIS weight against
+    a strategy (a BSDF, a phase function) that finds the same direction with
+    density ``pdf_other`` (detached: sampling carries no derivatives), over
+    its own density (emitter choice included)."""
+    select = selection_pdf(ctx)
+    pdf_light = select * es.pdf
+    return ir.select(es.delta, 1.0 / select, mis_weight(pdf_light, ctx.detach(pdf_other)) / pdf_light)
 
 
 def _hooked(ctx, hook: str) -> list:

@@ -19,10 +19,12 @@ from typing import Any, Callable, Mapping
 from .aov import AovIntegrator, parse_aovs
 from .base import ADJOINT_METHODS, Integrator, ReplayIntegrator
 from .path import PathIntegrator
+from .volpath import VolpathIntegrator
 
 BY_TYPE: dict[str, Callable[[Mapping[str, Any]], Integrator]] = {
     "path": lambda props: PathIntegrator(),
     "direct": lambda props: PathIntegrator(),      # two vertices, no roulette (PathIntegrator.settings)
+    "volpath": lambda props: VolpathIntegrator(),
     "aov": lambda props: AovIntegrator(tuple(t for _, t in parse_aovs(props["aovs"]))),
 }
 
@@ -36,4 +38,4 @@ def create(props: Mapping[str, Any]) -> Integrator:
 
 
 __all__ = ["ADJOINT_METHODS", "AovIntegrator", "BY_TYPE", "Integrator", "PathIntegrator", "ReplayIntegrator",
-           "create", "parse_aovs"]
+           "VolpathIntegrator", "create", "parse_aovs"]

@@ -89,6 +89,8 @@ class Integrator:
     # Float input buffers whose values may carry derivatives (empty: not differentiable).
     differentiable: ClassVar[tuple] = ()
     adjoint_methods: ClassVar[tuple] = ()
+    # Why an integrator without differentiable inputs has no derivatives (for the error saying so).
+    primal_only: ClassVar[str] = "it has no derivative kernels"
     spectrum: SpectrumType = dataclasses.field(default=RGB, kw_only=True)
     # One more channel: the sample's alpha (films with an alpha channel).
     alpha: bool = dataclasses.field(default=False, kw_only=True)

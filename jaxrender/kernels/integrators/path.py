@@ -125,9 +125,7 @@ class PathIntegrator(ReplayIntegrator):
         bsdf = SurfaceBsdf(ctx, si)
         f_l, bsdf_pdf_l, bs = bsdf.query(si.frame.to_local(es.w), u[3], Vec(u[0], u[1]))
         em = emitters.eval_sample(ctx, es)
-        select = emitters.selection_pdf(ctx)
-        pdf_light = select * es.pdf
-        w_em = ir.select(es.delta, 1.0 / select, mis_weight(pdf_light, ctx.detach(bsdf_pdf_l)) / pdf_light)
+        w_em = emitters.light_weight(ctx, es, bsdf_pdf_l)
         return Shading(le * w_bsdf, f_l * em * w_em, ctx.detach(si.frame.to_world(bs.wo)), ctx.detach(bs.pdf),
                        bs.weight, bs.delta, bs.null, bs.choice)
 

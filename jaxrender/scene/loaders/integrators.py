@@ -1,4 +1,4 @@
-"""Integrator plugins: ``path``, ``direct`` and ``aov``, as Mitsuba 3.9.1
+"""Integrator plugins: ``path``, ``volpath``, ``direct`` and ``aov``, as Mitsuba 3.9.1
 reads them. A loader returns the integrator's validated settings, the
 dict ``Scene.integrator``: ``type`` and, as given, ``max_depth``,
 ``rr_depth``, ``hide_emitters``, ``aovs``.
@@ -35,7 +35,7 @@ def _settings(props: Properties) -> dict:
     return settings
 
 
-@INTEGRATORS.register("path")
+@INTEGRATORS.register("path", "volpath")
 def load_path(builder: SceneBuilder, props: Properties) -> dict:
     settings = _settings(props)
     if "max_depth" in props:

@@ -22,7 +22,8 @@ from ..camera import Camera, is_rigid
 from ..errors import SceneError
 from ..properties import Properties
 from ..sampler import SamplerSpec
-from .registry import PluginRegistry, load_plugin, reject_nested
+from .media import attached
+from .registry import PluginRegistry, load_plugin
 
 if TYPE_CHECKING:
     from ..builder import SceneBuilder
@@ -99,7 +100,12 @@ def load_sensor(builder: SceneBuilder, props: Properties) -> Camera:
             props.only(f"principal_point_offset_{axis}", 0.0, Properties.float)
     _shutter(props)
     props.unsupported("srf", "a spectral response function (srf) in an RGB renderer")
-    reject_nested(builder, props, "medium", "media attached to sensors")
+    medium = -1
+    for name, spec in props.plugins():
+        if builder.category(spec, name) == "medium":
+            if medium >= 0:
+                raise props.error("a sensor is in at most one medium", name)
+            medium = attached(builder, props, name, f"{props.key}.{name}")
     to_world = props.transform()
     if kind == "orthographic":
         if abs(np.linalg.det(to_world[:3, :3])) <= 1e-12 * float(np.max(np.abs(to_world[:3, :3]))) ** 3:
@@ -109,7 +115,7 @@ def load_sensor(builder: SceneBuilder, props: Properties) -> Camera:
     return Camera(to_world, tan_x, tan_y, near, far, film.width, film.height, film.rfilter, sampler.spp,
                   seed=sampler.seed, rfilter_params=film.rfilter_params, crop_offset=film.crop_offset,
                   crop_size=film.crop_size, sample_border=film.sample_border, pixel_format=film.pixel_format,
-                  sampler=sampler.spec, kind=kind, aperture_radius=aperture, focus_distance=focus)
+                  sampler=sampler.spec, kind=kind, aperture_radius=aperture, focus_distance=focus, medium=medium)
 
 
 def _shutter(props: Properties) -> None:

@@ -4,9 +4,10 @@
 
 A shape loader is ``loader(builder, props)``. Like Mitsuba, a shape finds
 its nested BSDF and emitter by their kind, whatever their names (at most
-one each; no BSDF: diffuse, black under an emitter); a nested sensor,
-medium (``interior`` / ``exterior``) or texture attribute is "not
-supported yet". Every shape reads ``to_world`` and
+one each; no BSDF: diffuse, black under an emitter); a nested sensor
+or texture attribute is "not
+supported yet"; media are loaded as Mitsuba's ``interior`` / ``exterior``
+(``loaders/media.py``). Every shape reads ``to_world`` and
 ``silhouette_sampling_weight`` (which only Mitsuba's projective
 integrators use); meshes read ``face_normals`` and ``flip_normals``.
 
@@ -39,6 +40,7 @@ from ..properties import Properties
 from ..shapes import (AnalyticShape, check_instance_transform, cube_mesh, cylinder_shape, disk_shape, instance_mesh,
                       instance_shape, rectangle_mesh, sphere_shape, vertex_normals)
 from .emitters import EMITTERS, AreaHost
+from .media import attached
 from .registry import PluginRegistry, load_plugin
 
 if TYPE_CHECKING:
@@ -46,20 +48,26 @@ if TYPE_CHECKING:
 
 SHAPES = PluginRegistry("shape")
 # What a shape cannot hold yet, by the nested plugin's category.
-_REFUSED = {"sensor": "sensors attached to shapes", "medium": "participating media (interior / exterior)",
-            "texture": "texture attributes on shapes"}
+_REFUSED = {"sensor": "sensors attached to shapes", "texture": "texture attributes on shapes"}
+_MEDIA = ("interior", "exterior")
 # Without texture coordinates Mitsuba's uv is the barycentric (b1, b2).
 _BARYCENTRIC_UV = (0.0, 0.0, 1.0, 0.0, 0.0, 1.0)
 
 
-def _attachments(builder: SceneBuilder, props: Properties, host: AreaHost) -> tuple[int, int]:
-    """(BSDF index, emitter index or -1) of the shape."""
+def _attachments(builder: SceneBuilder, props: Properties, host: AreaHost) -> tuple[int, int, int, int]:
+    """(BSDF index, emitter index or -1, interior and exterior medium or -1) of the shape."""
     props.float("silhouette_sampling_weight", 1.0)
     found: dict[str, list] = {"bsdf": [], "emitter": []}
+    media = [-1, -1]
     for name, spec in props.plugins():
         category = builder.category(spec, name)
         if category in _REFUSED:
             raise props.error(f"{_REFUSED[category]} are not supported yet", name)
+        if category == "medium":
+            if name not in _MEDIA:
+                raise props.error("a shape's medium must be named 'interior' or 'exterior' (as in Mitsuba)", name)
+            media[_MEDIA.index(name)] = attached(builder, props, name, f"{props.key}.{name}_medium")
+            continue
         if category in found:
             found[category].append(name)
             props.get(name)
@@ -75,11 +83,11 @@ def _attachments(builder: SceneBuilder, props: Properties, host: AreaHost) -> tu
         default = {"type": "diffuse", "reflectance": 0.0} if emitter else {"type": "diffuse"}
         bsdf = builder.bsdf(default, f"{props.key}.bsdf")
     if emitter is None:
-        return bsdf, -1
+        return bsdf, -1, *media
     spec, key = builder.resolve(props.values[emitter], f"{props.key}.{emitter}")
     if spec.get("type") != "area":
         raise props.error(f"type {spec.get('type')!r} is not supported yet (area)", emitter)
-    return bsdf, load_plugin(EMITTERS, builder, spec, key, host)
+    return bsdf, load_plugin(EMITTERS, builder, spec, key, host), *media
 
 
 # ---------------------------------------------------------------------------
@@ -144,7 +152,7 @@ def _add_mesh(builder: SceneBuilder, props: Properties, m: np.ndarray, v: np.nda
     normals of the world-space mesh)."""
     if len(f) and (f.min() < 0 or f.max() >= len(v)):
         raise props.error(f"face index out of range 0..{len(v) - 1}")
-    bsdf, emitter = _attachments(builder, props, AreaHost(None, 0))
+    attrs = _attachments(builder, props, AreaHost(None, 0))
     vw = v @ m[:3, :3].T + m[:3, 3]
     if _area(vw, f) <= 1e-12 * _area(v, f) * float(np.max(np.abs(m[:3, :3]))) ** 2:
         # (a flattening scale is fine; collapsing every face is a mistake)
@@ -163,7 +171,7 @@ def _add_mesh(builder: SceneBuilder, props: Properties, m: np.ndarray, v: np.nda
     if props.bool("flip_normals", False):
         f = f[:, ::-1]
         nw = None if nw is None else -nw
-    builder.add_triangles(vw[f].reshape(-1, 9), np.tile([bsdf, emitter], (len(f), 1)),
+    builder.add_triangles(vw[f].reshape(-1, 9), np.tile(attrs, (len(f), 1)),
                           uv[f].reshape(-1, 6) if uv is not None else np.tile(_BARYCENTRIC_UV, (len(f), 1)),
                           nw[f].reshape(-1, 9) if nw is not None else None)
 
@@ -207,8 +215,8 @@ def load_cylinder(builder: SceneBuilder, props: Properties) -> None:
 
 
 def _add_analytic(builder: SceneBuilder, props: Properties, shape: AnalyticShape) -> None:
-    bsdf, emitter = _attachments(builder, props, AreaHost(shape, len(builder.shapes)))
-    builder.add_shape(shape, bsdf, emitter)
+    bsdf, emitter, *media = _attachments(builder, props, AreaHost(shape, len(builder.shapes)))
+    builder.add_shape(shape, bsdf, emitter, tuple(media))
 
 
 # ---------------------------------------------------------------------------
@@ -298,5 +306,5 @@ def load_instance(builder: SceneBuilder, props: Properties) -> None:
     for tris, attrs, uvs, normals in group.meshes:
         tris, uvs, normals = instance_mesh(tris, uvs, normals, m)
         builder.add_triangles(tris, attrs, uvs, normals)
-    for shape, (bsdf, emitter) in group.shapes:
-        builder.add_shape(instance_shape(shape, m, props.key), bsdf, emitter)
+    for shape, (bsdf, emitter, *media) in group.shapes:
+        builder.add_shape(instance_shape(shape, m, props.key), bsdf, emitter, tuple(media))

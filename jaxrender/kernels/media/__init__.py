@@ -1,0 +1,89 @@
+"""Participating media: what a medium is at a point, and the free-flight
+sampling and transmittance estimates built on it (Mitsuba 3's ``Medium``).
+
+A medium is a row of the ``medium_data`` buffer (``layout.MEDIUM_*``:
+extinction ``sigma_t`` with Mitsuba's ``scale`` applied, single-scattering
+albedo, the phase function's parameter, whether emitters are sampled from
+it) and of ``medium_meta`` (its kind and phase function, indices of
+``Structure.media`` / ``Structure.phases``). Shapes name the media on either
+side (``prim_media``: interior, exterior per primitive; -1 none) and the
+sensor the one it sits in (``camera_medium``).
+
+Sampling follows Mitsuba: a distance is drawn with density
+``m exp(-m t)`` for the majorant ``m`` of one colour channel chosen per
+path; an interaction there has real (``sigma_s``), absorbing and null
+(``sigma_n = majorant - sigma_t``) parts; spectral differences are carried
+by the weight ``exp(-t majorant) / pdf``. A homogeneous medium's majorant is
+its extinction, so it never has null interactions.
+
+Example::
+
+    mv = read(ctx, medium)
+    t = free_flight(mv.majorant, channel, u)
+    sigma_s, sigma_n, sigma_t = coefficients(ctx, mv, p)
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ... import ir
+from ...ir import Vec
+from .. import layout
+from . import phase
+
+KINDS = ("homogeneous",)
+
+__all__ = ["KINDS", "MediumView", "coefficients", "free_flight", "pick", "read", "spectral_ratio", "phase"]
+
+
+@dataclasses.dataclass
+class MediumView:
+    """A medium's row as the integrator uses it."""
+    index: Any
+    kind: Any            # an index of Structure.media
+    phase: Any           # an index of Structure.phases
+    g: Any               # the phase function's parameter
+    sample_emitters: Any
+    majorant: Vec        # an upper bound of sigma_t along any ray through it
+    sigma_t: Vec         # homogeneous media: their extinction
+    albedo: Vec
+
+
+def read(ctx, m) -> MediumView:
+    """The row of medium ``m`` (>= 0)."""
+    data, meta, S = ctx.b["medium_data"], ctx.b["medium_meta"], ctx.spectrum
+    sigma_t = S.read(data, m, layout.MEDIUM_SIGMA_T)
+    return MediumView(m, meta.read(m, layout.MEDIUM_KIND), meta.read(m, layout.MEDIUM_PHASE),
+                      data.read(m, layout.MEDIUM_PHASE_G), data.read(m, layout.MEDIUM_SAMPLE_EMITTERS) > 0.5,
+                      sigma_t, sigma_t, S.read(data, m, layout.MEDIUM_ALBEDO))
+
+
+def coefficients(ctx, mv: MediumView, p: Vec) -> tuple[Vec, Vec, Vec]:
+    """(sigma_s, sigma_n, sigma_t) of the medium at point ``p``."""
+    S = ctx.spectrum
+    return mv.sigma_t * mv.albedo, S.zero(), mv.sigma_t
+
+
+def pick(v: Vec, channel):
+    """Component ``channel`` of a colour (Mitsuba's ``index_spectrum``)."""
+    out = v[0]
+    for i in range(1, len(v)):
+        out = ir.select(channel == i, v[i], out)
+    return out
+
+
+def free_flight(majorant: Vec, channel, u):
+    """A distance with density m exp(-m t), m the majorant's ``channel``
+    component (infinite where it is 0)."""
+    m = pick(majorant, channel)
+    return ir.select(m > 0.0, -ir.log(1.0 - u) / ir.select(m > 0.0, m, 1.0), float("inf"))
+
+
+def spectral_ratio(majorant: Vec, channel, t, collided) -> Vec:
+    """exp(-t majorant) over the density of the sampled event: a collision
+    at t (m_c exp(-m_c t)) or passing t (exp(-m_c t)), m_c the sampled
+    channel's majorant."""
+    tr = Vec(*(ir.select(m > 0.0, ir.exp(-t * m), 1.0) for m in majorant))
+    pdf = pick(tr, channel) * ir.select(collided, pick(majorant, channel), 1.0)
+    return tr * ir.select(pdf > 0.0, 1.0 / ir.select(pdf > 0.0, pdf, 1.0), 0.0)
