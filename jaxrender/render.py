@@ -237,7 +237,7 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     seed_grad = _decorrelated(seed) if seed_grad is None else _offset(_seed(seed_grad, "seed_grad"), cam.seed)
     scene.check_params(params)
     if params:
-        nondiff = scene.nondifferentiable
+        nondiff = {**scene.nondifferentiable, **integrator.nondifferentiable_params(scene)}
         params = {k: nondifferentiable(v, nondiff[k]) if k in nondiff else v for k, v in params.items()}
     inputs = kernel_inputs(scene, params, sensor, media="medium_data" in integrator.inputs())
     inputs.update(settings, spp=np.uint32(spp), seed=seed, seed_grad=seed_grad, spp_grad=np.uint32(spp_grad))

@@ -218,11 +218,14 @@ def test_unsupported_media_are_clear_errors(edit, match):
         jaxrender.load_dict(d)
 
 
-def test_volpath_derivatives_raise_clearly():
-    d = medium_scene(spp=1)
+def test_medium_derivatives_where_not_computed_raise_clearly():
+    """The path integrator ignores media: a derivative with respect to a
+    medium's parameter is an error there, not a silent zero (volpath's
+    derivatives: test_media_gradients.py)."""
+    d = medium_scene(spp=1, integrator="path")
     d["sensor"]["film"].update(width=4, height=4)
     scene = jaxrender.load_dict(d)
-    for key in ("floor.bsdf.reflectance.value", "box.interior_medium.albedo.value.value"):
-        x = jnp.asarray(scene.params[key])
-        with pytest.raises(jaxrender.NotDifferentiableError, match="prbvolpath is not implemented"):
-            jax.grad(lambda v: jnp.sum(jaxrender.render(scene, {key: v})))(x)
+    key = "box.interior_medium.albedo.value.value"
+    x = jnp.asarray(scene.params[key])
+    with pytest.raises(jaxrender.NotDifferentiableError, match="ignores participating media"):
+        jax.grad(lambda v: jnp.sum(jaxrender.render(scene, {key: v})))(x)

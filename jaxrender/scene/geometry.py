@@ -68,7 +68,7 @@ def scene_fields(b: SceneBuilder) -> dict:
 
 def _check_media(b: SceneBuilder) -> None:
     """What volumetric rendering does not do yet is an error, not a wrong image."""
-    if b.integrator.get("type") != "volpath":
+    if b.integrator.get("type") not in ("volpath", "prbvolpath"):
         return
     for name, _, _ in b.bsdfs:
         t = bsdf_registry.TYPES[name]

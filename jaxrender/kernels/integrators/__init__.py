@@ -25,6 +25,7 @@ BY_TYPE: dict[str, Callable[[Mapping[str, Any]], Integrator]] = {
     "path": lambda props: PathIntegrator(),
     "direct": lambda props: PathIntegrator(),      # two vertices, no roulette (PathIntegrator.settings)
     "volpath": lambda props: VolpathIntegrator(),
+    "prbvolpath": lambda props: VolpathIntegrator(),  # the same kernels (Mitsuba's defaults: settings)
     "aov": lambda props: AovIntegrator(tuple(t for _, t in parse_aovs(props["aovs"]))),
 }
 

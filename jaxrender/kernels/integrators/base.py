@@ -112,6 +112,16 @@ class Integrator:
     def inputs(self) -> dict:
         return {**layout.scene_inputs(self.spectrum.channels), **self.own_inputs()}
 
+    def nondifferentiable_params(self, scene) -> dict:
+        """Scene parameters (key -> why) that this integrator cannot
+        differentiate in ``scene`` beyond the scene's own (a derivative
+        through them is a NotDifferentiableError): an integrator that
+        ignores media, the media's."""
+        if "medium_data" in self.inputs():
+            return {}
+        why = f"the {self.name} integrator ignores participating media (volpath / prbvolpath render them)"
+        return {k: why for m in scene.media for k in (m.sigma_t, m.scale, m.albedo, m.g) if k is not None}
+
     def sample(self, ctx: Context, s) -> Vec:
         """The estimate of sample ``s`` of the work item's pixel (``channels`` values)."""
         raise NotImplementedError

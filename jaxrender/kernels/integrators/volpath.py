@@ -35,7 +35,7 @@ would subclass this with the replay adjoint: the medium's reads
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 from ... import ir
 from ...ir import Vec
@@ -93,13 +93,30 @@ class Event:
 @dataclasses.dataclass(frozen=True)
 class VolpathIntegrator(PathIntegrator):
     name = "volpath"
-    differentiable: ClassVar[tuple] = ()
-    adjoint_methods: ClassVar[tuple] = ()
-    primal_only: ClassVar[str] = ("volpath renders participating media without derivatives (the differentiable "
-                                  "prbvolpath is not implemented yet)")
+    differentiable: ClassVar[tuple] = PathIntegrator.differentiable + ("medium_data",)
 
     def own_inputs(self) -> dict:
         return {**super().own_inputs(), **layout.media_inputs()}
+
+    def settings(self, props: Mapping[str, Any]) -> dict:
+        if props.get("type") != "prbvolpath":
+            return super().settings(props)
+        # Mitsuba's prbvolpath (an ADIntegrator): max_depth 6 by default, rr_depth > 0.
+        if int(props.get("rr_depth", 5)) <= 0:
+            raise ValueError(f"integrator.rr_depth must be > 0, got {props['rr_depth']}")
+        return super().settings({"max_depth": 6, **props, "type": "volpath"})
+
+    def nondifferentiable_params(self, scene) -> dict:
+        """Medium parameters whose derivatives this integrator cannot
+        compute in ``scene`` (key -> why): every medium's, where a medium is
+        not homogeneous (its free-flight weights' derivatives are not
+        implemented) or a shadow ray may cross more media than it follows."""
+        kinds = {m.kind for m in scene.media}
+        if kinds <= {"homogeneous"} and len(scene.media) <= MAX_SHADOW_MEDIA:
+            return {}
+        why = (f"derivatives of medium parameters need homogeneous media only, at most {MAX_SHADOW_MEDIA} of "
+               f"them (this scene: {len(scene.media)} media, kinds {sorted(kinds)})")
+        return {k: why for m in scene.media for k in (m.sigma_t, m.scale, m.albedo, m.g) if k is not None}
 
     def kept(self, final):
         return None             # (Mitsuba's volpath counts every path; valid is its alpha only)
@@ -130,6 +147,37 @@ class VolpathIntegrator(PathIntegrator):
         f = media.phase.eval(ctx, mv.phase, mv.g, wi, es.w)
         return emitters.eval_sample(ctx, es) * (f * emitters.light_weight(ctx, es, f))
 
+    def shade(self, ctx, si, es, u, depth, last_pdf, specular, show, scatter, pass_through, flight: Flight,
+              shadow: Shadow, wi: Vec, phase_sample) -> VolShading:
+        """Everything an iteration computes from differentiable parameters:
+        the free-flight weight, the shadow ray's transmittance, and the
+        collision's (phase function) or the surface's (``PathIntegrator.shade``)
+        emission, emitter sample and continuation weight. The free-flight
+        and shadow weights are their transport values (sampled with the
+        parameters detached) times factors that are 1 in value and carry the
+        derivatives of the sampled event's weight (see :func:`_flight_factor`)."""
+        S = self.spectrum
+        w_med, tr = flight.weight, shadow.tr
+        if ctx.structure.media:
+            w_med = w_med * ir.cond(flight.medium >= 0, lambda: _flight_factor(ctx, flight), S.one)
+            for m, length in zip(shadow.media, shadow.lengths):
+                tr = tr * ir.cond(m >= 0, lambda m=m, length=length: _optical_factor(ctx, m, length), S.one)
+
+        def at_collision():
+            mv = media.read(ctx, flight.medium)
+            wo, weight, pdf = phase_sample
+            f = media.phase.eval(ctx, mv.phase, mv.g, wi, wo)
+            return (S.zero(), self.shade_medium(ctx, mv, wi, es), S.one() * (weight * _relative(f)), wo, pdf,
+                    ~mv.sample_emitters, ir.Bool(False))
+
+        def at_surface():
+            sh = PathIntegrator.shade(self, ctx, si, es, u, depth, last_pdf, specular, show)
+            null = ir.Bool(False) if sh.null is None else sh.null
+            return (sh.emitted, sh.direct, ir.select(pass_through, S.one(), sh.weight), sh.wo, sh.pdf, sh.delta, null)
+
+        parts = ir.cond(scatter, at_collision, at_surface) if ctx.structure.media else at_surface()
+        return VolShading(w_med, tr, *parts)
+
     def step(self, ctx, s, st: VolpathState, shade):
         b, S = ctx.b, self.spectrum
         max_d, rr_d = b["max_depth"].value, b["rr_depth"].value
@@ -143,16 +191,18 @@ class VolpathIntegrator(PathIntegrator):
         u_dir, u_med, u_em = ctx.rand(s, group), ctx.rand(s, group + 1), ctx.rand(s, group + 2)
         # Roulette first, on the throughput times eta^2 (undoing refractions' radiance scaling).
         b_max = S.max(st.throughput)
-        q = ir.minimum(b_max * st.eta * st.eta, 0.95)
+        q = ctx.detach(ir.minimum(b_max * st.eta * st.eta, 0.95))
         rr = st.depth > rr_d
         alive = (b_max > 0.0) & (~rr | (u_dir[3] < q)) & below_max(st.depth)
         throughput = st.throughput * ir.select(rr & alive, 1.0 / ir.select(q > 0.0, q, 1.0), 1.0)
 
         si = intersect(ctx, st.o, st.d, ir.Float(0.0), st.t_max)
         surf_t = ir.select(si.hit, si.t, st.t_max)
+        # Transport reads the media detached: the sampled distance, the
+        # collision's kind and the weight's value (shade adds derivatives).
         if has_media:
             def in_medium():
-                mv = media.read(ctx, st.medium)
+                mv = _detached(ctx, media.read(ctx, st.medium))
                 t = media.free_flight(mv.majorant, st.channel, u_med[2])
                 collided = t < surf_t
                 t_end = ir.minimum(t, surf_t)
@@ -167,74 +217,88 @@ class VolpathIntegrator(PathIntegrator):
                              for x, m in zip(sigma_t, mv.majorant)))
                 scale = ir.select(null, sigma_n * (1.0 / ir.select(p_null > 0.0, p_null, 1.0)),
                                   ir.select(collided, sigma_s * (1.0 / ir.maximum(_mean(real), 1e-30)), S.one()))
-                return collided, null, t_end, weight * scale
+                return collided, null, t_end, ctx.detach(weight * scale)
 
             collided, null, t_coll, w_med = ir.cond(alive & (st.medium >= 0), in_medium,
                                                     lambda: (ir.Bool(False), ir.Bool(False), ir.Float(0.0), S.one()))
-            throughput = throughput * w_med
         else:
             collided = null = ir.Bool(False)
-            t_coll = ir.Float(0.0)
+            t_coll, w_med = ir.Float(0.0), S.one()
         scatter = collided & ~null
         depth = ir.select(scatter, st.depth + 1, st.depth)
         scatter = scatter & below_max(depth)
         surface = alive & ~collided
         pass_through = surface & si.is_emitter & (st.depth == 0) & ~show
+        p_coll = st.o + st.d * t_coll
+        wi = -st.d
 
-        def medium_event() -> Event:
-            mv = media.read(ctx, st.medium)
-            p = st.o + st.d * t_coll
-            wi = -st.d
-            es = emitters.sample_from(ctx, p, u_em)
-            direct = throughput * self.shade_medium(ctx, mv, wi, es)
-            useful = mv.sample_emitters & (ctx.n_emitters > 0) & (es.delta | (es.pdf > 0.0)) & (S.max(direct) > 0.0)
-            tr = ir.cond(useful, lambda: self.transmittance(ctx, s, st, p, es.w, es.dist * SHADOW_FRACTION,
-                                                            st.medium), S.zero)
-            wo, weight, pdf = media.phase.sample(ctx, mv.phase, mv.g, wi, Vec(u_dir[0], u_dir[1]))
-            return Event(ir.select(useful, direct * tr, S.zero()), p, wo, INF, S.one() * weight, ir.Float(1.0), ir.Bool(True), p, pdf, ~mv.sample_emitters,
-                         ir.Bool(True), st.medium, pdf > 0.0)
+        # The emitter sample, the phase function's sample (with g detached)
+        # and the shadow ray, before shading.
+        if has_media:
+            def from_medium():
+                mv = _detached(ctx, media.read(ctx, st.medium))
+                phase_sample = media.phase.sample(ctx, mv.phase, mv.g, wi, Vec(u_dir[0], u_dir[1]))
+                return emitters.sample_from(ctx, p_coll, u_em), phase_sample, mv.sample_emitters
 
-        def surface_event() -> Event:
-            # Emission found is weighted against emitter sampling from the last bounce.
-            seen_from = dataclasses.replace(si, o=st.last_p, t=ir.norm(si.p - st.last_p))
-            es = emitters.sample(ctx, si, st.d, u_em)
-            sh = shade(seen_from, es, u_dir, st.depth, st.last_pdf, st.specular, show)
-            radiance = throughput * sh.emitted
-            direct = throughput * sh.direct
-            useful = (si.hit & ~pass_through & below_max(st.depth + 1) & (ctx.n_emitters > 0)
-                      & (es.delta | (es.pdf > 0.0)) & (S.max(direct) > 0.0))
-            tr = ir.cond(useful, lambda: self.transmittance(ctx, s, st, si.spawn(es.w), es.w,
-                                                            es.dist * SHADOW_FRACTION,
-                                                            self._medium_after(ctx, si, es.w, st.medium)), S.zero)
-            bounce = ~pass_through if sh.null is None else ~sh.null & ~pass_through
-            passed = si.p + st.d * si.scale
-            return Event(radiance + ir.select(useful, direct * tr, S.zero()),
-                         ir.select(pass_through, passed, si.spawn(sh.wo)), ir.select(pass_through, st.d, sh.wo),
-                         ir.select(pass_through, st.t_max - si.t - si.scale, INF),
-                         ir.select(pass_through, S.one(), sh.weight),
-                         ir.select(pass_through, 1.0, sampled_eta(ctx, si, sh.wo)), bounce,
-                         ir.select(bounce, si.p, st.last_p), ir.select(bounce, sh.pdf, st.last_pdf),
-                         ir.select(bounce, sh.delta, st.specular), st.valid | (bounce & si.hit),
-                         ir.select(pass_through, st.medium, self._medium_after(ctx, si, sh.wo, st.medium)),
-                         si.hit | pass_through)
+            def from_surface():
+                return emitters.sample(ctx, si, st.d, u_em), (st.d, ir.Float(1.0), ir.Float(0.0)), ir.Bool(True)
 
-        ev = ir.cond(scatter, medium_event, surface_event)
+            es, phase_sample, samples_em = ir.cond(scatter, from_medium, from_surface)
+        else:
+            es, phase_sample, samples_em = emitters.sample(ctx, si, st.d, u_em), (st.d, ir.Float(1.0),
+                                                                                 ir.Float(0.0)), ir.Bool(True)
+        at_surface = surface & si.hit & ~pass_through & below_max(st.depth + 1)
+        shadowed = (((scatter & samples_em) | at_surface) & (ctx.n_emitters > 0) & (es.delta | (es.pdf > 0.0)))
+        shadow = ir.cond(shadowed,
+                         lambda: self.transmittance(ctx, s, st, ir.select(scatter, p_coll, si.spawn(es.w)), es.w,
+                                                    es.dist * SHADOW_FRACTION,
+                                                    ir.select(scatter, st.medium,
+                                                              self._medium_after(ctx, si, es.w, st.medium))),
+                         lambda: _no_shadow(S))
+
+        # Emission found is weighted against emitter sampling from the last bounce.
+        seen_from = dataclasses.replace(si, o=st.last_p, t=ir.norm(si.p - st.last_p))
+        sh = shade(seen_from, es, u_dir, st.depth, st.last_pdf, st.specular, show, scatter, pass_through,
+                   Flight(st.medium, t_coll, collided, st.channel, w_med, p_coll), shadow, wi, phase_sample)
+        throughput = throughput * sh.medium
         interacts = scatter | surface
+        gathered = throughput * (sh.emitted + ir.select(shadowed, sh.direct * sh.tr, S.zero()))
+
+        bounce = scatter | (~pass_through & ~sh.null)
+        passed = si.p + st.d * si.scale
+        o = ir.select(scatter, p_coll, ir.select(pass_through, passed, si.spawn(sh.wo)))
+        d = ir.select(pass_through, st.d, sh.wo)
+        t_max = ir.select(pass_through, st.t_max - si.t - si.scale, INF)
+        eta = ir.select(scatter | pass_through, 1.0, sampled_eta(ctx, si, sh.wo))
+        valid = scatter | st.valid | (bounce & si.hit)
+        medium = ir.select(scatter | pass_through, st.medium, self._medium_after(ctx, si, sh.wo, st.medium))
+        goes_on = ir.select(scatter, sh.pdf > 0.0, si.hit | pass_through)
+
         moves = alive & null          # a null collision: on along the ray
-        p_null = st.o + st.d * t_coll
         new = VolpathState(
-            ir.select(surface & ev.bounce, depth + 1, depth),
-            ir.select(moves, p_null, ev.o), ir.select(moves, st.d, ev.d),
-            ir.select(moves, st.t_max - t_coll, ev.t_max),
-            ir.select(interacts, throughput * ev.weight, throughput),
-            st.radiance + ir.select(interacts, ev.radiance, S.zero()),
-            moves | (interacts & ev.goes_on),
-            ir.select(interacts, st.eta * ev.eta, st.eta),
-            ir.select(interacts, ev.medium, st.medium),
-            ir.select(interacts, ev.last_p, st.last_p), ir.select(interacts, ev.last_pdf, st.last_pdf),
-            ir.select(interacts, ev.specular, st.specular), ir.select(interacts, ev.valid, st.valid),
+            ir.select(surface & bounce, depth + 1, depth),
+            ir.select(moves, p_coll, o), ir.select(moves, st.d, d),
+            ir.select(moves, st.t_max - t_coll, t_max),
+            ir.select(interacts, throughput * sh.weight, throughput),
+            st.radiance + ir.select(interacts, gathered, S.zero()),
+            moves | (interacts & goes_on),
+            ir.select(interacts, st.eta * eta, st.eta),
+            ir.select(interacts, medium, st.medium),
+            ir.select(interacts & bounce, ir.select(scatter, p_coll, si.p), st.last_p),
+            ir.select(interacts & bounce, sh.pdf, st.last_pdf),
+            ir.select(interacts & bounce, sh.delta, st.specular), ir.select(interacts, valid, st.valid),
             st.it + 1, st.channel)
-        return new, None
+        return new, Vertex(st.throughput * ir.select(rr & alive, 1.0 / ir.select(q > 0.0, q, 1.0), 1.0),
+                           interacts, shadowed, new.active)
+
+    def local_radiance(self, vertex: Vertex, sh: VolShading, rest: Vec) -> Vec:
+        # This iteration's weights scale what it gathers and, as ratios to
+        # their (constant) values, everything the path gathers later.
+        S = self.spectrum
+        later = rest * _relative_vec(sh.medium)
+        later = ir.select(vertex.interacts, later * _relative_vec(sh.weight), later)
+        here = vertex.throughput * sh.medium * (sh.emitted + ir.select(vertex.shadowed, sh.direct * sh.tr, S.zero()))
+        return ir.select(vertex.interacts, here, S.zero()) + later
 
     def _medium_after(self, ctx, si, w: Vec, medium):
         """The medium a ray leaving ``si`` towards ``w`` travels in: the
@@ -246,21 +310,22 @@ class VolpathIntegrator(PathIntegrator):
         transition = si.hit & ((inside >= 0) | (outside >= 0))
         return ir.select(transition, ir.select(ir.dot(si.ng, w) > 0.0, outside, inside), medium)
 
-    def transmittance(self, ctx, s, st: VolpathState, o: Vec, w: Vec, dist, medium) -> Vec:
+    def transmittance(self, ctx, s, st: VolpathState, o: Vec, w: Vec, dist, medium) -> Shadow:
         """An unbiased estimate of the transmittance from ``o`` along ``w``
         over ``dist`` (ratio tracking through media with the path's channel;
-        null surfaces let light through, any other blocks it)."""
+        null surfaces let light through, any other blocks it), with the
+        distance travelled in each medium (its derivatives, in ``shade``)."""
         S = self.spectrum
         null_id = ctx.structure.bsdfs.index("null") if "null" in ctx.structure.bsdfs else None
         base = TRACKING_GROUPS + st.it * 4096
 
         def body(state):
-            o, rest, m, tr, _, k = state
+            o, rest, m, tr, _, k, ids, lengths = state
             si = intersect(ctx, o, w, ir.Float(0.0), rest)
             surf_t = ir.select(si.hit, si.t, rest)
             if ctx.structure.media:
                 def in_medium():
-                    mv = media.read(ctx, m)
+                    mv = _detached(ctx, media.read(ctx, m))
                     t = media.free_flight(mv.majorant, st.channel, ctx.rand(s, base + k)[2])
                     collided = t < surf_t
                     t_end = ir.minimum(t, surf_t)
@@ -268,6 +333,7 @@ class VolpathIntegrator(PathIntegrator):
                     sigma_n = media.coefficients(ctx, mv, o + w * t_end)[1]
                     return collided, t_end, ir.select(collided, weight * sigma_n, weight)
                 collided, t, weight = ir.cond(m >= 0, in_medium, lambda: (ir.Bool(False), ir.Float(0.0), S.one()))
+                ids, lengths = _add_length(ids, lengths, m, t)
             else:
                 collided, t, weight = ir.Bool(False), ir.Float(0.0), S.one()
             crossing = ~collided & si.hit
@@ -278,10 +344,108 @@ class VolpathIntegrator(PathIntegrator):
             new_rest = ir.select(collided, rest - t, rest - si.t - si.scale)
             going = (collided | crossing) & (S.max(tr) > 0.0) & (new_rest > 0.0)
             return (ir.select(collided, o + w * t, si.p + w * si.scale), new_rest,
-                    ir.select(crossing, self._medium_after(ctx, si, w, m), m), tr, going, k + 1)
+                    ir.select(crossing, self._medium_after(ctx, si, w, m), m), tr, going, k + 1, ids, lengths)
 
-        out = ir.while_loop(lambda state: state[4], body, (o, dist, medium, S.one(), ir.Bool(True), ir.Int(0)))
-        return out[3]
+        none = _no_shadow(S)
+        out = ir.while_loop(lambda state: state[4], body, (o, dist, medium, S.one(), ir.Bool(True), ir.Int(0),
+                                                          none.media, none.lengths))
+        return Shadow(ctx.detach(out[3]), out[6], out[7])
+
+
+MAX_SHADOW_MEDIA = 2   # distinct media a shadow ray's derivatives follow (more: not differentiable)
+
+
+@dataclasses.dataclass
+class Flight:
+    """An iteration's free flight, as ``step`` sampled it."""
+    medium: Any         # the medium it was in (-1: none)
+    t: Any              # where it ended: a collision or the next surface
+    collided: Any
+    channel: Any
+    weight: Vec         # its weight's value (1 outside media)
+    p: Vec              # the point it ended at
+
+
+@dataclasses.dataclass
+class Shadow:
+    """A shadow ray's transmittance estimate (values) and the distance it
+    travelled in each medium it crossed."""
+    tr: Vec
+    media: tuple        # MAX_SHADOW_MEDIA medium ids (-1: unused)
+    lengths: tuple
+
+
+@dataclasses.dataclass
+class VolShading:
+    """What :meth:`VolpathIntegrator.shade` computes for an iteration."""
+    medium: Vec         # the free-flight weight
+    tr: Vec             # the shadow ray's transmittance
+    emitted: Vec        # emission found (surfaces), MIS-weighted
+    direct: Vec         # the emitter sample's contribution before transmittance
+    weight: Vec         # the continuation's weight (BSDF or phase sample; 1 passing a hidden emitter)
+    wo: Vec             # the continuation: direction, density, delta flag, null (pass-through) sample
+    pdf: Any
+    delta: Any
+    null: Any
+
+
+@dataclasses.dataclass
+class Vertex:
+    """What the adjoint needs about an iteration."""
+    throughput: Vec     # the throughput arriving, after roulette
+    interacts: Any      # a collision or a surface (else a null collision, or roulette ended the path)
+    shadowed: Any       # the emitter sample's shadow ray was traced
+    continues: Any
+
+
+def _no_shadow(S) -> Shadow:
+    return Shadow(S.zero(), tuple(ir.Int(-1) for _ in range(MAX_SHADOW_MEDIA)),
+                  tuple(ir.Float(0.0) for _ in range(MAX_SHADOW_MEDIA)))
+
+
+def _add_length(ids: tuple, lengths: tuple, m, t):
+    """The slots with distance ``t`` in medium ``m`` added: to its slot, or
+    the first free one."""
+    placed = m < 0
+    new_ids, new_lengths = [], []
+    for i, length in zip(ids, lengths):
+        here = ~placed & ((i == m) | (i < 0))
+        new_ids.append(ir.select(here, m, i))
+        new_lengths.append(ir.select(here, length + t, length))
+        placed = placed | here
+    return tuple(new_ids), tuple(new_lengths)
+
+
+def _detached(ctx, mv: media.MediumView) -> media.MediumView:
+    return dataclasses.replace(mv, g=ctx.detach(mv.g), majorant=ctx.detach(mv.majorant),
+                               sigma_t=ctx.detach(mv.sigma_t), albedo=ctx.detach(mv.albedo))
+
+
+def _flight_factor(ctx, fl: Flight) -> Vec:
+    """1, with the derivative of the log of the free flight's weight with
+    the distance held fixed (detached sampling): in a homogeneous medium
+    the weight is exp(-t sigma_t) (times sigma_s at a collision) over a
+    density that does not move, so -t d sigma_t (+ d log sigma_s)."""
+    mv = media.read(ctx, fl.medium)
+    sigma_s, _, sigma_t = media.coefficients(ctx, mv, fl.p)
+    decay = Vec(*(ir.exp(-fl.t * (x - ir.detach(x))) for x in sigma_t))
+    return decay * ir.select(fl.collided, _relative_vec(sigma_s), ctx.spectrum.one())
+
+
+def _optical_factor(ctx, m, length) -> Vec:
+    """1, with the derivative of exp(-length sigma_t) relative to its value."""
+    sigma_t = media.read(ctx, m).sigma_t
+    return Vec(*(ir.exp(-length * (x - ir.detach(x))) for x in sigma_t))
+
+
+def _relative(x):
+    """x / detach(x): 1, with the derivative of log x (1 where x is 0)."""
+    d = ir.detach(x)
+    return ir.select(d != 0.0, x / ir.select(d != 0.0, d, 1.0), 1.0)
+
+
+def _relative_vec(v: Vec) -> Vec:
+    return Vec(*(_relative(x) for x in v))
 
 
 def _mean(v: Vec):

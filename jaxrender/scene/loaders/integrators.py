@@ -35,7 +35,7 @@ def _settings(props: Properties) -> dict:
     return settings
 
 
-@INTEGRATORS.register("path", "volpath")
+@INTEGRATORS.register("path", "volpath", "prbvolpath")
 def load_path(builder: SceneBuilder, props: Properties) -> dict:
     settings = _settings(props)
     if "max_depth" in props:

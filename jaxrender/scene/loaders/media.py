@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 MEDIA = PluginRegistry("medium")
 PHASES = PluginRegistry("phase", noun="phase function")
-_NONDIFF = "media are rendered by volpath, which has no derivatives yet (prbvolpath is not implemented)"
+_NONDIFF = None   # differentiable under volpath / prbvolpath (Integrator.nondifferentiable_params says where not)
 
 
 @dataclass
