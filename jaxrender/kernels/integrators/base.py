@@ -120,7 +120,7 @@ class Integrator:
         if "medium_data" in self.inputs():
             return {}
         why = f"the {self.name} integrator ignores participating media (volpath / prbvolpath render them)"
-        return {k: why for m in scene.media for k in (m.sigma_t, m.scale, m.albedo, m.g) if k is not None}
+        return {k: f"{k}: {why}" for m in scene.media for k in (m.sigma_t, m.scale, m.albedo, m.g) if k is not None}
 
     def sample(self, ctx: Context, s) -> Vec:
         """The estimate of sample ``s`` of the work item's pixel (``channels`` values)."""

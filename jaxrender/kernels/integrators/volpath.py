@@ -116,7 +116,7 @@ class VolpathIntegrator(PathIntegrator):
             return {}
         why = (f"derivatives of medium parameters need homogeneous media only, at most {MAX_SHADOW_MEDIA} of "
                f"them (this scene: {len(scene.media)} media, kinds {sorted(kinds)})")
-        return {k: why for m in scene.media for k in (m.sigma_t, m.scale, m.albedo, m.g) if k is not None}
+        return {k: f"{k}: {why}" for m in scene.media for k in (m.sigma_t, m.scale, m.albedo, m.g) if k is not None}
 
     def kept(self, final):
         return None             # (Mitsuba's volpath counts every path; valid is its alpha only)
