@@ -24,6 +24,7 @@ import pytest
 import jaxrender
 from jaxrender.primitives.render_rules import NotDifferentiableError
 from jaxrender.scene.transform import Transform as T
+from test_gradients import _compare_in_expectation
 
 SIZE = 16
 M = "box.interior_medium."
@@ -81,31 +82,13 @@ def test_albedo_gradient_matches_finite_differences_exactly():
         assert abs(g[c] - fd) <= 3e-3 * abs(fd) + 1e-3, (c, g[c], fd)
 
 
-def _in_expectation(key, direction, spp=64, spp_fd=256, h=0.05, n_seeds=12):
-    """Mean over seeds of the detached-sampling gradient (a random
-    direction's component) against central differences with common random
-    numbers; both unbiased for the same derivative. Returns both means."""
-    scene = jaxrender.load_dict(scene_dict())
-    loss, loss_fd = _loss(scene, key, spp), _loss(scene, key, spp_fd)
-    x0 = jnp.asarray(scene.params[key])
-    v = jnp.asarray(direction, jnp.float32).reshape(x0.shape)
-    grad = jax.jit(jax.grad(loss))
-    g = np.array([float(jnp.vdot(grad(x0, s, 1000 + s), v)) for s in range(n_seeds)])
-    fd = np.array([(float(loss_fd(x0 + h * v, s, 0)) - float(loss_fd(x0 - h * v, s, 0))) / (2 * h)
-                   for s in range(n_seeds)])
-    se = np.sqrt(g.var(ddof=1) / n_seeds + fd.var(ddof=1) / n_seeds)
-    assert abs(g.mean() - fd.mean()) < 4.0 * se, (key, g.mean(), fd.mean(), se)
-    # ... and the test has power: the derivative is clearly nonzero at this noise.
-    assert abs(g.mean()) > 4 * g.std(ddof=1) / np.sqrt(n_seeds), (key, g)
-    return g.mean(), fd.mean(), se
-
-
 @pytest.mark.parametrize("key, direction", [(SIGMA_T, [1.0, -0.5, 0.8]), (SCALE, 1.0), (G, 1.0)])
 def test_gradient_in_expectation(key, direction):
     """sigma_t and scale move the sampled distances, g the phase
     directions: the replay's detached-sampling estimator against finite
     differences, in the mean."""
-    print(key, _in_expectation(key, direction))
+    scene = jaxrender.load_dict(scene_dict())
+    _compare_in_expectation(scene, key, direction, spp=64, spp_fd=256, h=0.05, n_seeds=12)
 
 
 def test_adjoint_is_transpose_of_forward_mode():

@@ -26,11 +26,15 @@ roulette (b); the free flight (a) and null-or-real choice (b); the emitter
 sample. Tracking steps along shadow rays take one group each, from
 ``TRACKING_GROUPS`` on.
 
-Primal only: :attr:`differentiable` is empty, so a derivative of a
-volpath render is a NotDifferentiableError. A differentiable ``prbvolpath``
-would subclass this with the replay adjoint: the medium's reads
-(``media.coefficients``, the phase function) join ``shade``, and
-``local_radiance`` adds the free-flight weights' derivatives.
+Derivatives (also registered as Mitsuba's ``prbvolpath``): forward mode
+and the replay adjoints of ``base.py``. Sampling is detached (free-flight
+distances, the phase function's directions, shadow-ray tracking); the
+estimator's weights carry the derivatives with the samples held fixed,
+which is unbiased for homogeneous media because the sampled domain does
+not move: ``shade`` multiplies the free flight's weight by
+exp(-t (sigma_t - detach sigma_t)) (and sigma_s / detach(sigma_s) at a
+collision), each shadow ray's transmittance by the same over the distance
+it travelled in each medium, and the phase continuation by f / detach(f).
 """
 from __future__ import annotations
 
