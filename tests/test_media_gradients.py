@@ -12,9 +12,12 @@ What we compare with, that we did not write:
   the same derivative, compared in the mean over seeds against the
   standard error of their difference;
 * linear algebra: the adjoint (path replay) is the transpose of the
-  forward mode (dot-product test).
+  forward mode (dot-product test);
+* Mitsuba 3.9.1's prbvolpath (llvm_ad_rgb), in the mean over seeds.
 """
 from __future__ import annotations
+
+import os
 
 import jax
 import jax.numpy as jnp
@@ -25,6 +28,7 @@ import jaxrender
 from jaxrender.primitives.render_rules import NotDifferentiableError
 from jaxrender.scene.transform import Transform as T
 from test_gradients import _compare_in_expectation
+from test_shapes import _to_mitsuba
 
 SIZE = 16
 M = "box.interior_medium."
@@ -122,3 +126,47 @@ def test_more_media_than_followed_raise_clearly():
     x = jnp.asarray(scene.params[ALBEDO])
     with pytest.raises(NotDifferentiableError, match="albedo.*at most 2"):
         jax.grad(lambda v: jnp.sum(jaxrender.render(scene, {ALBEDO: v}, spp=1)))(x)
+
+
+@pytest.fixture(scope="module")
+def mitsuba_llvm():
+    """Mitsuba 3.9.1's llvm_ad_rgb variant (its prbvolpath), or a skip."""
+    os.environ.setdefault("DRJIT_LIBLLVM_PATH", "/usr/lib/x86_64-linux-gnu/libLLVM-19.so")
+    mi = pytest.importorskip("mitsuba")
+    previous = mi.variant()
+    try:
+        mi.set_variant("llvm_ad_rgb")
+    except Exception as exc:       # no LLVM: nothing to compare with
+        pytest.skip(f"mitsuba's llvm_ad_rgb variant does not run here: {exc}")
+    yield mi
+    if previous is not None:
+        mi.set_variant(previous)
+
+
+@pytest.mark.parametrize("key", [ALBEDO, SIGMA_T, G])
+def test_gradient_agrees_with_mitsuba_prbvolpath(mitsuba_llvm, key):
+    """The same loss's gradient from Mitsuba's prbvolpath, in the mean over
+    seeds: a sanity check within noise (Mitsuba is another estimator, not
+    ground truth)."""
+    import drjit as dr
+    mi, n, spp = mitsuba_llvm, 8, 64
+    d = scene_dict()
+    w = np.asarray(_weights())
+    ms = mi.load_dict(_to_mitsuba(mi, d))
+    theirs = []
+    for s in range(n):
+        p = mi.traverse(ms)
+        dr.enable_grad(p[key])
+        p.update()
+        dr.backward(dr.sum(mi.render(ms, p, spp=spp, seed=s, seed_grad=100 + s) * mi.TensorXf(w), axis=None))
+        theirs.append(np.array(dr.grad(p[key])).ravel())
+        dr.clear_grad(p[key])
+    scene = jaxrender.load_dict(d)
+    loss = _loss(scene, key, spp)
+    x0 = jnp.asarray(scene.params[key])
+    grad = jax.jit(jax.grad(loss))
+    ours = np.array([np.asarray(grad(x0, s, 100 + s)).ravel() for s in range(n)])
+    theirs = np.array(theirs)
+    se = np.sqrt(ours.var(0, ddof=1) / n + theirs.var(0, ddof=1) / n)
+    assert np.all(np.abs(ours.mean(0) - theirs.mean(0)) < 4 * se), (key, ours.mean(0), theirs.mean(0), se)
+    assert np.any(np.abs(ours.mean(0)) > 4 * ours.std(0, ddof=1) / np.sqrt(n)), (key, ours)   # power
