@@ -226,7 +226,7 @@ def test_lookups_match_mitsubas_gridvolume(lookup_kernel, tmp_path, filt, wrap, 
 def test_heterogeneous_and_homogeneous_media_in_one_scene(tmp_path):
     """Both kinds in one kernel (a branch on the medium's kind)."""
     d = hetero_scene(CASES["smoke-file"](tmp_path))
-    d["ball"] = {"type": "sphere", "center": [0.0, -0.9, 1.6], "radius": 0.3, "bsdf": {"type": "null"},
+    d["ball"] = {"type": "sphere", "center": [0.0, -0.7, 1.4], "radius": 0.3, "bsdf": {"type": "null"},
                  "interior": {"type": "homogeneous", "sigma_t": 3.0, "albedo": rgb(0.2, 0.9, 0.2)}}
     assert disagreements(our_renders(d), mitsuba_renders(d)) == []
 
