@@ -202,8 +202,8 @@ def test_params_keys_are_mitsubas():
 @pytest.mark.parametrize("edit,match", [
     (lambda d: d["box"].update(bsdf={"type": "mask", "opacity": 0.5, "bsdf": {"type": "diffuse"}}),
      "'mask' BSDF under the volpath integrator is not supported yet"),
-    (lambda d: d["box"].update(interior={"type": "heterogeneous"}),
-     "box.interior: medium type 'heterogeneous' is not supported"),
+    (lambda d: d["box"].update(interior={"type": "heterogeneous", "sigma_t": {"type": "gridvolume", "grid": 1}}),
+     "a VolumeGrid object is not supported yet"),
     (lambda d: d["box"]["interior"].update(albedo={"type": "gridvolume", "filename": "a.vol"}),
      "'gridvolume' volume is not supported yet"),
     (lambda d: d["box"]["interior"].update(sigma_t=rgb(1.0, 2.0, 3.0)), r"must lie in \[0, 1\]"),

@@ -55,7 +55,7 @@ BSDF_TABLE_STRIDE = 65
 
 # --- textures --------------------------------------------------------------------
 TEX_META_ROW = 8               # tex_meta (i32)
-TEX_OFFSET, TEX_WIDTH, TEX_HEIGHT, TEX_CHANNELS, TEX_KIND, TEX_WRAP, TEX_FILTER = range(7)
+TEX_OFFSET, TEX_WIDTH, TEX_HEIGHT, TEX_CHANNELS, TEX_KIND, TEX_WRAP, TEX_FILTER, TEX_DEPTH = range(8)
 TEX_UV_ROW = 6                 # tex_uv: to_uv, 2 x 3 row-major
 BSDF_TEX_ROW = 2               # bsdf_tex: first slot, slot count
 BSDF_TEX_FIRST, BSDF_TEX_COUNT = 0, 1
@@ -84,6 +84,13 @@ CAMERA_APERTURE, CAMERA_FOCUS = 20, 21
 # --- participating media (read by volumetric integrators only: media_inputs) ------------
 MEDIUM_ROW = 8                 # medium_data: sigma_t (scale applied), albedo, phase parameter, sample_emitters
 MEDIUM_SIGMA_T, MEDIUM_ALBEDO, MEDIUM_PHASE_G, MEDIUM_SAMPLE_EMITTERS = 0, 3, 6, 7
+# A heterogeneous medium's row: its majorant (scale times the largest sigma_t
+# value, in each channel) where a homogeneous one has sigma_t, then its
+# sigma_t and albedo volumes (tex_meta rows, as floats) and its scale.
+MEDIUM_MAJORANT, MEDIUM_SIGMA_T_VOLUME, MEDIUM_ALBEDO_VOLUME, MEDIUM_SCALE = 0, 3, 4, 5
+# A volume's block of texels (scene/volumes.py) starts with this header:
+# world-to-local 3 x 4 (row-major), then the world box of the unit cube.
+VOLUME_TO_LOCAL, VOLUME_BBOX_MIN, VOLUME_BBOX_MAX, VOLUME_HEADER = 0, 12, 15, 18
 MEDIUM_META_ROW = 2            # medium_meta (i32): kind (Structure.media), phase (Structure.phases)
 MEDIUM_KIND, MEDIUM_PHASE = 0, 1
 PRIM_MEDIA_ROW = 2             # prim_media (i32, leaf order): interior, exterior medium (-1: none)

@@ -7,7 +7,8 @@ texture and ``tex_uv`` its ``to_uv`` transform:
 
 * ``tex_meta`` row: offset of the first texel value in ``texels``, width,
   height, channels (1 or 3), kind (:data:`BITMAP`, :data:`CHECKERBOARD`,
-  :data:`ENVMAP`), wrap mode, filter, 0. Texel (x, y) channel c is
+  :data:`ENVMAP`, :data:`DATA`, :data:`VOLUME`), wrap mode, filter, depth
+  (1; a volume's z resolution). Texel (x, y) channel c is
   ``texels[offset + (y * width + x) * channels + c]``; row y = 0 is the
   image's first (top) row, at v = 0, as in Mitsuba. A checkerboard is the
   2 x 2 image (color0, color1; color1, color0) read with nearest filtering
@@ -44,8 +45,9 @@ from ..ir import Vec
 from . import layout
 from .params import ARRAY, COLOR, FLOAT, ArrayView, add_plugin
 
-# DATA: a BSDF's ARRAY parameter (bsdfs/base.py), read by index, never looked up at a UV.
-BITMAP, CHECKERBOARD, ENVMAP, DATA = 0, 1, 2, 3
+# DATA: a BSDF's ARRAY parameter (bsdfs/base.py), read by index, never looked up at a UV;
+# VOLUME: a medium's 3D grid (media/volume.py; its z resolution in layout.TEX_DEPTH).
+BITMAP, CHECKERBOARD, ENVMAP, DATA, VOLUME = 0, 1, 2, 3, 4
 CUSTOM = 16          # kind id of a scene's first texture plugin
 WRAP_REPEAT, WRAP_MIRROR, WRAP_CLAMP = 0, 1, 2
 FILTER_BILINEAR, FILTER_NEAREST = 0, 1

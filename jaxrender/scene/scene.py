@@ -163,7 +163,7 @@ class Scene:
         plugins = self.structure.textures
         for i, t in enumerate(self.textures):
             kind = t.kind if t.plugin is None else ktex.CUSTOM + plugins.index(t.plugin)
-            meta[i, :7] = (offsets[i], t.width, t.height, t.channels, kind, t.wrap, t.filter)
+            meta[i] = (offsets[i], t.width, t.height, t.channels, kind, t.wrap, t.filter, t.depth)
             uv[i] = (t.to_uv if t.to_uv is not None else np.eye(3)[:2]).reshape(6)
         textured = bool(slots) or self.structure.tangents     # (a frame-perturbing BSDF needs UVs)
         env_frame = (self.env_frame.astype(np.float32).reshape(1, 9) if self.env_texture >= 0
@@ -308,10 +308,15 @@ class Scene:
         def medium_data(p, xp):
             rows = []
             for m in self.media:
-                sigma_t = xp.asarray(p[m.sigma_t], f32).reshape(3) * xp.asarray(p[m.scale], f32)
+                scale = xp.asarray(p[m.scale], f32)
                 g = xp.asarray(p[m.g], f32).reshape(1) if m.g is not None else np.zeros(1, f32)
-                rows.append(xp.concatenate([sigma_t, xp.asarray(p[m.albedo], f32).reshape(3), g,
-                                            np.full(1, float(m.sample_emitters), f32)]))
+                if m.kind == "heterogeneous":       # (layout.MEDIUM_MAJORANT ...)
+                    peak = xp.max(xp.asarray(p[m.sigma_t], f32)) if m.fixed_max is None else f32(m.fixed_max)
+                    first = [xp.broadcast_to(peak * scale, (3,)),
+                             np.array([m.sigma_t_volume, m.albedo_volume], f32), scale.reshape(1)]
+                else:
+                    first = [xp.asarray(p[m.sigma_t], f32).reshape(3) * scale, xp.asarray(p[m.albedo], f32).reshape(3)]
+                rows.append(xp.concatenate([*first, g, np.full(1, float(m.sample_emitters), f32)]))
             return xp.stack(rows) if rows else np.zeros((0, layout.MEDIUM_ROW), f32)
 
         medium_keys = [k for m in self.media for k in (m.sigma_t, m.scale, m.albedo, m.g) if k is not None]

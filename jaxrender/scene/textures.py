@@ -139,7 +139,7 @@ def image_from_array(value: Any, where: str, raw: bool) -> np.ndarray:
 class TextureSpec:
     """One texture of the scene: which parameters hold its values and how
     the kernel reads them (a ``tex_meta`` row and a ``tex_uv`` row)."""
-    kind: int                 # kernels.textures.BITMAP / CHECKERBOARD / ENVMAP / DATA (a BSDF ARRAY)
+    kind: int                 # kernels.textures.BITMAP / CHECKERBOARD / ENVMAP / DATA (a BSDF ARRAY) / VOLUME
     keys: tuple               # parameter keys whose values, flattened in order, are its texels
     width: int
     height: int
@@ -148,10 +148,12 @@ class TextureSpec:
     filter: int = ktex.FILTER_BILINEAR
     to_uv: Any = None         # (2, 3)
     plugin: str | None = None  # a texture plugin's name (kernels.textures.PLUGINS); its kind is set per scene
+    depth: int = 1            # a VOLUME's z resolution
+    header: Any = None        # a VOLUME's constant floats before its values (scene.volumes)
 
     @property
     def size(self) -> int:
-        return self.width * self.height * self.channels
+        return self.width * self.height * self.depth * self.channels + (0 if self.header is None else len(self.header))
 
     def texels(self, p: Mapping[str, Any], xp=None):
         """Its block of the ``texels`` buffer, computed with ``xp`` (numpy or
@@ -161,7 +163,8 @@ class TextureSpec:
         if self.kind == ktex.ENVMAP:
             data = xp.asarray(p[self.keys[0]], np.float32)
             return data[:, 1:self.width + 1, :].reshape(-1)
-        return xp.concatenate([xp.asarray(p[k], np.float32).reshape(-1) for k in self.keys])
+        blocks = [xp.asarray(p[k], np.float32).reshape(-1) for k in self.keys]
+        return xp.concatenate(blocks if self.header is None else [self.header] + blocks)
 
 
 def envmap_tables(tex: TextureSpec, data, xp=None):

@@ -14,7 +14,14 @@ Sampling follows Mitsuba: a distance is drawn with density
 path; an interaction there has real (``sigma_s``), absorbing and null
 (``sigma_n = majorant - sigma_t``) parts; spectral differences are carried
 by the weight ``exp(-t majorant) / pdf``. A homogeneous medium's majorant is
-its extinction, so it never has null interactions.
+its extinction, so it never has null interactions. A heterogeneous one
+(Mitsuba's ``heterogeneous``) reads ``sigma_t`` and ``albedo`` from volumes
+(``volume.lookup``; row: ``layout.MEDIUM_MAJORANT`` ...): its majorant is
+``scale`` times the largest value of its ``sigma_t`` grid, the same in
+every channel, and outside the world box of its ``sigma_t`` volume its
+extinction is 0 (Mitsuba samples distances only inside that box; here the
+path crosses the rest with null collisions of weight 1). Scenes without
+heterogeneous media trace none of this.
 
 Example::
 
@@ -30,11 +37,11 @@ from typing import Any
 from ... import ir
 from ...ir import Vec
 from .. import layout
-from . import phase
+from . import phase, volume
 
-KINDS = ("homogeneous",)
+KINDS = ("homogeneous", "heterogeneous")
 
-__all__ = ["KINDS", "MediumView", "coefficients", "free_flight", "pick", "read", "spectral_ratio", "phase"]
+__all__ = ["KINDS", "MediumView", "coefficients", "free_flight", "pick", "read", "spectral_ratio", "phase", "volume"]
 
 
 @dataclasses.dataclass
@@ -47,7 +54,7 @@ class MediumView:
     sample_emitters: Any
     majorant: Vec        # an upper bound of sigma_t along any ray through it
     sigma_t: Vec         # homogeneous media: their extinction
-    albedo: Vec
+    albedo: Vec          # homogeneous media: their albedo (heterogeneous: volumes, see coefficients)
 
 
 def read(ctx, m) -> MediumView:
@@ -62,7 +69,28 @@ def read(ctx, m) -> MediumView:
 def coefficients(ctx, mv: MediumView, p: Vec) -> tuple[Vec, Vec, Vec]:
     """(sigma_s, sigma_n, sigma_t) of the medium at point ``p``."""
     S = ctx.spectrum
-    return mv.sigma_t * mv.albedo, S.zero(), mv.sigma_t
+    kinds = ctx.structure.media
+
+    def homogeneous():
+        return mv.sigma_t * mv.albedo, S.zero(), mv.sigma_t
+
+    if "heterogeneous" not in kinds:
+        return homogeneous()
+    if "homogeneous" not in kinds:
+        return _heterogeneous(ctx, mv, p)
+    return ir.cond(mv.kind == kinds.index("heterogeneous"), lambda: _heterogeneous(ctx, mv, p), homogeneous)
+
+
+def _heterogeneous(ctx, mv: MediumView, p: Vec) -> tuple[Vec, Vec, Vec]:
+    """A heterogeneous medium's coefficients: its volumes' values at ``p``
+    (extinction times scale; 0 outside the extinction volume's world box)."""
+    data = ctx.b["medium_data"]
+    tex_t = ir.cast(data.read(mv.index, layout.MEDIUM_SIGMA_T_VOLUME), "i32")
+    tex_a = ir.cast(data.read(mv.index, layout.MEDIUM_ALBEDO_VOLUME), "i32")
+    value, inside = volume.lookup(ctx.b, tex_t, p)
+    sigma_t = value * ir.select(inside, data.read(mv.index, layout.MEDIUM_SCALE), 0.0)
+    albedo, _ = volume.lookup(ctx.b, tex_a, p)
+    return sigma_t * albedo, mv.majorant - sigma_t, sigma_t
 
 
 def pick(v: Vec, channel):

@@ -1,5 +1,5 @@
-"""Medium and phase function plugins: ``homogeneous`` with ``isotropic`` or
-``hg``, as Mitsuba 3.9.1 reads them.
+"""Medium and phase function plugins: ``homogeneous`` and ``heterogeneous``
+with ``isotropic`` or ``hg``, as Mitsuba 3.9.1 reads them.
 
 A medium is loaded once per id (or per nested place) by
 ``SceneBuilder.medium``, where a shape names it as its ``interior`` or
@@ -8,7 +8,13 @@ A medium is loaded once per id (or per nested place) by
 ``<key>.albedo.value.value`` (colours: 3 floats), ``<key>.scale`` and
 ``<key>.phase_function.g``. Values are floats, ``rgb`` (within [0, 1], as
 Mitsuba's RGB variants require) or a ``constvolume`` of one; a spatially
-varying volume (``gridvolume``) is "not supported yet".
+varying volume (``gridvolume``) is "not supported yet" there.
+
+A ``heterogeneous`` medium's ``sigma_t`` and ``albedo`` are volumes
+(``scene/volumes.py``: ``gridvolume`` with keys ``<key>.sigma_t.data``,
+``<key>.albedo.data``, or ``constvolume`` / a float / an rgb with
+``<key>.sigma_t.value.value``); ``<key>.scale``. Its majorant is computed
+from the current ``sigma_t`` values (or the volume's ``max_value``).
 """
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ import numpy as np
 from ...kernels.media import phase as kphase
 from ..errors import SceneError
 from ..properties import Properties, parse_rgb
+from ..volumes import load_volume
 from .registry import PluginRegistry, load_plugin
 
 if TYPE_CHECKING:
@@ -42,6 +49,11 @@ class MediumSpec:
     g: str | None = None
     sample_emitters: bool = True
     extra: dict = field(default_factory=dict)
+    # heterogeneous: the sigma_t and albedo volumes (texture indices) and
+    # the sigma_t volume's max_value (None: its largest value)
+    sigma_t_volume: int = -1
+    albedo_volume: int = -1
+    fixed_max: float | None = None
 
 
 def _volume_rgb(props: Properties, name: str, default: float, key: str) -> np.ndarray:
@@ -95,6 +107,26 @@ def load_homogeneous(builder: SceneBuilder, props: Properties) -> MediumSpec:
                       f"{key}.scale", sample_emitters=sample_emitters)
     builder.add_param(spec.sigma_t, sigma_t.astype(np.float32), _NONDIFF)
     builder.add_param(spec.albedo, albedo.astype(np.float32), _NONDIFF)
+    builder.add_param(spec.scale, np.float32(scale), _NONDIFF)
+    _phase(builder, props, spec)
+    return spec
+
+
+@MEDIA.register("heterogeneous")
+def load_heterogeneous(builder: SceneBuilder, props: Properties) -> MediumSpec:
+    key = props.key
+    sigma_t = load_volume(builder, props, "sigma_t", 1.0, _NONDIFF)
+    albedo = load_volume(builder, props, "albedo", 0.75, _NONDIFF)
+    scale = props.float("scale", 1.0)
+    if not scale >= 0:
+        raise props.error(f"must not be negative, got {scale}", "scale")
+    if np.min(builder.params[sigma_t.key]) < 0:
+        raise props.error("sigma_t must not be negative", "sigma_t")
+    if not props.bool("has_spectral_extinction", True):
+        raise props.error("only spectral extinction (Mitsuba's default) is supported yet", "has_spectral_extinction")
+    spec = MediumSpec("heterogeneous", "isotropic", sigma_t.key, albedo.key, f"{key}.scale",
+                      sample_emitters=props.bool("sample_emitters", True), sigma_t_volume=sigma_t.texture,
+                      albedo_volume=albedo.texture, fixed_max=sigma_t.fixed_max)
     builder.add_param(spec.scale, np.float32(scale), _NONDIFF)
     _phase(builder, props, spec)
     return spec
