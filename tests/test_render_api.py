@@ -67,7 +67,7 @@ def test_parameters_and_sizes_do_not_recompile():
      "floor.bsdf.brdf_0: int_ior and ext_ior must differ"),
     (lambda d: d["floor"].update(bsdf={"type": "roughplastic", "distribution": "phong"}),
      "floor.bsdf.distribution: unknown microfacet distribution 'phong'"),
-    (lambda d: d.update(integrator={"type": "prbvolpath"}), "integrator 'prbvolpath' is not supported"),
+    (lambda d: d.update(integrator={"type": "ptracer"}), "integrator 'ptracer' is not supported"),
     (lambda d: d["floor"].update(bsdf={"type": "ref", "id": "nope"}), "unknown id 'nope'"),
     (lambda d: d["floor"].update(to_world=np.full((4, 4), np.nan)), "floor: to_world must be a finite"),
     (lambda d: d["sensor"]["film"].update(rfilter={"type": "lanczos", "lobes": 2.5}), "lobes"),

@@ -53,8 +53,9 @@ def test_sharded_renders_equal_one_device_and_launch_per_shard(devices):
     np.testing.assert_allclose(r["views_grad"][1], r["views_grad"][0], rtol=1e-5)
     assert r["views_launch_rows"] and all(n == 2 for n in r["views_launch_rows"]), r["views_launch_rows"]
     assert r["views_all_gathers"] == 0 and r["views_all_reduces"] >= 1
-    assert r["shard_map_identical"]
-    assert r["explicit_axes_errors"] == [True, True]
+    if devices == 2:
+        assert r["shard_map_identical"]
+        assert r["explicit_axes_errors"] == [True, True]
 
 
 def _free_port() -> int:
