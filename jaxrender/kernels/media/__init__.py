@@ -41,7 +41,7 @@ from . import phase, volume
 
 KINDS = ("homogeneous", "heterogeneous")
 
-__all__ = ["KINDS", "MediumView", "coefficients", "free_flight", "pick", "read", "spectral_ratio", "phase", "volume"]
+__all__ = ["KINDS", "MediumView", "coefficients", "free_flight", "heterogeneous", "pick", "read", "spectral_ratio", "phase", "volume"]
 
 
 @dataclasses.dataclass
@@ -77,11 +77,11 @@ def coefficients(ctx, mv: MediumView, p: Vec) -> tuple[Vec, Vec, Vec]:
     if "heterogeneous" not in kinds:
         return homogeneous()
     if "homogeneous" not in kinds:
-        return _heterogeneous(ctx, mv, p)
-    return ir.cond(mv.kind == kinds.index("heterogeneous"), lambda: _heterogeneous(ctx, mv, p), homogeneous)
+        return heterogeneous(ctx, mv, p)
+    return ir.cond(mv.kind == kinds.index("heterogeneous"), lambda: heterogeneous(ctx, mv, p), homogeneous)
 
 
-def _heterogeneous(ctx, mv: MediumView, p: Vec) -> tuple[Vec, Vec, Vec]:
+def heterogeneous(ctx, mv: MediumView, p: Vec) -> tuple[Vec, Vec, Vec]:
     """A heterogeneous medium's coefficients: its volumes' values at ``p``
     (extinction times scale; 0 outside the extinction volume's world box)."""
     data = ctx.b["medium_data"]
