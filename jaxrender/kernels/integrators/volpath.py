@@ -216,8 +216,9 @@ class VolpathIntegrator(PathIntegrator):
             def in_medium():
                 mv = _detached(ctx, media.read(ctx, st.medium))
                 t = media.free_flight(mv.majorant, st.channel, u_med[2])
-                collided = t < surf_t
-                t_end = ir.minimum(t, surf_t)
+                limit = ir.minimum(surf_t, media.reach(ctx, mv, st.o, st.d))
+                collided = t < limit
+                t_end = ir.minimum(t, limit)
                 weight = media.spectral_ratio(mv.majorant, st.channel, t_end, collided)
                 p = st.o + st.d * t_end
                 sigma_s, sigma_n, sigma_t = media.coefficients(ctx, mv, p)
@@ -341,8 +342,9 @@ class VolpathIntegrator(PathIntegrator):
                 def in_medium():
                     mv = _detached(ctx, media.read(ctx, m))
                     t = media.free_flight(mv.majorant, st.channel, ctx.rand(s, base + k)[2])
-                    collided = t < surf_t
-                    t_end = ir.minimum(t, surf_t)
+                    limit = ir.minimum(surf_t, media.reach(ctx, mv, o, w))
+                    collided = t < limit
+                    t_end = ir.minimum(t, limit)
                     weight = media.spectral_ratio(mv.majorant, st.channel, t_end, collided)
                     sigma_n = media.coefficients(ctx, mv, o + w * t_end)[1]
                     return collided, t_end, ir.select(collided, weight * sigma_n, weight)
