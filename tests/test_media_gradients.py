@@ -98,8 +98,12 @@ def test_gradient_in_expectation(key, direction):
 def test_adjoint_is_transpose_of_forward_mode():
     """<jvp(dx), dy> == <dx, vjp(dy)> over every medium parameter at once:
     the replay adjoint is exactly the transpose of the forward mode."""
-    scene = jaxrender.load_dict(scene_dict(rr_depth=2))
-    keys = (SIGMA_T, ALBEDO, SCALE, G, "floor.bsdf.reflectance.value")
+    check_transpose(jaxrender.load_dict(scene_dict(rr_depth=2)),
+                    (SIGMA_T, ALBEDO, SCALE, G, "floor.bsdf.reflectance.value"))
+
+
+def check_transpose(scene, keys):
+    """The dot-product test of the forward mode and the adjoint over ``keys``."""
     x0 = {k: jnp.asarray(scene.params[k]) for k in keys}
     f = lambda x: jaxrender.render(scene, x, spp=4, seed=3, seed_grad=5)  # noqa: E731
     r = np.random.default_rng(1)

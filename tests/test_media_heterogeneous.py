@@ -229,14 +229,3 @@ def test_heterogeneous_and_homogeneous_media_in_one_scene(tmp_path):
     d["ball"] = {"type": "sphere", "center": [0.0, -0.7, 1.4], "radius": 0.3, "bsdf": {"type": "null"},
                  "interior": {"type": "homogeneous", "sigma_t": 3.0, "albedo": rgb(0.2, 0.9, 0.2)}}
     assert disagreements(our_renders(d), mitsuba_renders(d)) == []
-
-
-def test_volpath_derivatives_of_grids_raise_clearly():
-    import jax
-    import jax.numpy as jnp
-    d = hetero_scene(CASES["rotated-scaled"](None), spp=1)
-    d["sensor"]["film"].update(width=4, height=4)
-    scene = jaxrender.load_dict(d)
-    key = "box.interior_medium.sigma_t.data"
-    with pytest.raises(jaxrender.NotDifferentiableError, match="need homogeneous media"):
-        jax.grad(lambda v: jnp.sum(jaxrender.render(scene, {key: v})))(jnp.asarray(scene.params[key]))

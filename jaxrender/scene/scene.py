@@ -312,7 +312,11 @@ class Scene:
                 g = xp.asarray(p[m.g], f32).reshape(1) if m.g is not None else np.zeros(1, f32)
                 if m.kind == "heterogeneous":       # (layout.MEDIUM_MAJORANT ...)
                     peak = xp.max(xp.asarray(p[m.sigma_t], f32)) if m.fixed_max is None else f32(m.fixed_max)
-                    first = [xp.broadcast_to(peak * scale, (3,)),
+                    majorant = peak * scale
+                    if xp is not np:   # a constant of the estimator (null scattering): no derivative
+                        import jax
+                        majorant = jax.lax.stop_gradient(majorant)
+                    first = [xp.broadcast_to(majorant, (3,)),
                              np.array([m.sigma_t_volume, m.albedo_volume], f32), scale.reshape(1)]
                 else:
                     first = [xp.asarray(p[m.sigma_t], f32).reshape(3) * scale, xp.asarray(p[m.albedo], f32).reshape(3)]

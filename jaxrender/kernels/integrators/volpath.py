@@ -35,6 +35,12 @@ not move: ``shade`` multiplies the free flight's weight by
 exp(-t (sigma_t - detach sigma_t)) (and sigma_s / detach(sigma_s) at a
 collision), each shadow ray's transmittance by the same over the distance
 it travelled in each medium, and the phase continuation by f / detach(f).
+Heterogeneous media use the null-scattering estimator with the majorant a
+constant (detached; Vicini et al. 2021, section 4.4): d log sigma_s at a
+real collision, -d sigma_t / (majorant - sigma_t) at a null one (one
+``shade`` per collision), and for a shadow ray's ratio tracking the sum of
+the latter over its collisions, estimated by one collision that
+``transmittance`` picks uniformly (reservoir sampling) times their count.
 """
 from __future__ import annotations
 
@@ -115,12 +121,12 @@ class VolpathIntegrator(PathIntegrator):
         compute in ``scene`` (key -> why): every medium's, where a medium is
         not homogeneous (its free-flight weights' derivatives are not
         implemented) or a shadow ray may cross more media than it follows."""
-        kinds = {m.kind for m in scene.media}
-        if kinds <= {"homogeneous"} and len(scene.media) <= MAX_SHADOW_MEDIA:
+        homogeneous = [m for m in scene.media if m.kind == "homogeneous"]
+        if len(homogeneous) <= MAX_SHADOW_MEDIA:
             return {}
-        why = (f"derivatives of medium parameters need homogeneous media only, at most {MAX_SHADOW_MEDIA} of "
-               f"them (this scene: {len(scene.media)} media, kinds {sorted(kinds)})")
-        return {k: f"{k}: {why}" for m in scene.media for k in (m.sigma_t, m.scale, m.albedo, m.g) if k is not None}
+        why = (f"derivatives of homogeneous media's parameters follow at most {MAX_SHADOW_MEDIA} of them along "
+               f"a shadow ray (this scene: {len(homogeneous)} homogeneous media)")
+        return {k: f"{k}: {why}" for m in homogeneous for k in (m.sigma_t, m.scale, m.albedo, m.g) if k is not None}
 
     def kept(self, final):
         return None             # (Mitsuba's volpath counts every path; valid is its alpha only)
@@ -166,6 +172,8 @@ class VolpathIntegrator(PathIntegrator):
             w_med = w_med * ir.cond(flight.medium >= 0, lambda: _flight_factor(ctx, flight), S.one)
             for m, length in zip(shadow.media, shadow.lengths):
                 tr = tr * ir.cond(m >= 0, lambda m=m, length=length: _optical_factor(ctx, m, length), S.one)
+            if "heterogeneous" in ctx.structure.media:
+                tr = tr * ir.cond(shadow.tracked >= 0, lambda: _tracking_factor(ctx, shadow), S.one)
 
         def at_collision():
             mv = media.read(ctx, flight.medium)
@@ -208,8 +216,9 @@ class VolpathIntegrator(PathIntegrator):
             def in_medium():
                 mv = _detached(ctx, media.read(ctx, st.medium))
                 t = media.free_flight(mv.majorant, st.channel, u_med[2])
-                collided = t < surf_t
-                t_end = ir.minimum(t, surf_t)
+                limit = ir.minimum(surf_t, media.reach(ctx, mv, st.o, st.d))
+                collided = t < limit
+                t_end = ir.minimum(t, limit)
                 weight = media.spectral_ratio(mv.majorant, st.channel, t_end, collided)
                 p = st.o + st.d * t_end
                 sigma_s, sigma_n, sigma_t = media.coefficients(ctx, mv, p)
@@ -263,7 +272,7 @@ class VolpathIntegrator(PathIntegrator):
         # Emission found is weighted against emitter sampling from the last bounce.
         seen_from = dataclasses.replace(si, o=st.last_p, t=ir.norm(si.p - st.last_p))
         sh = shade(seen_from, es, u_dir, st.depth, st.last_pdf, st.specular, show, scatter, pass_through,
-                   Flight(st.medium, t_coll, collided, st.channel, w_med, p_coll), shadow, wi, phase_sample)
+                   Flight(st.medium, t_coll, collided, null, st.channel, w_med, p_coll), shadow, wi, phase_sample)
         throughput = throughput * sh.medium
         interacts = scatter | surface
         gathered = throughput * (sh.emitted + ir.select(shadowed, sh.direct * sh.tr, S.zero()))
@@ -323,21 +332,33 @@ class VolpathIntegrator(PathIntegrator):
         null_id = ctx.structure.bsdfs.index("null") if "null" in ctx.structure.bsdfs else None
         base = TRACKING_GROUPS + st.it * 4096
 
+        kinds = ctx.structure.media
+
         def body(state):
-            o, rest, m, tr, _, k, ids, lengths = state
+            o, rest, m, tr, _, k, ids, lengths, tracked, count, p_tracked = state
             si = intersect(ctx, o, w, ir.Float(0.0), rest)
             surf_t = ir.select(si.hit, si.t, rest)
             if ctx.structure.media:
                 def in_medium():
                     mv = _detached(ctx, media.read(ctx, m))
                     t = media.free_flight(mv.majorant, st.channel, ctx.rand(s, base + k)[2])
-                    collided = t < surf_t
-                    t_end = ir.minimum(t, surf_t)
+                    limit = ir.minimum(surf_t, media.reach(ctx, mv, o, w))
+                    collided = t < limit
+                    t_end = ir.minimum(t, limit)
                     weight = media.spectral_ratio(mv.majorant, st.channel, t_end, collided)
                     sigma_n = media.coefficients(ctx, mv, o + w * t_end)[1]
                     return collided, t_end, ir.select(collided, weight * sigma_n, weight)
                 collided, t, weight = ir.cond(m >= 0, in_medium, lambda: (ir.Bool(False), ir.Float(0.0), S.one()))
-                ids, lengths = _add_length(ids, lengths, m, t)
+                het = _is_heterogeneous(ctx, m)
+                # homogeneous media: the distance travelled in each; heterogeneous
+                # ones: one of the ratio-tracking collisions, uniformly (reservoir)
+                ids, lengths = _add_length(ids, lengths, ir.select(het, -1, m), t)
+                if "heterogeneous" in kinds:
+                    counts = collided & het
+                    count = ir.select(counts, count + 1.0, count)
+                    pick = counts & (ctx.rand(s, base + k)[3] * count < 1.0)
+                    tracked = ir.select(pick, m, tracked)
+                    p_tracked = ir.select(pick, o + w * t, p_tracked)
             else:
                 collided, t, weight = ir.Bool(False), ir.Float(0.0), S.one()
             crossing = ~collided & si.hit
@@ -348,12 +369,14 @@ class VolpathIntegrator(PathIntegrator):
             new_rest = ir.select(collided, rest - t, rest - si.t - si.scale)
             going = (collided | crossing) & (S.max(tr) > 0.0) & (new_rest > 0.0)
             return (ir.select(collided, o + w * t, si.p + w * si.scale), new_rest,
-                    ir.select(crossing, self._medium_after(ctx, si, w, m), m), tr, going, k + 1, ids, lengths)
+                    ir.select(crossing, self._medium_after(ctx, si, w, m), m), tr, going, k + 1, ids, lengths,
+                    tracked, count, p_tracked)
 
         none = _no_shadow(S)
         out = ir.while_loop(lambda state: state[4], body, (o, dist, medium, S.one(), ir.Bool(True), ir.Int(0),
-                                                          none.media, none.lengths))
-        return Shadow(ctx.detach(out[3]), out[6], out[7])
+                                                          none.media, none.lengths, none.tracked, none.count,
+                                                          none.p))
+        return Shadow(ctx.detach(out[3]), out[6], out[7], out[8], out[9], ctx.detach(out[10]))
 
 
 MAX_SHADOW_MEDIA = 2   # distinct media a shadow ray's derivatives follow (more: not differentiable)
@@ -365,6 +388,7 @@ class Flight:
     medium: Any         # the medium it was in (-1: none)
     t: Any              # where it ended: a collision or the next surface
     collided: Any
+    null: Any           # a null collision (heterogeneous media)
     channel: Any
     weight: Vec         # its weight's value (1 outside media)
     p: Vec              # the point it ended at
@@ -375,8 +399,11 @@ class Shadow:
     """A shadow ray's transmittance estimate (values) and the distance it
     travelled in each medium it crossed."""
     tr: Vec
-    media: tuple        # MAX_SHADOW_MEDIA medium ids (-1: unused)
+    media: tuple        # MAX_SHADOW_MEDIA homogeneous medium ids (-1: unused)
     lengths: tuple
+    tracked: Any        # heterogeneous media: the medium of one ratio-tracking collision (-1: none)
+    count: Any          # picked uniformly among this many
+    p: Vec              # where it was
 
 
 @dataclasses.dataclass
@@ -404,7 +431,8 @@ class Vertex:
 
 def _no_shadow(S) -> Shadow:
     return Shadow(S.zero(), tuple(ir.Int(-1) for _ in range(MAX_SHADOW_MEDIA)),
-                  tuple(ir.Float(0.0) for _ in range(MAX_SHADOW_MEDIA)))
+                  tuple(ir.Float(0.0) for _ in range(MAX_SHADOW_MEDIA)), ir.Int(-1), ir.Float(0.0),
+                  Vec(ir.Float(0.0), ir.Float(0.0), ir.Float(0.0)))
 
 
 def _add_length(ids: tuple, lengths: tuple, m, t):
@@ -425,15 +453,54 @@ def _detached(ctx, mv: media.MediumView) -> media.MediumView:
                                sigma_t=ctx.detach(mv.sigma_t), albedo=ctx.detach(mv.albedo))
 
 
+def _is_heterogeneous(ctx, m):
+    kinds = ctx.structure.media
+    if "heterogeneous" not in kinds:
+        return ir.Bool(False)
+    if "homogeneous" not in kinds:
+        return m >= 0
+    return (m >= 0) & (ctx.b["medium_meta"].read(ir.maximum(m, 0), layout.MEDIUM_KIND)
+                       == kinds.index("heterogeneous"))
+
+
 def _flight_factor(ctx, fl: Flight) -> Vec:
     """1, with the derivative of the log of the free flight's weight with
     the distance held fixed (detached sampling): in a homogeneous medium
     the weight is exp(-t sigma_t) (times sigma_s at a collision) over a
-    density that does not move, so -t d sigma_t (+ d log sigma_s)."""
+    density that does not move, so -t d sigma_t (+ d log sigma_s). In a
+    heterogeneous one (delta tracking with a constant majorant m, the
+    collision probabilities detached) passing on to a surface has weight 1,
+    a real collision sigma_s(x) / (m P_real): d log sigma_s, and a null one
+    (m - sigma_t(x)) / (m P_null): -d sigma_t / (m - sigma_t)."""
     mv = media.read(ctx, fl.medium)
-    sigma_s, _, sigma_t = media.coefficients(ctx, mv, fl.p)
-    decay = Vec(*(ir.exp(-fl.t * (x - ir.detach(x))) for x in sigma_t))
-    return decay * ir.select(fl.collided, _relative_vec(sigma_s), ctx.spectrum.one())
+    one = ctx.spectrum.one()
+
+    def homogeneous():
+        sigma_s, _, sigma_t = media.coefficients(ctx, mv, fl.p)
+        decay = Vec(*(ir.exp(-fl.t * (x - ir.detach(x))) for x in sigma_t))
+        return decay * ir.select(fl.collided, _relative_vec(sigma_s), one)
+
+    def heterogeneous():
+        sigma_s, _, sigma_t = media.heterogeneous(ctx, mv, fl.p)
+        sigma_n = Vec(*(ir.detach(m) - x for m, x in zip(mv.majorant, sigma_t)))
+        return ir.select(fl.null, _relative_vec(sigma_n), ir.select(fl.collided, _relative_vec(sigma_s), one))
+
+    kinds = ctx.structure.media
+    if "heterogeneous" not in kinds:
+        return homogeneous()
+    if "homogeneous" not in kinds:
+        return heterogeneous()
+    return ir.cond(mv.kind == kinds.index("heterogeneous"), heterogeneous, homogeneous)
+
+
+def _tracking_factor(ctx, sh: Shadow) -> Vec:
+    """1, with the derivative of the log of a shadow ray's ratio-tracking
+    weight in heterogeneous media, the sum over its collisions x_i of
+    -d sigma_t(x_i) / (m - sigma_t(x_i)), estimated by one collision picked
+    uniformly among the ``count``: count times its term."""
+    mv = media.read(ctx, sh.tracked)
+    sigma_t = media.heterogeneous(ctx, mv, sh.p)[2]
+    return Vec(*(1.0 + sh.count * (_relative(ir.detach(m) - x) - 1.0) for m, x in zip(mv.majorant, sigma_t)))
 
 
 def _optical_factor(ctx, m, length) -> Vec:

@@ -41,7 +41,7 @@ from . import phase, volume
 
 KINDS = ("homogeneous", "heterogeneous")
 
-__all__ = ["KINDS", "MediumView", "coefficients", "free_flight", "pick", "read", "spectral_ratio", "phase", "volume"]
+__all__ = ["KINDS", "MediumView", "coefficients", "free_flight", "heterogeneous", "reach", "pick", "read", "spectral_ratio", "phase", "volume"]
 
 
 @dataclasses.dataclass
@@ -77,11 +77,11 @@ def coefficients(ctx, mv: MediumView, p: Vec) -> tuple[Vec, Vec, Vec]:
     if "heterogeneous" not in kinds:
         return homogeneous()
     if "homogeneous" not in kinds:
-        return _heterogeneous(ctx, mv, p)
-    return ir.cond(mv.kind == kinds.index("heterogeneous"), lambda: _heterogeneous(ctx, mv, p), homogeneous)
+        return heterogeneous(ctx, mv, p)
+    return ir.cond(mv.kind == kinds.index("heterogeneous"), lambda: heterogeneous(ctx, mv, p), homogeneous)
 
 
-def _heterogeneous(ctx, mv: MediumView, p: Vec) -> tuple[Vec, Vec, Vec]:
+def heterogeneous(ctx, mv: MediumView, p: Vec) -> tuple[Vec, Vec, Vec]:
     """A heterogeneous medium's coefficients: its volumes' values at ``p``
     (extinction times scale; 0 outside the extinction volume's world box)."""
     data = ctx.b["medium_data"]
@@ -91,6 +91,26 @@ def _heterogeneous(ctx, mv: MediumView, p: Vec) -> tuple[Vec, Vec, Vec]:
     sigma_t = value * ir.select(inside, data.read(mv.index, layout.MEDIUM_SCALE), 0.0)
     albedo, _ = volume.lookup(ctx.b, tex_a, p)
     return sigma_t * albedo, mv.majorant - sigma_t, sigma_t
+
+
+def reach(ctx, mv: MediumView, o: Vec, d: Vec):
+    """How far along the ray (o, d) the medium can have extinction: for a
+    heterogeneous medium, the distance to where the ray leaves its
+    extinction volume's world box (0 if behind; Mitsuba samples distances
+    only inside that box), else infinity. Beyond it every collision would
+    be null with weight 1, so a flight stops there: a ray that slips out of
+    its medium's boundary escapes instead of colliding forever."""
+    kinds = ctx.structure.media
+    if "heterogeneous" not in kinds:
+        return ir.Float(float("inf"))
+
+    def box():
+        tex = ir.cast(ctx.b["medium_data"].read(mv.index, layout.MEDIUM_SIGMA_T_VOLUME), "i32")
+        return volume.exit_distance(ctx.b, tex, o, d)
+
+    if "homogeneous" not in kinds:
+        return box()
+    return ir.cond(mv.kind == kinds.index("heterogeneous"), box, lambda: ir.Float(float("inf")))
 
 
 def pick(v: Vec, channel):

@@ -62,3 +62,19 @@ def lookup(b: dict, tex, p: Vec) -> tuple[Vec, object]:
         rows = [lerp(voxel(z + y + xs[0]), voxel(z + y + xs[1]), weight[0]) for y in ys]
         planes.append(lerp(rows[0], rows[1], weight[1]))
     return lerp(planes[0], planes[1], weight[2]), inside
+
+
+def exit_distance(b: dict, tex, o: Vec, d: Vec):
+    """The distance along the ray (o, d) to where it leaves volume
+    ``tex``'s world box (slab test; at least 0)."""
+    meta, texels = b["tex_meta"], b["texels"]
+    offset = meta.read(tex, layout.TEX_OFFSET)
+    far = ir.Float(float("inf"))
+    for k in range(3):
+        lo = texels.read(offset + layout.VOLUME_BBOX_MIN + k)
+        hi = texels.read(offset + layout.VOLUME_BBOX_MAX + k)
+        moving = d[k] != 0.0
+        inv = 1.0 / ir.select(moving, d[k], 1.0)
+        t = ir.maximum((lo - o[k]) * inv, (hi - o[k]) * inv)
+        far = ir.select(moving, ir.minimum(far, t), far)
+    return ir.maximum(far, 0.0)
