@@ -68,13 +68,23 @@ def overlap_add(blocks, geom: FilmGeometry, channels: int):
     return crop_canvas(splat_canvas(blocks, *geom.grid, geom.footprint, channels), geom)
 
 
-def develop(blocks, weights, geom: FilmGeometry, channels: int):
+def develop(blocks, weights, geom: FilmGeometry, channels: int, rows: int | None = None):
     """The image: the overlap-added sample sums over the overlap-added
     filter weights (``weights``: a scalar, every pixel's total weight, or
     the weight kernel's blocks (items, footprint²)). A pixel that no sample
-    reached with a nonzero weight is zero, as in Mitsuba."""
-    w = weights if jnp.ndim(weights) == 0 else overlap_add(weights, geom, 1)
-    return normalize(overlap_add(blocks, geom, channels), w)
+    reached with a nonzero weight is zero, as in Mitsuba. ``rows``: grid
+    rows the blocks cover when launches ran past the grid's end (devices'
+    equal bands); the rows past it are dropped."""
+    (gh, gw), k = geom.grid, geom.footprint
+    rows = gh if rows is None else rows
+
+    def total(x, width: int):
+        if rows != gh:
+            x = jnp.where((jnp.arange(rows) < gh)[:, None], x.reshape(rows, gw * x.shape[-1]), 0.0)
+        return crop_canvas(splat_canvas(x, rows, gw, k, width), geom)
+
+    w = weights if jnp.ndim(weights) == 0 else total(weights, 1)
+    return normalize(total(blocks, channels), w)
 
 
 def normalize(total, weights):

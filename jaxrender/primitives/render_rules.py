@@ -219,31 +219,12 @@ def _develop(config: RenderConfig, blocks, weights):
     if split.tiles > 1:
         w = weights if jnp.ndim(weights) == 0 else crop_canvas(weights, config.film)
         return normalize(crop_canvas(blocks, config.film), w)
-    if split.shards > 1:
-        image = _develop_padded(blocks, weights, config.film, config.integrator.channels,
-                                split.padded_rows(config.film.grid))
-        return split.rows(image)
-    return _develop_jit(blocks, weights, config.film, config.integrator.channels)
-
-
-@functools.partial(jax.jit, static_argnums=(2, 3, 4))
-def _develop_padded(blocks, weights, geom: FilmGeometry, channels: int, rows: int):
-    """``develop`` of blocks covering ``rows`` rows of the grid, the rows
-    past its end dropped: each device's band stays on it and only the
-    filter's reach crosses band edges (the same sums as ``develop``)."""
-    (gh, gw), k = geom.grid, geom.footprint
-    valid = (jnp.arange(rows) < gh)[:, None, None]
-
-    def canvas(x):
-        x = x.reshape(rows, gw, x.shape[-1])
-        return splat_canvas(jnp.where(valid, x, 0.0), rows, gw, k, x.shape[-1] // (k * k))
-
-    w = weights if jnp.ndim(weights) == 0 else crop_canvas(canvas(weights), geom)
-    return normalize(crop_canvas(canvas(blocks), geom), w)
+    rows = split.padded_rows(config.film.grid) if split.shards > 1 else None
+    return split.rows(_develop_jit(blocks, weights, config.film, config.integrator.channels, rows))
 
 
 # One compiled step instead of dozens of dispatches when rendering eagerly.
-_develop_jit = jax.jit(develop, static_argnums=(2, 3))
+_develop_jit = jax.jit(develop, static_argnums=(2, 3, 4))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))

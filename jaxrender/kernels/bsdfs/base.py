@@ -123,6 +123,12 @@ class BsdfType:
         raise KeyError(f"BSDF {self.name!r} has no parameter {name!r} (it has {', '.join(q.name for q in self.params)})")
 
 
+def zero3() -> Vec:
+    """A black colour (one zero constant, shared by the three channels)."""
+    z = ir.Float(0.0)
+    return Vec(z, z, z)
+
+
 class ParamView:
     """A BSDF row seen through its type's parameters: ``view.reflectance``
     (a Spectrum for COLOR, a Float otherwise, an :class:`ArrayView` for

@@ -21,7 +21,7 @@ from typing import Any
 
 from ... import ir
 from ...ir import Vec
-from .base import COLOR, IOR, BsdfType, Param
+from .base import COLOR, IOR, BsdfType, Param, zero3
 
 from .fresnel import fresnel, reflect, refract
 
@@ -35,13 +35,8 @@ class DielectricParams:
     specular_transmittance: Vec
 
 
-def _zero3() -> Vec:
-    z = ir.Float(0.0)
-    return Vec(z, z, z)
-
-
 def eval(params: DielectricParams, wi: Vec, wo: Vec) -> Vec:  # noqa: A001 - BSDF interface name
-    return _zero3()
+    return zero3()
 
 
 def pdf(params: DielectricParams, wi: Vec, wo: Vec):

@@ -49,7 +49,7 @@ from ... import ir
 from ...ir import Vec
 from .. import sampling
 from ..textures import luminance
-from .base import COLOR, FLOAT, OPTION, SCALAR, BsdfType, Param
+from .base import COLOR, FLOAT, OPTION, SCALAR, BsdfType, Param, zero3
 from .fresnel import fresnel, reflect_about, refract_about
 from .microfacet import Microfacet
 
@@ -74,12 +74,6 @@ class PrincipledParams:
     diffuse_rate: Any
     specular_rate: Any
     clearcoat_rate: Any
-
-
-def zero3() -> Vec:
-    """A black colour."""
-    z = ir.Float(0.0)
-    return Vec(z, z, z)
 
 
 # ------------------------------------------------------------ pieces ----

@@ -47,10 +47,9 @@ from typing import Any
 from ... import ir
 from ...ir import Vec
 from .. import sampling
-from .base import COLOR, FLOAT, SCALAR, BsdfType, Param
+from .base import COLOR, FLOAT, SCALAR, BsdfType, Param, zero3
 from .fresnel import fresnel, reflect_about
-from .principled import (burley, compatible, ggx, lerp, schlick_weight, sheen_color, tinted_schlick,
-                         zero3)
+from .principled import burley, compatible, ggx, lerp, schlick_weight, sheen_color, tinted_schlick
 
 INV_PI = 1.0 / math.pi
 
