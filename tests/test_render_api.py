@@ -204,7 +204,7 @@ def test_new_plugins_use_mitsubas_parameter_keys():
             v["to_world"] = mi.ScalarTransform4f(np.asarray(v["to_world"].matrix).tolist())
     theirs = set(mi.traverse(mi.load_dict(d)).keys())
     assert ours == {"floor.bsdf.alpha", "floor.bsdf.eta", "floor.bsdf.diffuse_reflectance.value",
-                    "floor.bsdf.specular_reflectance.value", "spot.intensity.value"}
+                    "floor.bsdf.specular_reflectance.value", "spot.intensity.value", "floor.to_world"}
     assert ours <= theirs
 
 

@@ -522,7 +522,8 @@ def tinted():
 def test_a_registered_bsdf_loads_by_type_name(tinted):
     d = with_plugin(small_box(), "floor.bsdf", {"type": "tinted", "reflectance": 0.4, "gains": [0.5, 1.0, 2.0]})
     scene = jaxrender.load_dict(d)
-    assert [k for k in scene.params if k.startswith("floor.")] == ["floor.bsdf.reflectance.value", "floor.bsdf.gains"]
+    assert [k for k in scene.params if k.startswith("floor.bsdf")] == ["floor.bsdf.reflectance.value",
+                                                                       "floor.bsdf.gains"]
     np.testing.assert_array_equal(scene.params["floor.bsdf.gains"], [0.5, 1.0, 2.0])
     index = [b[0] for b in scene.bsdfs].index("tinted")
     texture = int(scene.bsdfs[index][1][1][0])          # the gains field: the texture's index

@@ -22,6 +22,7 @@ from ..kernels import textures as ktex
 from .camera import Camera
 from .errors import SceneError
 from .properties import Properties, is_plugin
+from .refit import MeshPlacement
 from .shapes import AnalyticShape
 from .textures import TextureSpec
 from .loaders.bsdfs import BSDFS
@@ -67,12 +68,15 @@ class SceneBuilder:
         self.frames: dict[int, np.ndarray] = {}                # emitter -> emitter_frame row
         self.env, self.env_texture, self.env_frame = -1, -1, np.eye(3)
         # attrs rows: BSDF, emitter (-1: none), interior and exterior medium (-1: none)
-        self.meshes: list[tuple] = []         # (tris, attrs, uvs, normals | None) per mesh
+        # (tris, attrs, uvs, normals | None, refit.MeshPlacement | None) per mesh
+        self.meshes: list[tuple] = []
         self.shapes: list[AnalyticShape] = []
         self.shape_attrs: list[tuple[int, int, int, int]] = []
         self.media: list = []                 # loaders.media.MediumSpec per medium
         self._medium_index: dict[str, int] = {}
         self.groups: dict = {}                # shapegroup key -> loaders.shapes.ShapeGroup (group space)
+        # False while a shapegroup loads: its meshes are placed by instances, not parameters.
+        self.places_meshes = True
         # Mitsuba parameter keys jaxrender does not expose (key -> why), for
         # the error a params entry for one gets (an instance's to_world).
         self.unexposed: dict[str, str] = {}
@@ -232,10 +236,12 @@ class SceneBuilder:
         if frame is not None:
             self.env_frame = frame
 
-    def add_triangles(self, tris: np.ndarray, attrs: np.ndarray, uvs: np.ndarray, normals: np.ndarray | None) -> None:
+    def add_triangles(self, tris: np.ndarray, attrs: np.ndarray, uvs: np.ndarray, normals: np.ndarray | None,
+                      placement: MeshPlacement | None = None) -> None:
         """One mesh's world-space triangles (N, 9), (bsdf, emitter, interior, exterior) rows,
-        vertex UVs (N, 6) and vertex normals (N, 9; None: face normals)."""
-        self.meshes.append((tris, attrs, uvs, normals))
+        vertex UVs (N, 6) and vertex normals (N, 9; None: face normals); ``placement``:
+        the parameter that moves it (its value must be in ``params`` already)."""
+        self.meshes.append((tris, attrs, uvs, normals, placement))
 
     def add_shape(self, shape: AnalyticShape, bsdf: int, emitter: int, media: tuple = (-1, -1)) -> None:
         frame = self.bsdf_frame[bsdf] if 0 <= bsdf < len(self.bsdf_frame) else None

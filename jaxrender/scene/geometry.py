@@ -21,6 +21,7 @@ from ..kernels import layout
 from ..kernels.bsdfs import registry as bsdf_registry
 from .bvh import build_bvh, build_bvh_from_bounds, triangle_bounds
 from .errors import SceneError
+from .refit import MovingGeometry
 from .wide_bvh import build_wide_bvh
 
 if TYPE_CHECKING:
@@ -51,9 +52,11 @@ def scene_fields(b: SceneBuilder) -> dict:
         raise SceneError("scene texture coordinates have NaN or infinite values")
     normals, prim_shape = prims["normals"], prims["prim_shape"]
     camera_key, camera = b.sensors[0]
+    emitters = _emitter_tables(b, tri, attr)
+    wide = None if b.shapes else _wide_bvh(bvh, tri)
     return dict(camera=camera, integrator=b.integrator, triangles=tri, tri_attr=attr,
                 bvh_bounds=bvh.node_bounds.astype(np.float32), bvh_links=bvh.node_links.astype(np.int32),
-                **_emitter_tables(b, tri, attr), env_emitter=b.env, camera_key=camera_key, params=b.params,
+                **emitters, env_emitter=b.env, camera_key=camera_key, params=b.params,
                 prim_media=media if (media >= 0).any() else np.zeros((0, layout.PRIM_MEDIA_ROW), np.int32),
                 media=b.media, bsdfs=b.bsdfs, emitter_keys=b.emitter_keys, nondifferentiable=b.nondiff, frozen=b.frozen,
                 unexposed=b.unexposed,
@@ -63,7 +66,22 @@ def scene_fields(b: SceneBuilder) -> dict:
                 tri_normals=normals[order].astype(np.float32) if normals is not None else np.zeros((0, 9), np.float32),
                 prim_shape=prim_shape[order] if prim_shape is not None else np.zeros((0,), np.int32),
                 shape_data=np.array([s.row() for s in b.shapes], np.float32).reshape(-1, layout.SHAPE_ROW),
-                shapes=b.shapes, sensors=b.sensors, wide_bvh=None if b.shapes else _wide_bvh(bvh, tri))
+                shapes=b.shapes, sensors=b.sensors, wide_bvh=wide,
+                moving=_moving(b, prims, order, bvh, wide, attr, emitters["emitter_meta"]))
+
+
+def _moving(b: SceneBuilder, prims: dict, order: np.ndarray, bvh, wide, attr: np.ndarray,
+            meta: np.ndarray) -> MovingGeometry | None:
+    """The refit plan of a scene with meshes placed by parameters (None without)."""
+    if not any(m[4] is not None for m in b.meshes):
+        return None
+    lights = [(e, np.nonzero(attr[:, layout.ATTR_EMITTER] == e)[0]) for e in range(len(meta))
+              if meta[e, layout.META_TYPE] == _AREA]
+    n_tris = sum(len(m[0]) for m in b.meshes)
+    normals = prims["normals"]
+    return MovingGeometry.plan([m[0] for m in b.meshes], [m[4] for m in b.meshes],
+                               None if normals is None else normals[:n_tris].astype(np.float32), order, n_tris,
+                               [sh.bounds() for sh in b.shapes], bvh, wide, lights)
 
 
 def _check_media(b: SceneBuilder) -> None:

@@ -42,6 +42,7 @@ from .camera import Camera, filter_table, is_rigid
 from .errors import SceneError
 from .plugin_names import did_you_mean
 from .geometry import scene_fields
+from .refit import MovingGeometry
 from .shapes import SHAPE_ROW
 
 __all__ = ["Camera", "Scene", "SceneError", "filter_table", "load_dict"]
@@ -118,6 +119,9 @@ class Scene:
     # entry its interior and exterior medium (-1: none; no rows without media).
     media: list = field(default_factory=list)
     prim_media: np.ndarray = field(default_factory=lambda: np.zeros((0, layout.PRIM_MEDIA_ROW), np.int32))
+    # Meshes placed by parameters (refit.MovingGeometry; None: no such mesh):
+    # a render given one of their keys rebuilds the geometry buffers.
+    moving: MovingGeometry | None = None
     # (buffer name, sensor) -> its jitted builder (see param_buffers)
     _jitted_param_buffers: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -230,7 +234,7 @@ class Scene:
         w = self.wide_bvh
         bvh = (dict(_NO_SKIP_LINK_BVH, wide_nodes=w[0], wide_leaves=w[1]) if w is not None else
                dict(_NO_WIDE_BVH, bvh_bounds=self.bvh_bounds, bvh_links=self.bvh_links))
-        return dict(tris=self.triangles, tri_attr=self.tri_attr, **bvh, bsdf_type=bsdf_type,
+        buffers = dict(tris=self.triangles, tri_attr=self.tri_attr, **bvh, bsdf_type=bsdf_type,
                     light_tris=self.light_tris, light_cdf=self.light_cdf, emitter_meta=self.emitter_meta,
                     emitter_geom=self.emitter_geom, env_emitter=np.int32(self.env_emitter),
                     emitter_frame=self.emitter_frame, tri_normals=self.tri_normals, prim_shape=self.prim_shape,
@@ -238,6 +242,35 @@ class Scene:
                     **(dict(prim_media=self.prim_media, medium_meta=self.medium_meta(),
                             camera_medium=np.int32(cam.medium)) if media else {}),
                     **cam.sampler.kernel_inputs(), **cam.film_inputs())
+        buffers.update(self.geometry_buffers(p, params))
+        return buffers
+
+    def geometry_buffers(self, p: Mapping[str, Any], given: Mapping[str, Any] | None) -> dict:
+        """The geometry buffers (triangles, BVH, normals, mesh emitters'
+        areas) for the values ``p`` when ``given`` (a render's ``params``)
+        moves a mesh; empty otherwise, so the loaded buffers are used.
+        Concrete values are refit with numpy, traced ones in one jitted
+        function (see :mod:`jaxrender.scene.refit`)."""
+        g = self.moving
+        moved = tuple(k for k in g.keys if k in given) if g is not None and given else ()
+        if not moved:
+            return {}
+        values = {k: p[k] for k in moved}
+        if not any(is_traced(v) for v in values.values()):
+            out = g.buffers(values, np, self.emitter_geom)
+            area = out.get("emitter_geom", self.emitter_geom)[:, layout.GEOM_AREA]
+            for e, _ in g.lights:
+                if not (np.isfinite(area[e]) and area[e] > 0):
+                    raise SceneError(f"{self.emitter_keys[e].rsplit('.emitter', 1)[0]}: the new vertex positions "
+                                     f"give the emitting mesh zero area (or one too large for float32: {area[e]})")
+            return out
+        fn = self._jitted_param_buffers.get(("geometry", moved))
+        if fn is None:
+            import jax
+            import jax.numpy as jnp
+            fn = self._jitted_param_buffers["geometry", moved] = jax.jit(
+                functools.partial(g.buffers, xp=jnp, emitter_geom=self.emitter_geom))
+        return fn(values)
 
     def param_buffers(self, p: Mapping[str, Any], sensor: int = 0, media: bool = False) -> dict:
         """The buffers computed from the parameter values ``p`` (every key of

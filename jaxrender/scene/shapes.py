@@ -6,8 +6,7 @@ mesh (``mi.load_dict({"type": "cube"})``), each face mapped to [0, 1]^2.
 
 Mitsuba's analytic ``sphere``, ``disk`` and ``cylinder`` stay analytic (exact silhouettes):
 :class:`AnalyticShape` holds their world transform, and its :meth:`row` is
-what the kernels read (``kernels/geometry.py``). :func:`vertex_normals` is
-Mitsuba's smoothing of meshes whose files carry no normals."""
+what the kernels read (``kernels/geometry.py``)."""
 from __future__ import annotations
 
 import warnings
@@ -201,36 +200,6 @@ def _translate(v: np.ndarray) -> np.ndarray:
     m = np.eye(4)
     m[:3, 3] = v
     return m
-
-
-def vertex_normals(vertices: np.ndarray, faces: np.ndarray) -> np.ndarray:
-    """Mitsuba's ``Mesh::recompute_vertex_normals``: the face normals of the
-    faces around each vertex weighted by the face's angle at that vertex
-    (Thuermer and Wuethrich 1998); zero-area faces are skipped and a vertex
-    without a valid face gets (1, 0, 0)."""
-    v = np.asarray(vertices, np.float64)
-    f = np.asarray(faces, np.int64)
-    p = v[f]                                              # (F, 3, 3)
-    n = np.cross(p[:, 1] - p[:, 0], p[:, 2] - p[:, 0])
-    ln = np.linalg.norm(n, axis=1)
-    ok = ln > 0
-    n = n[ok] / ln[ok, None]
-    p, f = p[ok], f[ok]
-    out = np.zeros_like(v)
-    for j in range(3):
-        d0 = p[:, (j + 1) % 3] - p[:, j]
-        d1 = p[:, (j + 2) % 3] - p[:, j]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            c = np.sum(d0 * d1, axis=1) / (np.linalg.norm(d0, axis=1) * np.linalg.norm(d1, axis=1))
-        angle = np.arccos(np.clip(c, -1.0, 1.0))
-        angle = np.where(np.isfinite(angle), angle, 0.0)
-        for k in range(3):
-            out[:, k] += np.bincount(f[:, j], n[:, k] * angle, minlength=len(v))
-    ln = np.linalg.norm(out, axis=1)
-    good = ln > 0
-    out[good] /= ln[good, None]
-    out[~good] = (1.0, 0.0, 0.0)
-    return out
 
 
 # ---------------------------------------------------------------------------

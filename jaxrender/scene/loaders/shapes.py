@@ -38,7 +38,8 @@ from .. import mesh_io
 from ..errors import SceneError
 from ..properties import Properties
 from ..shapes import (AnalyticShape, check_instance_transform, cube_mesh, cylinder_shape, disk_shape, instance_mesh,
-                      instance_shape, rectangle_mesh, sphere_shape, vertex_normals)
+                      instance_shape, rectangle_mesh, sphere_shape)
+from ..refit import MeshPlacement, vertex_normals
 from .emitters import EMITTERS, AreaHost
 from .media import attached
 from .registry import PluginRegistry, load_plugin
@@ -173,7 +174,30 @@ def _add_mesh(builder: SceneBuilder, props: Properties, m: np.ndarray, v: np.nda
         nw = None if nw is None else -nw
     builder.add_triangles(vw[f].reshape(-1, 9), np.tile(attrs, (len(f), 1)),
                           uv[f].reshape(-1, 6) if uv is not None else np.tile(_BARYCENTRIC_UV, (len(f), 1)),
-                          nw[f].reshape(-1, 9) if nw is not None else None)
+                          nw[f].reshape(-1, 9) if nw is not None else None,
+                          _placement(builder, props, m, v, vw, f, smooth=not isinstance(normals, str)))
+
+
+def _placement(builder: SceneBuilder, props: Properties, m: np.ndarray, v: np.ndarray, vw: np.ndarray,
+               f: np.ndarray, smooth: bool) -> MeshPlacement | None:
+    """The parameter that moves the mesh, under Mitsuba 3.9.1's key: a
+    rectangle's ``to_world``, any other mesh's world-space
+    ``vertex_positions`` (flat, 3 floats a vertex). Moving a mesh recomputes
+    its vertex normals from the new positions, as Mitsuba does when
+    ``vertex_positions`` is written (also for normals from a file)."""
+    if not builder.places_meshes:
+        builder.unexposed[f"{props.key}.vertex_positions"] = _GROUP_SHAPE_WHY
+        return None
+    why = ("geometry derivatives (vertex positions, shape transforms) need a reparameterized integrator, "
+           "which jaxrender does not have yet; the value can change between renders, without recompiling")
+    if props.plugin == "rectangle":
+        placement = MeshPlacement(f"{props.key}.to_world", "to_world", f.astype(np.int32), smooth,
+                                  local=v.astype(np.float32))
+        builder.add_param(placement.key, m.astype(np.float32), nondiff=why)
+    else:
+        placement = MeshPlacement(f"{props.key}.vertex_positions", "vertex_positions", f.astype(np.int32), smooth)
+        builder.add_param(placement.key, vw.astype(np.float32).reshape(-1), nondiff=why)
+    return placement
 
 
 # ---------------------------------------------------------------------------
@@ -226,8 +250,8 @@ _INSTANCE_TO_WORLD_WHY = ("an instance is expanded into transformed copies of it
                           "loaded, so its to_world cannot change (nor be differentiated) at render time: load the "
                           "scene again with the new transform (Mitsuba does not differentiate it either)")
 
-_GROUP_SHAPE_WHY = ("the geometry of a shapegroup's shapes is not a parameter (jaxrender has no geometry "
-                    "gradients, and instances are expanded into copies when the scene is loaded)")
+_GROUP_SHAPE_WHY = ("the geometry of a shapegroup's shapes is not a parameter (instances are expanded into "
+                    "copies when the scene is loaded)")
 
 
 @dataclass
@@ -254,6 +278,7 @@ def load_shapegroup(builder: SceneBuilder, props: Properties) -> None:
     props.float("silhouette_sampling_weight", 1.0)
     saved = builder.meshes, builder.shapes, builder.shape_attrs
     builder.meshes, builder.shapes, builder.shape_attrs = [], [], []
+    builder.places_meshes = False
     try:
         for name, spec in props.plugins():
             child, key = builder.resolve(spec, f"{props.key}.{name}")
@@ -274,6 +299,7 @@ def load_shapegroup(builder: SceneBuilder, props: Properties) -> None:
         group = ShapeGroup(builder.meshes, list(zip(builder.shapes, builder.shape_attrs)))
     finally:
         builder.meshes, builder.shapes, builder.shape_attrs = saved
+        builder.places_meshes = True
     builder.groups[props.key] = group
 
 
@@ -303,7 +329,7 @@ def load_instance(builder: SceneBuilder, props: Properties) -> None:
     group = builder.groups[key]
     check_instance_transform(m, props.key)
     builder.unexposed[f"{props.key}.to_world"] = _INSTANCE_TO_WORLD_WHY
-    for tris, attrs, uvs, normals in group.meshes:
+    for tris, attrs, uvs, normals, _ in group.meshes:
         tris, uvs, normals = instance_mesh(tris, uvs, normals, m)
         builder.add_triangles(tris, attrs, uvs, normals)
     for shape, (bsdf, emitter, *media) in group.shapes:
