@@ -327,8 +327,8 @@ def test_analytic_lights_register_with_their_area():
     assert kinds == [emitters.TYPE_ID["area_sphere"], emitters.TYPE_ID["area_disk"]]
     np.testing.assert_allclose(scene.emitter_geom[:, 3], [math.pi, 2 * math.pi], rtol=1e-6)
     assert list(scene.params) == ["sensor.to_world", "speck.bsdf.reflectance.value", "speck.to_world",
-                                  "ball.bsdf.reflectance.value", "ball.emitter.radiance.value",
-                                  "disk.bsdf.reflectance.value", "disk.emitter.radiance.value"]
+                                  "ball.to_world", "ball.bsdf.reflectance.value", "ball.emitter.radiance.value",
+                                  "disk.to_world", "disk.bsdf.reflectance.value", "disk.emitter.radiance.value"]
     # Mitsuba's default BSDF of an emitter is black; its keys are Mitsuba's
     assert np.all(scene.params["ball.bsdf.reflectance.value"] == 0)
     mi = pytest.importorskip("mitsuba")

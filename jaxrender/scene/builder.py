@@ -75,8 +75,8 @@ class SceneBuilder:
         self.media: list = []                 # loaders.media.MediumSpec per medium
         self._medium_index: dict[str, int] = {}
         self.groups: dict = {}                # shapegroup key -> loaders.shapes.ShapeGroup (group space)
-        # False while a shapegroup loads: its meshes are placed by instances, not parameters.
-        self.places_meshes = True
+        # False while a shapegroup loads: its shapes are placed by instances, not parameters.
+        self.places_shapes = True
         # Mitsuba parameter keys jaxrender does not expose (key -> why), for
         # the error a params entry for one gets (an instance's to_world).
         self.unexposed: dict[str, str] = {}

@@ -73,15 +73,17 @@ def scene_fields(b: SceneBuilder) -> dict:
 def _moving(b: SceneBuilder, prims: dict, order: np.ndarray, bvh, wide, attr: np.ndarray,
             meta: np.ndarray) -> MovingGeometry | None:
     """The refit plan of a scene with meshes placed by parameters (None without)."""
-    if not any(m[4] is not None for m in b.meshes):
+    if not any(m[4] is not None for m in b.meshes) and not any(s.param is not None for s in b.shapes):
         return None
     lights = [(e, np.nonzero(attr[:, layout.ATTR_EMITTER] == e)[0]) for e in range(len(meta))
               if meta[e, layout.META_TYPE] == _AREA]
     n_tris = sum(len(m[0]) for m in b.meshes)
     normals = prims["normals"]
+    shape_lights = [(e, int(meta[e, layout.META_FIRST])) for e in range(len(meta))
+                    if meta[e, layout.META_TYPE] in _AREA_ANALYTIC]
     return MovingGeometry.plan([m[0] for m in b.meshes], [m[4] for m in b.meshes],
                                None if normals is None else normals[:n_tris].astype(np.float32), order, n_tris,
-                               [sh.bounds() for sh in b.shapes], bvh, wide, lights)
+                               b.shapes, bvh, wide, lights, shape_lights)
 
 
 def _check_media(b: SceneBuilder) -> None:

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..kernels import layout
 from .bvh import _to_f32_conservative
+from .shapes import check_instance_transform, shape_bounds, shape_row
 from .wide_bvh import LEAF_WIDTH, WIDTH
 
 __all__ = ["MeshPlacement", "MovingGeometry", "vertex_normals"]
@@ -88,7 +89,8 @@ def vertex_normals(vertices, faces, xp=np):
 class MovingGeometry:
     """What a render needs to rebuild the geometry buffers from parameter
     values: every mesh's loaded triangles in load order (``placements``
-    names the parameter of those a parameter places), the leaf order, the static boxes of analytic
+    names the parameter of those a parameter places), the analytic shapes
+    (``shapes``: those with a ``param`` move with its value), the leaf order, the static boxes of analytic
     shapes, the BVH topology and the emissive triangles.
 
     Built once by :func:`jaxrender.scene.geometry.scene_fields`."""
@@ -99,27 +101,32 @@ class MovingGeometry:
     n_tris: int
     analytic_lo: np.ndarray              # (S, 3) float32 boxes of the analytic shapes (load order)
     analytic_hi: np.ndarray
+    shapes: list                         # shapes.AnalyticShape per shape_data row
+    shape_data: np.ndarray               # their loaded rows
     wide: dict | None                    # refit plan of the 8-wide BVH (None: the skip-link BVH)
     binary: dict | None                  # refit plan of the skip-link BVH
     lights: list                         # (emitter index, leaf rows of its triangles) per mesh emitter
+    shape_lights: list                   # (emitter index, shape_data row) per emitter on an analytic shape
 
     @property
     def keys(self) -> tuple[str, ...]:
-        return tuple(p.key for p in self.placements if p is not None)
+        return (tuple(p.key for p in self.placements if p is not None)
+                + tuple(s.param for s in self.shapes if s.param is not None))
 
     # -- load time -------------------------------------------------------------------------
 
     @classmethod
-    def plan(cls, triangles, placements, loaded_normals, order, n_tris, analytic_boxes, bvh, wide_nodes,
-             emitter_rows) -> "MovingGeometry":
+    def plan(cls, triangles, placements, loaded_normals, order, n_tris, shapes, bvh, wide_nodes,
+             emitter_rows, shape_lights) -> "MovingGeometry":
         """The refit plan of a loaded scene (see the class docstring)."""
-        lo = np.array([b[0] for b in analytic_boxes], np.float64).reshape(-1, 3)
-        hi = np.array([b[1] for b in analytic_boxes], np.float64).reshape(-1, 3)
+        lo = np.array([s.bounds()[0] for s in shapes], np.float64).reshape(-1, 3)
+        hi = np.array([s.bounds()[1] for s in shapes], np.float64).reshape(-1, 3)
+        rows = np.array([s.row() for s in shapes], _F).reshape(-1, layout.SHAPE_ROW)
         return cls([np.asarray(t, _F) for t in triangles], placements,
                    loaded_normals, np.asarray(order, np.int64), n_tris,
-                   _to_f32_conservative("lo", lo, -1), _to_f32_conservative("hi", hi, +1),
+                   _to_f32_conservative("lo", lo, -1), _to_f32_conservative("hi", hi, +1), list(shapes), rows,
                    _wide_plan(wide_nodes) if wide_nodes is not None else None,
-                   None if wide_nodes is not None else _binary_plan(bvh.node_links), emitter_rows)
+                   None if wide_nodes is not None else _binary_plan(bvh.node_links), emitter_rows, shape_lights)
 
     # -- render time -----------------------------------------------------------------------
 
@@ -143,6 +150,9 @@ class MovingGeometry:
         tris_load = _concat(xp, world + [np.zeros((len(self.analytic_lo), 9), _F)])
         tris = tris_load[self.order]
         out = dict(tris=tris)
+        analytic = self._analytic(p, xp)
+        if analytic is not None:
+            out["shape_data"] = analytic[0]
         if self.loaded_normals is not None:
             start, rows = 0, []
             for loaded, moved in zip(self.triangles, normal_rows):
@@ -153,24 +163,50 @@ class MovingGeometry:
         if self.wide is not None:
             out["wide_nodes"], out["wide_leaves"] = _refit_wide(self.wide, tris, xp)
         else:
-            out["bvh_bounds"] = _refit_binary(self.binary, self._prim_boxes(tris, xp), xp)
+            out["bvh_bounds"] = _refit_binary(self.binary, self._prim_boxes(tris, analytic, xp), xp)
         out["light_cdf"], areas = self._light_tables(tris, xp)
+        if analytic is not None:
+            areas.update({e: analytic[0][row, layout.SHAPE_AREA] for e, row in self.shape_lights})
         if areas:
             emitters = np.array(list(areas))
             out["emitter_geom"] = _set(xp, xp.asarray(emitter_geom), (emitters, layout.GEOM_AREA),
                                        xp.stack(list(areas.values())).astype(_F))
         return out
 
-    def _prim_boxes(self, tris, xp):
+    def _analytic(self, p, xp):
+        """(shape_data, box lo, box hi) of the analytic shapes for the values
+        ``p``, or None when ``p`` moves none of them."""
+        moved = [i for i, s in enumerate(self.shapes) if s.param is not None and s.param in p]
+        if not moved:
+            return None
+        rows, lo, hi = self.shape_data, self.analytic_lo, self.analytic_hi
+        for i in moved:
+            shape = self.shapes[i]
+            m = xp.reshape(xp.asarray(p[shape.param], _F), (4, 4))
+            if xp is np:
+                m = m.astype(np.float64)
+                check_instance_transform(m, shape.key)
+            flip = shape.flip
+            if shape.flips_with_mirror:      # (Mitsuba's update: a mirroring to_world flips the normals)
+                flip = (xp.linalg.det(m[:3, :3]) < 0) != (flip != (np.linalg.det(shape.to_world[:3, :3]) < 0))
+            box_lo, box_hi = shape_bounds(shape.kind, m, xp)
+            if xp is np:
+                box_lo, box_hi = _to_f32_conservative("lo", box_lo, -1), _to_f32_conservative("hi", box_hi, +1)
+            rows = _set(xp, rows, i, shape_row(shape.kind, m, flip, xp).astype(_F))
+            lo, hi = _set(xp, lo, i, box_lo.astype(_F)), _set(xp, hi, i, box_hi.astype(_F))
+        return rows, lo, hi
+
+    def _prim_boxes(self, tris, analytic, xp):
         """(N, 3) lo and hi of every leaf row: triangles' from their
-        vertices, analytic shapes' static boxes."""
+        vertices, analytic shapes' from their transforms."""
         t = tris.reshape(-1, 3, 3)
         lo, hi = t.min(axis=1), t.max(axis=1)
-        analytic = self.order >= self.n_tris
-        if analytic.any():
+        is_analytic = self.order >= self.n_tris
+        if is_analytic.any():
+            a_lo, a_hi = (self.analytic_lo, self.analytic_hi) if analytic is None else analytic[1:]
             rows = np.maximum(self.order - self.n_tris, 0)
-            lo = xp.where(analytic[:, None], self.analytic_lo[rows], lo)
-            hi = xp.where(analytic[:, None], self.analytic_hi[rows], hi)
+            lo = xp.where(is_analytic[:, None], a_lo[rows], lo)
+            hi = xp.where(is_analytic[:, None], a_hi[rows], hi)
         return lo, hi
 
     def _light_tables(self, tris, xp):
@@ -290,7 +326,7 @@ def _set(xp, a, index, values):
         a = a.copy()
         a[index] = values
         return a
-    return a.at[index].set(values)
+    return xp.asarray(a).at[index].set(values)
 
 
 def _add_rows(xp, a, index, values):
@@ -298,7 +334,7 @@ def _add_rows(xp, a, index, values):
         a = a.copy()
         np.add.at(a, index, values)
         return a
-    return a.at[index].add(values)
+    return xp.asarray(a).at[index].add(values)
 
 
 def _bits(xp, a):

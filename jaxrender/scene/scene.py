@@ -259,10 +259,10 @@ class Scene:
         if not any(is_traced(v) for v in values.values()):
             out = g.buffers(values, np, self.emitter_geom)
             area = out.get("emitter_geom", self.emitter_geom)[:, layout.GEOM_AREA]
-            for e, _ in g.lights:
+            for e, _ in g.lights + g.shape_lights:
                 if not (np.isfinite(area[e]) and area[e] > 0):
-                    raise SceneError(f"{self.emitter_keys[e].rsplit('.emitter', 1)[0]}: the new vertex positions "
-                                     f"give the emitting mesh zero area (or one too large for float32: {area[e]})")
+                    raise SceneError(f"{self.emitter_keys[e].rsplit('.emitter', 1)[0]}: the new geometry gives the "
+                                     f"emitting shape zero area (or one too large for float32: {area[e]})")
             return out
         fn = self._jitted_param_buffers.get(("geometry", moved))
         if fn is None:

@@ -64,11 +64,14 @@ class AnalyticShape:
     in the object z = 0 plane (with ``flip_normals`` folded in as Mitsuba
     does: ``to_world @ scale(1, 1, -1)``), for a cylinder the unit-radius
     tube from z = 0 to 1 (``to_world @ translate(p0) @ to_frame(axis) @
-    scale(radius, radius, length)``)."""
+    scale(radius, radius, length)``). That matrix is what ``mitsuba.traverse``
+    calls the shape's ``to_world``; ``param`` is its parameter key (None:
+    not a parameter, e.g. an instance's copy)."""
     kind: int
     to_world: np.ndarray      # (4, 4) float64
     flip: bool                # sphere: normals point inwards
     key: str
+    param: str | None = None
 
     @property
     def to_object(self) -> np.ndarray:
@@ -92,43 +95,60 @@ class AnalyticShape:
 
     @property
     def area(self) -> float:
-        if self.kind == SPHERE:
-            return 4.0 * np.pi * self.radius ** 2
-        m = self.to_world[:3, :3]
-        if self.kind == CYLINDER:
-            # (Mitsuba's: 2 pi radius length, radius the x axis's length)
-            return float(2.0 * np.pi * np.linalg.norm(m[:, 0]) * np.linalg.norm(m[:, 2]))
-        return float(np.pi * np.linalg.norm(np.cross(m[:, 0], m[:, 1])))
+        return float(shape_row(self.kind, self.to_world, self.flip)[layout.SHAPE_AREA])
 
     def bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """World-space box, widened by a relative 1e-6 so that float32 hits
         at the silhouette never fall outside it."""
-        c = self.center
-        m = self.to_world[:3, :3]
-        if self.kind == SPHERE:
-            e = np.full(3, self.radius)
-        else:
-            e = np.sqrt(m[:, 0] ** 2 + m[:, 1] ** 2)
-        lo, hi = c - e, c + e
-        if self.kind == CYLINDER:   # the rims at both ends
-            lo, hi = np.minimum(lo, lo + m[:, 2]), np.maximum(hi, hi + m[:, 2])
-        pad = 1e-6 * (1.0 + np.maximum(np.abs(lo), np.abs(hi)) + e)
-        return lo - pad, hi + pad
+        return shape_bounds(self.kind, self.to_world)
 
     def row(self) -> np.ndarray:
-        """The shape's ``shape_data`` row: to_world (3 x 4, row-major),
-        to_object (3 x 4), the disk's normal, the sphere's radius, the normal
-        sign (-1: flipped), the area, the kind."""
-        r = np.zeros(layout.SHAPE_ROW)
-        r[layout.SHAPE_TO_WORLD:layout.SHAPE_TO_WORLD + 12] = self.to_world[:3].reshape(-1)
-        r[layout.SHAPE_TO_OBJECT:layout.SHAPE_TO_OBJECT + 12] = self.to_object[:3].reshape(-1)
-        if self.kind == DISK:
-            r[layout.SHAPE_NORMAL:layout.SHAPE_NORMAL + 3] = self.normal
-        r[layout.SHAPE_RADIUS] = self.radius
-        r[layout.SHAPE_SIGN] = -1.0 if self.flip else 1.0
-        r[layout.SHAPE_AREA] = self.area
-        r[layout.SHAPE_KIND] = self.kind
-        return r
+        """The shape's ``shape_data`` row (see :func:`shape_row`)."""
+        return shape_row(self.kind, self.to_world, self.flip)
+
+    @property
+    def flips_with_mirror(self) -> bool:
+        """Whether a to_world that mirrors flips the normals (spheres and
+        cylinders, as Mitsuba's update does; a disk's flip is in to_world)."""
+        return self.kind != DISK
+
+
+def shape_row(kind: int, m, flip, xp=np):
+    """The ``shape_data`` row of a shape of ``kind`` with full to_world ``m``
+    (4 x 4): to_world (3 x 4, row-major), to_object (3 x 4), the disk's
+    normal, the sphere's radius, the normal sign (-1: ``flip``), the area,
+    the kind. ``xp``: numpy, or jax.numpy for traced values."""
+    lin = m[:3, :3]
+    inv = xp.linalg.inv(m)
+    radius = xp.linalg.norm(lin[:, 0])
+    if kind == SPHERE:
+        area = 4.0 * np.pi * radius ** 2
+    elif kind == CYLINDER:
+        # (Mitsuba's: 2 pi radius length, radius the x axis's length)
+        area = 2.0 * np.pi * radius * xp.linalg.norm(lin[:, 2])
+    else:
+        area = np.pi * xp.linalg.norm(xp.cross(lin[:, 0], lin[:, 1]))
+    normal = inv[2, :3] / xp.linalg.norm(inv[2, :3]) if kind == DISK else xp.zeros(3)
+    scalars = xp.stack([radius, xp.where(flip, -1.0, 1.0), area, xp.asarray(float(kind))])
+    pad = xp.zeros(layout.SHAPE_ROW - layout.SHAPE_KIND - 1)
+    return xp.concatenate([m[:3].reshape(12), inv[:3].reshape(12), normal, scalars.astype(m.dtype), pad])
+
+
+def shape_bounds(kind: int, m, xp=np):
+    """World-space box of a shape of ``kind`` with full to_world ``m``,
+    widened by a relative 1e-6 so that float32 hits at the silhouette never
+    fall outside it."""
+    c = m[:3, 3]
+    lin = m[:3, :3]
+    if kind == SPHERE:
+        e = xp.full(3, 1.0) * xp.linalg.norm(lin[:, 0])
+    else:
+        e = xp.sqrt(lin[:, 0] ** 2 + lin[:, 1] ** 2)
+    lo, hi = c - e, c + e
+    if kind == CYLINDER:   # the rims at both ends
+        lo, hi = xp.minimum(lo, lo + lin[:, 2]), xp.maximum(hi, hi + lin[:, 2])
+    pad = 1e-6 * (1.0 + xp.maximum(xp.abs(lo), xp.abs(hi)) + e)
+    return lo - pad, hi + pad
 
 
 def _nonsingular(m: np.ndarray, where: str) -> float:

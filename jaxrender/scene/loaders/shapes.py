@@ -10,6 +10,10 @@ supported yet"; media are loaded as Mitsuba's ``interior`` / ``exterior``
 (``loaders/media.py``). Every shape reads ``to_world`` and
 ``silhouette_sampling_weight`` (which only Mitsuba's projective
 integrators use); meshes read ``face_normals`` and ``flip_normals``.
+Shapes outside shapegroups are placed by parameters under Mitsuba 3.9.1's
+keys (``<id>.vertex_positions`` of meshes, ``<id>.to_world`` of the
+rectangle and the analytic shapes), which a render may change without
+reloading (``scene/refit.py``).
 
 Instancing is done by expansion: a ``shapegroup`` is loaded once into
 group-space geometry (never rendered by itself), and each ``instance``
@@ -28,6 +32,7 @@ so (``SceneBuilder.unexposed``).
 """
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -185,11 +190,10 @@ def _placement(builder: SceneBuilder, props: Properties, m: np.ndarray, v: np.nd
     ``vertex_positions`` (flat, 3 floats a vertex). Moving a mesh recomputes
     its vertex normals from the new positions, as Mitsuba does when
     ``vertex_positions`` is written (also for normals from a file)."""
-    if not builder.places_meshes:
+    if not builder.places_shapes:
         builder.unexposed[f"{props.key}.vertex_positions"] = _GROUP_SHAPE_WHY
         return None
-    why = ("geometry derivatives (vertex positions, shape transforms) need a reparameterized integrator, "
-           "which jaxrender does not have yet; the value can change between renders, without recompiling")
+    why = _GEOMETRY_WHY
     if props.plugin == "rectangle":
         placement = MeshPlacement(f"{props.key}.to_world", "to_world", f.astype(np.int32), smooth,
                                   local=v.astype(np.float32))
@@ -198,6 +202,10 @@ def _placement(builder: SceneBuilder, props: Properties, m: np.ndarray, v: np.nd
         placement = MeshPlacement(f"{props.key}.vertex_positions", "vertex_positions", f.astype(np.int32), smooth)
         builder.add_param(placement.key, vw.astype(np.float32).reshape(-1), nondiff=why)
     return placement
+
+
+_GEOMETRY_WHY = ("geometry derivatives (vertex positions, shape transforms) need a reparameterized integrator, "
+                 "which jaxrender does not have yet; the value can change between renders, without recompiling")
 
 
 # ---------------------------------------------------------------------------
@@ -239,6 +247,11 @@ def load_cylinder(builder: SceneBuilder, props: Properties) -> None:
 
 
 def _add_analytic(builder: SceneBuilder, props: Properties, shape: AnalyticShape) -> None:
+    if builder.places_shapes:
+        # Mitsuba's key: the full transform (the sphere's centre and radius, a
+        # cylinder's ends and a disk's flip folded in)
+        shape = dataclasses.replace(shape, param=f"{props.key}.to_world")
+        builder.add_param(shape.param, shape.to_world.astype(np.float32), nondiff=_GEOMETRY_WHY)
     bsdf, emitter, *media = _attachments(builder, props, AreaHost(shape, len(builder.shapes)))
     builder.add_shape(shape, bsdf, emitter, tuple(media))
 
@@ -278,7 +291,7 @@ def load_shapegroup(builder: SceneBuilder, props: Properties) -> None:
     props.float("silhouette_sampling_weight", 1.0)
     saved = builder.meshes, builder.shapes, builder.shape_attrs
     builder.meshes, builder.shapes, builder.shape_attrs = [], [], []
-    builder.places_meshes = False
+    builder.places_shapes = False
     try:
         for name, spec in props.plugins():
             child, key = builder.resolve(spec, f"{props.key}.{name}")
@@ -299,7 +312,7 @@ def load_shapegroup(builder: SceneBuilder, props: Properties) -> None:
         group = ShapeGroup(builder.meshes, list(zip(builder.shapes, builder.shape_attrs)))
     finally:
         builder.meshes, builder.shapes, builder.shape_attrs = saved
-        builder.places_meshes = True
+        builder.places_shapes = True
     builder.groups[props.key] = group
 
 
