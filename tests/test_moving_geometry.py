@@ -275,3 +275,30 @@ def test_moved_sphere_light_renders_as_loaded_there():
     assert np.abs(ours - _render(scene)).max() > 0.1
     with pytest.raises(jaxrender.SceneError, match="singular"):
         jaxrender.render(scene, {"lamp.to_world": np.diag([0.0, 1.0, 1.0, 1.0]).astype(np.float32)})
+
+
+def test_field_of_view_is_mitsubas_x_fov_parameter():
+    """``<sensor>.x_fov`` is Mitsuba's value (the horizontal angle in degrees,
+    whatever fov_axis the scene used); a new value renders as a scene loaded
+    with it, traced or not, and is not differentiable."""
+    mi = pytest.importorskip("mitsuba")
+    mi.set_variant("scalar_rgb")
+    d = _cornell()
+    d["sensor"]["film"]["width"] = 2 * SIZE                      # (an aspect ratio that is not 1)
+    d["sensor"]["fov_axis"] = "y"
+    scene = jaxrender.load_dict(d)
+    ref = copy.deepcopy(d)
+    ref["sensor"]["to_world"] = _to_mitsuba(mi, ref["sensor"]["to_world"])
+    ref["sensor"]["film"] = {k: v for k, v in ref["sensor"]["film"].items() if k != "rfilter"}
+    theirs = mi.traverse(mi.load_dict({"type": "scene", "sensor": ref["sensor"]}))["sensor.x_fov"]
+    np.testing.assert_allclose(scene.params["sensor.x_fov"], float(np.ravel(theirs)[0]), rtol=1e-6)
+    wide = copy.deepcopy(d)
+    wide["sensor"]["fov"], wide["sensor"]["fov_axis"] = 60.0, "x"
+    want = _render(jaxrender.load_dict(wide))
+    np.testing.assert_allclose(_render(scene, {"sensor.x_fov": np.float32(60.0)}), want, atol=1e-5)
+    traced = jax.jit(lambda f: jaxrender.render(scene, {"sensor.x_fov": f}, spp=SPP, seed=3))(np.float32(60.0))
+    np.testing.assert_allclose(np.asarray(traced), want, atol=1e-5)
+    with pytest.raises(jaxrender.NotDifferentiableError, match="x_fov"):
+        jax.grad(lambda f: jaxrender.render(scene, {"sensor.x_fov": f}, spp=1).mean())(np.float32(50.0))
+    with pytest.raises(jaxrender.SceneError, match="180"):
+        jaxrender.render(scene, {"sensor.x_fov": np.float32(180.0)})

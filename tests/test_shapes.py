@@ -326,7 +326,7 @@ def test_analytic_lights_register_with_their_area():
     kinds = scene.emitter_meta[:, 0].tolist()
     assert kinds == [emitters.TYPE_ID["area_sphere"], emitters.TYPE_ID["area_disk"]]
     np.testing.assert_allclose(scene.emitter_geom[:, 3], [math.pi, 2 * math.pi], rtol=1e-6)
-    assert list(scene.params) == ["sensor.to_world", "speck.bsdf.reflectance.value", "speck.to_world",
+    assert list(scene.params) == ["sensor.to_world", "sensor.x_fov", "speck.bsdf.reflectance.value", "speck.to_world",
                                   "ball.to_world", "ball.bsdf.reflectance.value", "ball.emitter.radiance.value",
                                   "disk.to_world", "disk.bsdf.reflectance.value", "disk.emitter.radiance.value"]
     # Mitsuba's default BSDF of an emitter is black; its keys are Mitsuba's

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..kernels import shapes as kshapes
 from ..kernels import textures as ktex
-from .camera import Camera
+from .camera import Camera, fov_key
 from .errors import SceneError
 from .properties import Properties, is_plugin
 from .refit import MeshPlacement
@@ -118,9 +118,12 @@ class SceneBuilder:
         for key in keys:
             camera = load_plugin(SENSORS, self, self.named[key], key)
             self.sensors.append((f"{key}.to_world", camera))
-            self.add_param(f"{key}.to_world", camera.to_world.astype(np.float32),
-                           "gradients with respect to camera parameters need the reparameterized (geometry) "
-                           "integrator, which jaxrender does not have yet")
+            why = ("gradients with respect to camera parameters need the reparameterized (geometry) integrator, "
+                   "which jaxrender does not have yet")
+            self.add_param(f"{key}.to_world", camera.to_world.astype(np.float32), why)
+            if camera.kind != "orthographic":
+                # Mitsuba's key whatever fov_axis said: the horizontal angle, in degrees
+                self.add_param(fov_key(key), np.float32(camera.x_fov), why)
 
     def _load_integrator(self, keys: list[str]) -> None:
         if len(keys) > 1:

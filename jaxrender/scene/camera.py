@@ -23,6 +23,12 @@ from .errors import SceneError
 from .sampler import SamplerSpec
 
 
+def fov_key(sensor_key: str) -> str:
+    """The field-of-view parameter of the sensor whose key is ``sensor_key``
+    (or whose to_world parameter it is)."""
+    return sensor_key.removesuffix(".to_world") + ".x_fov"
+
+
 @dataclass
 class Camera:
     """A sensor: its type (``kind``: ``kernels.sensors.TYPES``), transform,
@@ -58,6 +64,17 @@ class Camera:
     def __post_init__(self):
         if self.crop_size is None:
             self.crop_size = (self.width, self.height)
+
+    @property
+    def x_fov(self) -> float:
+        """The horizontal field of view in degrees (Mitsuba's ``x_fov``)."""
+        return math.degrees(2.0 * math.atan(self.tan_x))
+
+    def tangents(self, x_fov, xp=np):
+        """(tan_x, tan_y) for a horizontal field of view ``x_fov`` (degrees),
+        the film's aspect ratio kept."""
+        tan_x = xp.tan(xp.asarray(x_fov, np.float32) * np.float32(math.pi / 360.0))
+        return tan_x, tan_x * np.float32(self.tan_y / self.tan_x)
 
     @property
     def radius(self) -> float:

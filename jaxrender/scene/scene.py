@@ -38,7 +38,7 @@ from ..kernels.bsdfs import registry as bsdf_registry
 from . import textures as tex_io
 from .arrays import is_traced
 from .builder import SceneBuilder
-from .camera import Camera, filter_table, is_rigid
+from .camera import Camera, filter_table, fov_key, is_rigid
 from .errors import SceneError
 from .plugin_names import did_you_mean
 from .geometry import scene_fields
@@ -122,7 +122,7 @@ class Scene:
     # Meshes placed by parameters (refit.MovingGeometry; None: no such mesh):
     # a render given one of their keys rebuilds the geometry buffers.
     moving: MovingGeometry | None = None
-    # (buffer name, sensor) -> its jitted builder (see param_buffers)
+    # (buffer name, sensor, parameter keys) -> its jitted builder (see param_buffers)
     _jitted_param_buffers: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @functools.cached_property
@@ -207,6 +207,7 @@ class Scene:
         # (an orthographic camera's to_world may scale: its extent)
         cameras = {key for key, cam in (self.sensors or [(self.camera_key, self.camera)])
                    if cam.kind != "orthographic"}
+        fovs = {fov_key(key) for key in cameras}
         for k, v in params.items():
             if not is_traced(v):
                 _check_finite(k, v)
@@ -219,6 +220,8 @@ class Scene:
             if k in cameras and not is_traced(v) and not is_rigid(v):
                 raise SceneError(f"parameter {k!r}: a camera's to_world must be a rotation and "
                                  "translation (Mitsuba refuses scale; a singular one has no view)")
+            if k.endswith(".x_fov") and k in fovs and not is_traced(v) and not 0.0 < float(np.asarray(v)) < 180.0:
+                raise SceneError(f"parameter {k!r}: a field of view must be in (0, 180) degrees, got {float(v)}")
 
     def kernel_inputs(self, params: Mapping[str, Any] | None = None, sensor: int = 0, media: bool = False) -> dict:
         """Buffers for the path kernel (``layout.scene_inputs``; ``media``: also
@@ -238,7 +241,7 @@ class Scene:
                     light_tris=self.light_tris, light_cdf=self.light_cdf, emitter_meta=self.emitter_meta,
                     emitter_geom=self.emitter_geom, env_emitter=np.int32(self.env_emitter),
                     emitter_frame=self.emitter_frame, tri_normals=self.tri_normals, prim_shape=self.prim_shape,
-                    shape_data=self.shape_data, **self.texture_inputs(), **self.param_buffers(p, sensor, media),
+                    shape_data=self.shape_data, **self.texture_inputs(), **self.param_buffers(p, sensor, media, params),
                     **(dict(prim_media=self.prim_media, medium_meta=self.medium_meta(),
                             camera_medium=np.int32(cam.medium)) if media else {}),
                     **cam.sampler.kernel_inputs(), **cam.film_inputs())
@@ -272,7 +275,8 @@ class Scene:
                 functools.partial(g.buffers, xp=jnp, emitter_geom=self.emitter_geom))
         return fn(values)
 
-    def param_buffers(self, p: Mapping[str, Any], sensor: int = 0, media: bool = False) -> dict:
+    def param_buffers(self, p: Mapping[str, Any], sensor: int = 0, media: bool = False,
+                      given: Mapping[str, Any] | None = None) -> dict:
         """The buffers computed from the parameter values ``p`` (every key of
         ``params``): BSDF rows, emitter radiance, the camera, texels and the
         envmap's sampling tables (``media``: and the media's rows).
@@ -282,24 +286,26 @@ class Scene:
         time a process meets it, most of a first render's time when its
         kernel comes from the disk cache. A buffer with a traced value
         (under ``grad``, ``jit``, ``vmap``) is one jitted function of its
-        values: one call for JAX to differentiate and compile, not a dozen."""
+        values: one call for JAX to differentiate and compile, not a dozen.
+        ``given``: the keys a render was given (the camera's field of view
+        enters only when given, so the loaded tangents stay exact)."""
         out = {}
-        for name, (keys, build) in self._param_buffer_builders(sensor).items():
+        for name, (keys, build) in self._param_buffer_builders(sensor, given or {}).items():
             if name == "medium_data" and not media:
                 continue
             values = {k: p[k] for k in keys}
             if not any(is_traced(v) for v in values.values()):
                 out[name] = build(values, np)
                 continue
-            fn = self._jitted_param_buffers.get((name, sensor))
+            fn = self._jitted_param_buffers.get((name, sensor, tuple(keys)))
             if fn is None:
                 import jax
                 import jax.numpy as jnp
-                fn = self._jitted_param_buffers[name, sensor] = jax.jit(functools.partial(build, xp=jnp))
+                fn = self._jitted_param_buffers[name, sensor, tuple(keys)] = jax.jit(functools.partial(build, xp=jnp))
             out[name] = fn(values)
         return out
 
-    def _param_buffer_builders(self, sensor: int) -> dict:
+    def _param_buffer_builders(self, sensor: int, given: Mapping[str, Any]) -> dict:
         """buffer name -> (the parameter keys it reads, build(values, xp))."""
         f32 = np.float32
 
@@ -324,10 +330,13 @@ class Scene:
 
         cam_key, cam = self.sensor(sensor)
 
+        fov = fov_key(cam_key) if fov_key(cam_key) in given else None
+
         def camera(p, xp):
             to_world = xp.asarray(p[cam_key], f32).reshape(16)
-            return xp.concatenate([to_world, np.array([cam.tan_x, cam.tan_y, cam.near_clip, cam.far_clip,
-                                                       cam.aperture_radius, cam.focus_distance], f32)])[None, :]
+            tan = cam.tangents(p[fov], xp) if fov is not None else (f32(cam.tan_x), f32(cam.tan_y))
+            rest = np.array([cam.near_clip, cam.far_clip, cam.aperture_radius, cam.focus_distance], f32)
+            return xp.concatenate([to_world, xp.stack(tan).astype(f32), rest])[None, :]
 
         def texels(p, xp):
             blocks = [t.texels(p, xp) for t in self.textures]
@@ -359,7 +368,7 @@ class Scene:
         medium_keys = [k for m in self.media for k in (m.sigma_t, m.scale, m.albedo, m.g) if k is not None]
         bsdf_keys = [k for _, fields, _ in self.bsdfs for k, _ in fields if isinstance(k, str)]
         return dict(bsdf_data=(bsdf_keys, bsdf_data), emitter_radiance=(self.emitter_keys, emitter_radiance),
-                    camera=([cam_key], camera), texels=([k for t in self.textures for k in t.keys], texels),
+                    camera=([cam_key] + ([fov] if fov else []), camera), texels=([k for t in self.textures for k in t.keys], texels),
                     env_dist=([env.keys[0]] if env is not None else [], env_dist),
                     medium_data=(medium_keys, medium_data))
 
