@@ -75,6 +75,22 @@ def test_gradient_in_expectation(key):
     print(f"{key}: replay {g:.4f}, finite differences {fd:.4f}")
 
 
+def test_gradient_where_the_grid_is_flat_at_its_peak():
+    """The extinction grid's upper half at its largest value, that half
+    differentiated: with a majorant equal to the peak the null density is
+    0 there and the replay misses the attenuation's derivative (the
+    majorant's headroom, loaders.media.MAJORANT_HEADROOM, is what makes
+    this pass)."""
+    d = grid_scene()
+    sigma_t = d["box"]["interior"]["sigma_t"]["data"]
+    sigma_t[:, 2:, :] = sigma_t.max()            # (z, y, x): the half nearer the light
+    direction = np.zeros_like(sigma_t)
+    direction[:, 2:, :] = 1.0
+    scene = jaxrender.load_dict(d)
+    g, fd = _compare_in_expectation(scene, SIGMA_T, direction, spp=32, spp_fd=128, h=0.05, n_seeds=10)
+    print(f"peak plateau: replay {g:.4f}, finite differences {fd:.4f}")
+
+
 def test_adjoint_is_transpose_of_forward_mode():
     """<jvp(dx), dy> == <dx, vjp(dy)> over both grids and the scale at once."""
     check_transpose(jaxrender.load_dict(grid_scene(rr_depth=2)), (SIGMA_T, ALBEDO, SCALE))
