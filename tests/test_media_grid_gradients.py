@@ -25,7 +25,7 @@ import jaxrender
 from jaxrender.primitives.render_rules import NotDifferentiableError
 from jaxrender.scene.transform import Transform as T
 from test_gradients import _compare_in_expectation
-from test_media_gradients import _loss, check_transpose, scene_dict
+from test_media_gradients import _loss, check_rb_equals_prb, check_transpose, scene_dict
 
 M = "box.interior_medium."
 SIGMA_T, ALBEDO, SCALE = M + "sigma_t.data", M + "albedo.data", M + "scale"
@@ -94,6 +94,10 @@ def test_gradient_where_the_grid_is_flat_at_its_peak():
 def test_adjoint_is_transpose_of_forward_mode():
     """<jvp(dx), dy> == <dx, vjp(dy)> over both grids and the scale at once."""
     check_transpose(jaxrender.load_dict(grid_scene(rr_depth=2)), (SIGMA_T, ALBEDO, SCALE))
+
+
+def test_radiative_backpropagation_equals_path_replay():
+    check_rb_equals_prb(jaxrender.load_dict(grid_scene(rr_depth=2)), (SIGMA_T, ALBEDO, SCALE))
 
 
 def test_more_homogeneous_media_than_followed_raise_clearly():
