@@ -18,7 +18,6 @@ import numpy as np
 from ..ir import bvh_query
 from ..kernels import emitters as kemitters
 from ..kernels import layout
-from ..kernels.bsdfs import registry as bsdf_registry
 from .bvh import build_bvh, build_bvh_from_bounds, triangle_bounds
 from .errors import SceneError
 from .wide_bvh import build_wide_bvh
@@ -40,7 +39,6 @@ def scene_fields(b: SceneBuilder) -> dict:
     """The keyword arguments of ``Scene`` for everything ``b`` loaded."""
     if not b.meshes and not b.shapes:
         raise SceneError("the scene has no shapes")
-    _check_media(b)
     prims, bvh = _primitives(b)
     order = bvh.prim_index
     tri = prims["tris"][order].astype(np.float32)
@@ -64,17 +62,6 @@ def scene_fields(b: SceneBuilder) -> dict:
                 prim_shape=prim_shape[order] if prim_shape is not None else np.zeros((0,), np.int32),
                 shape_data=np.array([s.row() for s in b.shapes], np.float32).reshape(-1, layout.SHAPE_ROW),
                 shapes=b.shapes, sensors=b.sensors, wide_bvh=None if b.shapes else _wide_bvh(bvh, tri))
-
-
-def _check_media(b: SceneBuilder) -> None:
-    """What volumetric rendering does not do yet is an error, not a wrong image."""
-    if b.integrator.get("type") not in ("volpath", "prbvolpath"):
-        return
-    for name, _, _ in b.bsdfs:
-        t = bsdf_registry.TYPES[name]
-        if t.null and t.composite:
-            raise SceneError(f"a {t.plugin!r} BSDF under the volpath integrator is not supported yet (its shadow "
-                             "rays would need the BSDF's null transmission); use null or an opaque BSDF")
 
 
 def _primitives(b: SceneBuilder) -> tuple[dict, object]:
