@@ -120,7 +120,8 @@ def load_volume(builder: SceneBuilder, props: Properties, name: str, default: fl
         data, grid_bbox = _grid_values(inner)
         fixed = inner.float("max_value") if "max_value" in inner else None
         if fixed is not None and not fixed >= data.max():
-            # (Mitsuba takes it as given: its null density goes negative and its image is biased.)
+            # (Mitsuba takes it as given: its null weights go negative, giving negative samples;
+            # our null-or-real choice would be biased.)
             raise inner.error(f"{fixed} is below the grid's largest value {float(data.max())}: a majorant must "
                               "bound the extinction", "max_value")
         wrap = _WRAP[inner.string("wrap_mode", "clamp", choices=_WRAP)]
