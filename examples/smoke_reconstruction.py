@@ -41,10 +41,11 @@ SCALE = 6.0        # the medium's scale: extinction = SCALE * grid value
 # The null-scattering derivative needs both kinds of collision to be
 # possible wherever the density may change (0 < sigma_t < majorant): the
 # grids are clipped to [FLOOR, CEILING] and the majorant is fixed at
-# SCALE * MAX_VALUE (Mitsuba's ``max_value``) above the ceiling. (The
-# default majorant, the grid's largest value, gives no null collisions
-# where the grid is flat at its maximum, a constant start; where the
-# density is 0 no real collision samples the light it would scatter.)
+# SCALE * MAX_VALUE (Mitsuba's ``max_value``) above the ceiling, the same
+# at every step. (The default majorant, 1/8 above the grid's largest
+# value, would also leave room for null collisions, but would follow the
+# grid from step to step; where the density is 0 no real collision
+# samples the light it would scatter.)
 FLOOR, CEILING, MAX_VALUE = 0.01, 1.2, 1.25
 # The grid's unit cube onto the null cube [-1, 1]^3.
 BOX = T().translate([-1, -1, -1]).scale(2)

@@ -118,6 +118,28 @@ def check_transpose(scene, keys):
     assert abs(lhs - rhs) <= 1e-4 * abs(lhs), (lhs, rhs)
 
 
+def check_rb_equals_prb(scene, keys):
+    """Radiative backpropagation (the incident radiance re-estimated at each
+    vertex by tracing the rest of the path with the same random numbers)
+    gives path replay's gradient for every seed, so the same expectation."""
+    x0 = {k: jnp.asarray(scene.params[k]) for k in keys}
+    dy = jnp.asarray(np.random.default_rng(3).uniform(0.5, 1.5, (SIZE, SIZE, 3)), jnp.float32)
+
+    def grads(method):
+        f = lambda x: jaxrender.render(scene, x, spp=4, seed=3, seed_grad=5, method=method)  # noqa: E731
+        return jax.vjp(f, x0)[1](dy)[0]
+
+    prb, rb = grads("prb"), grads("rb")
+    for k in keys:
+        scale = float(jnp.max(jnp.abs(prb[k])))
+        assert scale > 0.1, k
+        np.testing.assert_allclose(np.asarray(rb[k]), np.asarray(prb[k]), rtol=1e-4, atol=1e-5 * scale, err_msg=k)
+
+
+def test_radiative_backpropagation_equals_path_replay():
+    check_rb_equals_prb(jaxrender.load_dict(scene_dict(rr_depth=2)), (SIGMA_T, ALBEDO, SCALE, G))
+
+
 def test_more_media_than_followed_raise_clearly():
     """Three media (a shadow ray's derivatives follow two): a medium
     parameter's derivative is a NotDifferentiableError naming it, not a

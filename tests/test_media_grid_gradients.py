@@ -25,7 +25,7 @@ import jaxrender
 from jaxrender.primitives.render_rules import NotDifferentiableError
 from jaxrender.scene.transform import Transform as T
 from test_gradients import _compare_in_expectation
-from test_media_gradients import _loss, check_transpose, scene_dict
+from test_media_gradients import _loss, check_rb_equals_prb, check_transpose, scene_dict
 
 M = "box.interior_medium."
 SIGMA_T, ALBEDO, SCALE = M + "sigma_t.data", M + "albedo.data", M + "scale"
@@ -75,9 +75,29 @@ def test_gradient_in_expectation(key):
     print(f"{key}: replay {g:.4f}, finite differences {fd:.4f}")
 
 
+def test_gradient_where_the_grid_is_flat_at_its_peak():
+    """The extinction grid's upper half at its largest value, that half
+    differentiated: with a majorant equal to the peak the null density is
+    0 there and the replay misses the attenuation's derivative (the
+    majorant's headroom, loaders.media.MAJORANT_HEADROOM, is what makes
+    this pass)."""
+    d = grid_scene()
+    sigma_t = d["box"]["interior"]["sigma_t"]["data"]
+    sigma_t[:, 2:, :] = sigma_t.max()            # (z, y, x): the half nearer the light
+    direction = np.zeros_like(sigma_t)
+    direction[:, 2:, :] = 1.0
+    scene = jaxrender.load_dict(d)
+    g, fd = _compare_in_expectation(scene, SIGMA_T, direction, spp=32, spp_fd=128, h=0.05, n_seeds=10)
+    print(f"peak plateau: replay {g:.4f}, finite differences {fd:.4f}")
+
+
 def test_adjoint_is_transpose_of_forward_mode():
     """<jvp(dx), dy> == <dx, vjp(dy)> over both grids and the scale at once."""
     check_transpose(jaxrender.load_dict(grid_scene(rr_depth=2)), (SIGMA_T, ALBEDO, SCALE))
+
+
+def test_radiative_backpropagation_equals_path_replay():
+    check_rb_equals_prb(jaxrender.load_dict(grid_scene(rr_depth=2)), (SIGMA_T, ALBEDO, SCALE))
 
 
 def test_more_homogeneous_media_than_followed_raise_clearly():

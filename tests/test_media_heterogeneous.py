@@ -159,6 +159,33 @@ def test_grid_data_is_a_parameter():
     assert np.array_equal(a, c) and not np.allclose(a, b)
 
 
+def test_majorant_has_headroom_or_is_max_value():
+    """The majorant (scale times the grid bound, in the medium's row) lies
+    1/8 above the grid's largest value, so null collisions sample sigma_t's
+    derivative even at its peak; a max_value is taken as given while it
+    bounds the values, and the automatic one takes over once parameter
+    values pass it."""
+    from jaxrender.kernels import layout
+    grid = smoke((4, 4, 4))
+    peak = float(grid.max())
+
+    def majorant(max_value=None, data=None):
+        sigma_t = {"type": "gridvolume", "data": grid, "to_world": BOX}
+        if max_value is not None:
+            sigma_t["max_value"] = max_value
+        scene = jaxrender.load_dict(hetero_scene({"type": "heterogeneous", "scale": 2.0, "sigma_t": sigma_t}))
+        params = dict(scene.params)
+        if data is not None:
+            params["box.interior_medium.sigma_t.data"] = data
+        row = scene.param_buffers(params, media=True)["medium_data"][0]
+        return row[layout.MEDIUM_MAJORANT:layout.MEDIUM_MAJORANT + 3]
+
+    assert np.allclose(majorant(), 2.0 * peak * 1.125)
+    assert np.allclose(majorant(max_value=1.5 * peak), 2.0 * 1.5 * peak)
+    assert np.allclose(majorant(max_value=peak), 2.0 * peak)
+    assert np.allclose(majorant(max_value=1.5 * peak, data=grid[..., None] * 2), 2.0 * 2 * peak * 1.125)
+
+
 @pytest.mark.parametrize("sigma_t,match", [
     ({"type": "gridvolume", "data": np.zeros((2, 2, 2, 6), np.float32)}, "1 or 3 channels"),
     ({"type": "gridvolume", "filename": "missing.vol"}, "does not exist"),
@@ -167,6 +194,7 @@ def test_grid_data_is_a_parameter():
     ({"type": "gridvolume", "data": -np.ones((2, 2, 2), np.float32)}, "must not be negative"),
     ({"type": "gridvolume"}, "exactly one of 'filename' and 'data'"),
     ({"type": "bitmap", "filename": "x.png"}, "'bitmap' volume is not supported"),
+    ({"type": "gridvolume", "data": np.ones((2, 2, 2), np.float32), "max_value": 0.5}, "max_value.*below"),
 ])
 def test_unsupported_volumes_are_clear_errors(sigma_t, match):
     with pytest.raises(SceneError, match=match):

@@ -84,8 +84,8 @@ CAMERA_APERTURE, CAMERA_FOCUS = 20, 21
 # --- participating media (read by volumetric integrators only: media_inputs) ------------
 MEDIUM_ROW = 8                 # medium_data: sigma_t (scale applied), albedo, phase parameter, sample_emitters
 MEDIUM_SIGMA_T, MEDIUM_ALBEDO, MEDIUM_PHASE_G, MEDIUM_SAMPLE_EMITTERS = 0, 3, 6, 7
-# A heterogeneous medium's row: its majorant (scale times the largest sigma_t
-# value, in each channel) where a homogeneous one has sigma_t, then its
+# A heterogeneous medium's row: its majorant (scale times a bound of the sigma_t
+# values, scene.loaders.media.grid_majorant; in each channel) where a homogeneous one has sigma_t, then its
 # sigma_t and albedo volumes (tex_meta rows, as floats) and its scale.
 MEDIUM_MAJORANT, MEDIUM_SIGMA_T_VOLUME, MEDIUM_ALBEDO_VOLUME, MEDIUM_SCALE = 0, 3, 4, 5
 # A volume's block of texels (scene/volumes.py) starts with this header:

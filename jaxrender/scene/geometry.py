@@ -18,7 +18,6 @@ import numpy as np
 from ..ir import bvh_query
 from ..kernels import emitters as kemitters
 from ..kernels import layout
-from ..kernels.bsdfs import registry as bsdf_registry
 from .bvh import build_bvh, build_bvh_from_bounds, triangle_bounds
 from .errors import SceneError
 from .refit import MovingGeometry
@@ -41,7 +40,6 @@ def scene_fields(b: SceneBuilder) -> dict:
     """The keyword arguments of ``Scene`` for everything ``b`` loaded."""
     if not b.meshes and not b.shapes:
         raise SceneError("the scene has no shapes")
-    _check_media(b)
     prims, bvh = _primitives(b)
     order = bvh.prim_index
     tri = prims["tris"][order].astype(np.float32)
@@ -84,17 +82,6 @@ def _moving(b: SceneBuilder, prims: dict, order: np.ndarray, bvh, wide, attr: np
     return MovingGeometry.plan([m[0] for m in b.meshes], [m[4] for m in b.meshes],
                                None if normals is None else normals[:n_tris].astype(np.float32), order, n_tris,
                                b.shapes, bvh, wide, lights, shape_lights)
-
-
-def _check_media(b: SceneBuilder) -> None:
-    """What volumetric rendering does not do yet is an error, not a wrong image."""
-    if b.integrator.get("type") not in ("volpath", "prbvolpath"):
-        return
-    for name, _, _ in b.bsdfs:
-        t = bsdf_registry.TYPES[name]
-        if t.null and t.composite:
-            raise SceneError(f"a {t.plugin!r} BSDF under the volpath integrator is not supported yet (its shadow "
-                             "rays would need the BSDF's null transmission); use null or an opaque BSDF")
 
 
 def _primitives(b: SceneBuilder) -> tuple[dict, object]:

@@ -42,6 +42,7 @@ from .camera import Camera, filter_table, fov_key, is_rigid
 from .errors import SceneError
 from .plugin_names import did_you_mean
 from .geometry import scene_fields
+from .loaders.media import grid_majorant
 from .refit import MovingGeometry
 from .shapes import SHAPE_ROW
 
@@ -353,8 +354,8 @@ class Scene:
                 scale = xp.asarray(p[m.scale], f32)
                 g = xp.asarray(p[m.g], f32).reshape(1) if m.g is not None else np.zeros(1, f32)
                 if m.kind == "heterogeneous":       # (layout.MEDIUM_MAJORANT ...)
-                    peak = xp.max(xp.asarray(p[m.sigma_t], f32)) if m.fixed_max is None else f32(m.fixed_max)
-                    majorant = peak * scale
+                    peak = xp.max(xp.asarray(p[m.sigma_t], f32))
+                    majorant = grid_majorant(peak, m.fixed_max, xp) * scale
                     if xp is not np:   # a constant of the estimator (null scattering): no derivative
                         import jax
                         majorant = jax.lax.stop_gradient(majorant)

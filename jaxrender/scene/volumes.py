@@ -73,8 +73,8 @@ def write_vol(path: str | os.PathLike, values: np.ndarray, bbox: Any = ((0, 0, 0
 @dataclass
 class VolumeRef:
     """A loaded volume: its texture index, the parameter holding its values
-    and Mitsuba's ``max_value`` when given (else the majorant is the largest
-    value)."""
+    and Mitsuba's ``max_value`` when given (else the majorant follows the
+    values: ``loaders.media.grid_majorant``)."""
     texture: int
     key: str
     fixed_max: float | None = None
@@ -119,6 +119,11 @@ def load_volume(builder: SceneBuilder, props: Properties, name: str, default: fl
     else:
         data, grid_bbox = _grid_values(inner)
         fixed = inner.float("max_value") if "max_value" in inner else None
+        if fixed is not None and not fixed >= data.max():
+            # (Mitsuba takes it as given: its null weights go negative, giving negative samples;
+            # our null-or-real choice would be biased.)
+            raise inner.error(f"{fixed} is below the grid's largest value {float(data.max())}: a majorant must "
+                              "bound the extinction", "max_value")
         wrap = _WRAP[inner.string("wrap_mode", "clamp", choices=_WRAP)]
         filt = _FILTER[inner.string("filter_type", "trilinear", choices=_FILTER)]
         inner.bool("raw", False)            # (RGB rendering: no spectral upsampling to disable)

@@ -14,6 +14,12 @@ and the low-poly meshes of the smooth-shading tests (tests/data/meshes):
   sphere normals) and ``vt`` coordinates;
 * ``lowpoly_torus.ply``: an ASCII 6 x 10 torus without normals (Mitsuba
   computes angle-weighted vertex normals for it).
+
+and the smoke grid of the media references (tests/data/volumes):
+
+* ``smoke16.vol``: a 16^3 one-channel density in [0, 1], a lumpy plume
+  (a few Gaussian puffs, denser at the bottom) with empty corners, so that
+  trilinear lookups, null collisions and empty space all matter.
 """
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ import numpy as np
 
 OUT = Path(__file__).resolve().parent.parent / "data" / "textures"
 MESHES = OUT.parent / "meshes"
+VOLUMES = OUT.parent / "volumes"
 
 
 def write_meshes() -> None:
@@ -65,6 +72,20 @@ def write_meshes() -> None:
     print("wrote", sorted(p.name for p in MESHES.iterdir()))
 
 
+def write_smoke() -> None:
+    from jaxrender.scene.volumes import write_vol
+    VOLUMES.mkdir(parents=True, exist_ok=True)
+    n = 16
+    z, y, x = (np.mgrid[0:n, 0:n, 0:n] + 0.5) / n
+    density = np.zeros((n, n, n))
+    for cx, cy, cz, r, a in ((0.5, 0.25, 0.5, 0.3, 1.0), (0.35, 0.55, 0.6, 0.2, 0.7), (0.65, 0.75, 0.4, 0.18, 0.5)):
+        density += a * np.exp(-((x - cx) ** 2 + (y - cy) ** 2 + (z - cz) ** 2) / (2 * r * r))
+    ripple = 0.75 + 0.25 * np.sin(11 * x + 3) * np.sin(9 * y + 1) * np.sin(13 * z + 2)
+    density = np.clip(density * ripple - 0.1, 0.0, None)
+    write_vol(VOLUMES / "smoke16.vol", density / density.max())
+    print("wrote", sorted(p.name for p in VOLUMES.iterdir()))
+
+
 def main() -> None:
     import OpenEXR
     from PIL import Image
@@ -90,6 +111,7 @@ def main() -> None:
                  {"RGB": np.ascontiguousarray(sky)}).write(str(OUT / "sky32x16.exr"))
     print("wrote", sorted(p.name for p in OUT.iterdir()))
     write_meshes()
+    write_smoke()
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from pathlib import Path
 
 TEXTURES = Path(__file__).resolve().parent.parent / "data" / "textures"   # made by make_test_images.py
 MESHES = TEXTURES.parent / "meshes"                                       # (idem)
+VOLUMES = TEXTURES.parent / "volumes"                                     # (idem)
 
 SIZE = 32          # small images keep the test fast; noise is judged per pixel
 SPP = 128          # samples per pixel of each reference render
@@ -247,10 +248,84 @@ def cbox_smooth_meshes(d):
     return d
 
 
-VARIANTS = {f.__name__: f for f in (cbox_gaussian, cbox_box_direct, cbox_tent_depth3_hidden, cbox_rect_wide,
-                                    cbox_point_and_env, cbox_directional, cbox_metals, cbox_plastics, cbox_glass,
-                                    cbox_roughplastics, cbox_spots, cbox_textured, env_lit, cbox_spheres,
-                                    cbox_shape_lights, cbox_smooth_meshes)}
+def _medium(sigma_t, albedo, phase=None, scale=1.0):
+    """A homogeneous medium (isotropic unless ``phase`` is given)."""
+    m = {"type": "homogeneous", "sigma_t": sigma_t, "albedo": albedo, "scale": scale}
+    if phase is not None:
+        m["phase"] = phase
+    return m
+
+
+def _rgb(*v):
+    return {"type": "rgb", "value": list(v)}
+
+
+def cbox_medium_slab(d):
+    """The large box as a null-bounded slab of dense, bright, coloured
+    homogeneous medium (optical depth about 2 to 4 across: light reaches
+    the far side mostly by multiple scattering)."""
+    d = _base(d)
+    d["large-box"]["bsdf"] = {"type": "null"}
+    d["large-box"]["interior"] = _medium(_rgb(0.6, 0.8, 1.0), _rgb(0.95, 0.85, 0.6), scale=6.0)
+    d["integrator"] = {"type": "volpath", "max_depth": 12}
+    return d
+
+
+def cbox_medium_smoke(d):
+    """A 16^3 smoke grid (tests/data/volumes/smoke16.vol) filling the small
+    box (lifted a little), behind null boundaries: trilinear lookups, delta and ratio
+    tracking against the grid's majorant."""
+    d = _base(d)
+    T = _transform(d)
+    # Lifted off the floor: a null face coplanar with the floor would make
+    # which of the two a ray meets first (and so the medium it is in) a
+    # matter of rounding.
+    d["small-box"]["to_world"] = T().translate([0.0, 0.03, 0.0]) @ d["small-box"]["to_world"]
+    d["small-box"]["bsdf"] = {"type": "null"}
+    d["small-box"]["interior"] = {
+        "type": "heterogeneous", "scale": 25.0, "albedo": 0.9,
+        "sigma_t": {"type": "gridvolume", "filename": str(VOLUMES / "smoke16.vol"),
+                    "to_world": d["small-box"]["to_world"].translate([-1.0, -1.0, -1.0]).scale(2.0)}}
+    d["integrator"] = {"type": "volpath", "max_depth": 10}
+    return d
+
+
+def cbox_medium_in_glass(d):
+    """A smooth glass sphere holding a coloured, mostly absorbing medium:
+    media entered and left through refraction (a low albedo keeps the
+    in-scattered light, which only finds the lamp through the glass by
+    chance, from dominating the noise)."""
+    d = _base(d)
+    del d["small-box"]
+    d["ball"] = {"type": "sphere", "center": [0.35, -0.6, 0.3], "radius": 0.38, "bsdf": {"type": "dielectric"},
+                 "interior": _medium(_rgb(0.25, 0.6, 1.0), _rgb(0.5, 0.5, 0.5), scale=5.0)}
+    d["integrator"] = {"type": "volpath", "max_depth": 12}
+    return d
+
+
+def cbox_medium_hg(d):
+    """Three null-bounded spheres of the same medium hanging between the
+    lamp and the camera, HG phase functions with g = -0.5, 0.3 and 0.8:
+    the lamp's light reaches the camera scattered by about 40 degrees, so
+    forward- and back-scattering look different (the sign of g shows)."""
+    d = _base(d)
+    del d["small-box"]
+    for name, x, g in (("back-scatter", -0.5, -0.5), ("mild", 0.0, 0.3), ("forward", 0.5, 0.8)):
+        d[name] = {"type": "sphere", "center": [x, 0.45, 0.5], "radius": 0.22, "bsdf": {"type": "null"},
+                   "interior": _medium(6.0, 0.95, {"type": "hg", "g": g})}
+    d["integrator"] = {"type": "volpath", "max_depth": 10}
+    return d
+
+
+MEDIA_VARIANTS = {f.__name__: f for f in (cbox_medium_slab, cbox_medium_smoke, cbox_medium_in_glass,
+                                          cbox_medium_hg)}
+
+
+VARIANTS = {**{f.__name__: f for f in (cbox_gaussian, cbox_box_direct, cbox_tent_depth3_hidden, cbox_rect_wide,
+                                       cbox_point_and_env, cbox_directional, cbox_metals, cbox_plastics, cbox_glass,
+                                       cbox_roughplastics, cbox_spots, cbox_textured, env_lit, cbox_spheres,
+                                       cbox_shape_lights, cbox_smooth_meshes)},
+            **MEDIA_VARIANTS}
 
 
 # Mitsuba's samplers: references rendered with the scene's own sampler and

@@ -62,6 +62,11 @@ class BsdfType:
     and ``sample`` are None): ``query(params, nested, wi, wos, u) -> (evals,
     sample)``, ``mix_albedo(params, nested, wi) -> Vec`` (``surface.py``).
     ``null``: it can sample Mitsuba's null component (a pass-through).
+    ``null_transmission``: a composite's Mitsuba ``eval_null_transmission``,
+    ``(params, nested, wi) -> Float``: the fraction of light its null
+    component lets straight through (what a shadow ray crossing it keeps,
+    under volpath). A composite without one has none; a plain type has 1
+    if it is ``null``, else none.
     ``frame``: a composite that perturbs the shading frame (normalmap,
     bumpmap): scenes with it compute the hit's dp_du / dp_dv."""
     name: str
@@ -81,6 +86,7 @@ class BsdfType:
     mix_albedo: Callable | None = None
     null: bool = False
     frame: bool = False
+    null_transmission: Callable | None = None
 
     @property
     def composite(self) -> bool:

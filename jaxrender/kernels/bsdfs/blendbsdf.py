@@ -63,6 +63,11 @@ def mix_albedo(p: BlendParams, nested, wi: Vec) -> Vec:
     return _mix(nested.albedo(p.bsdf_0, wi), nested.albedo(p.bsdf_1, wi), w)
 
 
+def null_transmission(p: BlendParams, nested, wi: Vec):
+    w = ir.clamp(p.weight, 0.0, 1.0)
+    return _mix(nested.null_transmission(p.bsdf_0, wi), nested.null_transmission(p.bsdf_1, wi), w)
+
+
 TYPE = BsdfType("blendbsdf", "blendbsdf", (Param("weight", FLOAT), Param("bsdf_0", BSDF), Param("bsdf_1", BSDF)),
                 lambda v: BlendParams(v.weight, v.bsdf_0, v.bsdf_1), None, None, None,
-                query=query, mix_albedo=mix_albedo)
+                query=query, mix_albedo=mix_albedo, null_transmission=null_transmission)

@@ -54,10 +54,17 @@ def query(p: MaskParams, nested, wi: Vec, wos: list, u):
         choice=ir.select(opaque, s.choice * a, 1.0 - a))
 
 
+def null_transmission(p: MaskParams, nested, wi: Vec):
+    """Where the surface is not opaque light passes, and where it is, what
+    the nested BSDF lets through."""
+    a = ir.clamp(p.opacity, 0.0, 1.0)
+    return 1.0 - a * (1.0 - nested.null_transmission(p.nested_bsdf, wi))
+
+
 def mix_albedo(p: MaskParams, nested, wi: Vec) -> Vec:
     return nested.albedo(p.nested_bsdf, wi)
 
 
 TYPE = BsdfType("mask", "mask", (Param("opacity", FLOAT, 0.5), Param("nested_bsdf", BSDF)),
                 lambda v: MaskParams(v.opacity, v.nested_bsdf), None, None, None,
-                query=query, mix_albedo=mix_albedo, null=True)
+                query=query, mix_albedo=mix_albedo, null=True, null_transmission=null_transmission)

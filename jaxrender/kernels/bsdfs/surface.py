@@ -192,6 +192,29 @@ class SurfaceBsdf:
 
         return ir.dispatch(self.kind, [branch(t) for t in self.types])
 
+    def null_transmission(self):
+        """Mitsuba's ``eval_null_transmission``: the fraction of light that
+        passes straight through the surface (1 for null, 1 - opacity for a
+        mask of an opaque BSDF, ...; 0 for a BSDF without a null component)."""
+        wi, _ = self._front(self.si.wi)
+        return ir.dispatch(self.kind, [_null_transmission_of(t, lambda t=t: self.params(t), Nested(self, 1), wi)
+                                       for t in self.types])
+
+
+def _null_transmission_of(t, params, nested: "Nested", wi: Vec):
+    """Branch of a dispatch: BSDF type ``t``'s null transmission (``params()``
+    its params; ``nested`` its children, if a composite)."""
+    if t.null_transmission is not None:
+        return lambda: t.null_transmission(params(), nested, wi)
+    return lambda: ir.Float(1.0 if t.null and not t.composite else 0.0)
+
+
+def passes_light(structure) -> bool:
+    """Whether a surface of the structure can let a shadow ray through
+    partly (a composite with a null component somewhere inside, e.g. a
+    mask), beyond the null BSDF's all-or-nothing."""
+    return samples_null(structure) and any(t.null_transmission is not None for t in structure.bsdf_types)
+
 
 class _PlainRow:
     """A BSDF's row as stored (no textures), read where indexed."""
@@ -271,6 +294,20 @@ class Nested:
                     return t.mix_albedo(params, Nested(sf, self.level + 1, self.frame), wi_f)
                 return sf.leaf_albedo(t, row, params, wi_f)
             return run
+
+        return ir.dispatch(kind, [branch(t) for t in sf.types])
+
+    def null_transmission(self, bsdf, wi: Vec):
+        """BSDF ``bsdf``'s null transmission for incident ``wi``."""
+        sf = self.surface
+        row, kind, table = sf.read(bsdf)
+        wi_f = _flip(wi, _side(row, wi))
+        nested = Nested(sf, self.level + 1, self.frame)
+
+        def branch(t):
+            if not self._traced(t):
+                return lambda: ir.Float(0.0)
+            return _null_transmission_of(t, lambda: sf.params(t, row, table), nested, wi_f)
 
         return ir.dispatch(kind, [branch(t) for t in sf.types])
 

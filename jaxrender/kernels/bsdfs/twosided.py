@@ -37,12 +37,21 @@ def query(p: TwosidedParams, nested, wi: Vec, wos: list, u):
     return evals, s
 
 
-def mix_albedo(p: TwosidedParams, nested, wi: Vec) -> Vec:
+def _on_side(p: TwosidedParams, wi: Vec, look, nothing):
+    """``look(bsdf, wi)`` of the BSDF on ``wi``'s side, seen from its front; ``nothing`` at grazing ``wi``."""
     front = wi.z > 0.0
-    a = nested.albedo(ir.select(front, p.brdf_0, p.brdf_1), _mirror(wi, ir.select(front, 1.0, -1.0)))
-    return ir.select(wi.z != 0.0, a, nested.spectrum.zero())
+    value = look(ir.select(front, p.brdf_0, p.brdf_1), _mirror(wi, ir.select(front, 1.0, -1.0)))
+    return ir.select(wi.z != 0.0, value, nothing)
+
+
+def mix_albedo(p: TwosidedParams, nested, wi: Vec) -> Vec:
+    return _on_side(p, wi, nested.albedo, nested.spectrum.zero())
+
+
+def null_transmission(p: TwosidedParams, nested, wi: Vec):
+    return _on_side(p, wi, nested.null_transmission, ir.Float(0.0))
 
 
 TYPE = BsdfType("twosided", "twosided", (Param("brdf_0", BSDF), Param("brdf_1", BSDF)),
                 lambda v: TwosidedParams(v.brdf_0, v.brdf_1), None, None, None,
-                query=query, mix_albedo=mix_albedo)
+                query=query, mix_albedo=mix_albedo, null_transmission=null_transmission)

@@ -50,7 +50,9 @@ from typing import Any, ClassVar, Mapping
 from ... import ir
 from ...ir import Vec
 from .. import emitters, layout, media, sensors
-from ..bsdfs.surface import sampled_eta
+from ..bsdfs import registry as bsdf_registry
+from ..bsdfs.base import FLOAT
+from ..bsdfs.surface import SurfaceBsdf, passes_light, sampled_eta
 from ..geometry import INF
 from ..interaction import intersect
 from .path import PathIntegrator
@@ -117,16 +119,23 @@ class VolpathIntegrator(PathIntegrator):
         return super().settings({"max_depth": 6, **props, "type": "volpath"})
 
     def nondifferentiable_params(self, scene) -> dict:
-        """Medium parameters whose derivatives this integrator cannot
-        compute in ``scene`` (key -> why): every medium's, where a medium is
-        not homogeneous (its free-flight weights' derivatives are not
-        implemented) or a shadow ray may cross more media than it follows."""
+        """Parameters whose derivatives this integrator cannot compute in
+        ``scene`` (key -> why): homogeneous media's, where a shadow ray may
+        cross more of them than it follows; the parameters of surfaces'
+        null transmission (a mask's opacity, a blend's weight), which
+        shadow rays use with their derivatives detached."""
+        out = {}
         homogeneous = [m for m in scene.media if m.kind == "homogeneous"]
-        if len(homogeneous) <= MAX_SHADOW_MEDIA:
-            return {}
-        why = (f"derivatives of homogeneous media's parameters follow at most {MAX_SHADOW_MEDIA} of them along "
-               f"a shadow ray (this scene: {len(homogeneous)} homogeneous media)")
-        return {k: f"{k}: {why}" for m in homogeneous for k in (m.sigma_t, m.scale, m.albedo, m.g) if k is not None}
+        if len(homogeneous) > MAX_SHADOW_MEDIA:
+            why = (f"derivatives of homogeneous media's parameters follow at most {MAX_SHADOW_MEDIA} of them "
+                   f"along a shadow ray (this scene: {len(homogeneous)} homogeneous media)")
+            out.update({k: f"{k}: {why}" for m in homogeneous for k in (m.sigma_t, m.scale, m.albedo, m.g)
+                        if k is not None})
+        if passes_light(scene.structure):
+            why = ("shadow rays under volpath let light through masks and blends with a null component without "
+                   "its derivative")
+            out.update({k: f"{k}: {why}" for k in _null_transmission_keys(scene)})
+        return out
 
     def kept(self, final):
         return None             # (Mitsuba's volpath counts every path; valid is its alpha only)
@@ -326,10 +335,12 @@ class VolpathIntegrator(PathIntegrator):
     def transmittance(self, ctx, s, st: VolpathState, o: Vec, w: Vec, dist, medium) -> Shadow:
         """An unbiased estimate of the transmittance from ``o`` along ``w``
         over ``dist`` (ratio tracking through media with the path's channel;
-        null surfaces let light through, any other blocks it), with the
-        distance travelled in each medium (its derivatives, in ``shade``)."""
+        each surface passes its null transmission: all of it for null, a
+        mask's 1 - opacity, nothing for an opaque BSDF), with the distance
+        travelled in each medium (its derivatives, in ``shade``)."""
         S = self.spectrum
         null_id = ctx.structure.bsdfs.index("null") if "null" in ctx.structure.bsdfs else None
+        partial, plain = passes_light(ctx.structure), ctx.primal()   # (the result is detached)
         base = TRACKING_GROUPS + st.it * 4096
 
         kinds = ctx.structure.media
@@ -362,10 +373,14 @@ class VolpathIntegrator(PathIntegrator):
             else:
                 collided, t, weight = ir.Bool(False), ir.Float(0.0), S.one()
             crossing = ~collided & si.hit
-            passes = ir.Bool(False)
-            if null_id is not None:
-                passes = ctx.b["bsdf_type"][si.attr_bsdf] == null_id
-            tr = tr * weight * ir.select(crossing & ~passes, 0.0, 1.0)
+            if partial:    # masks and blends with null components: what the surface lets through
+                passed = ir.cond(crossing, lambda: SurfaceBsdf(plain, si).null_transmission(), lambda: ir.Float(1.0))
+                tr = tr * weight * passed
+            else:
+                passes = ir.Bool(False)
+                if null_id is not None:
+                    passes = ctx.b["bsdf_type"][si.attr_bsdf] == null_id
+                tr = tr * weight * ir.select(crossing & ~passes, 0.0, 1.0)
             new_rest = ir.select(collided, rest - t, rest - si.t - si.scale)
             going = (collided | crossing) & (S.max(tr) > 0.0) & (new_rest > 0.0)
             return (ir.select(collided, o + w * t, si.p + w * si.scale), new_rest,
@@ -380,6 +395,23 @@ class VolpathIntegrator(PathIntegrator):
 
 
 MAX_SHADOW_MEDIA = 2   # distinct media a shadow ray's derivatives follow (more: not differentiable)
+
+
+def _null_transmission_keys(scene) -> list[str]:
+    """The parameter keys (textures' too) of the scene's BSDF fields that
+    set a null transmission: the first float of each BSDF type with one
+    (mask's opacity, blendbsdf's weight; twosided has none)."""
+    keys = []
+    for i, (name, fields, _) in enumerate(scene.bsdfs):
+        t = bsdf_registry.TYPES[name]
+        if t.null_transmission is None or t.params[0].kind != FLOAT:
+            continue
+        key = fields[0][0]
+        if isinstance(key, str):
+            keys.append(key)
+        elif key is None:    # textured: the texture's keys
+            keys += [k for start, _, tex, _ in scene.bsdf_slots[i] if start == 0 for k in scene.textures[tex].keys]
+    return keys
 
 
 @dataclasses.dataclass

@@ -17,8 +17,8 @@ by the weight ``exp(-t majorant) / pdf``. A homogeneous medium's majorant is
 its extinction, so it never has null interactions. A heterogeneous one
 (Mitsuba's ``heterogeneous``) reads ``sigma_t`` and ``albedo`` from volumes
 (``volume.lookup``; row: ``layout.MEDIUM_MAJORANT`` ...): its majorant is
-``scale`` times the largest value of its ``sigma_t`` grid, the same in
-every channel, and outside the world box of its ``sigma_t`` volume its
+``scale`` times a bound of its ``sigma_t`` grid (the largest value with
+some headroom, or Mitsuba's ``max_value``), the same in every channel, and outside the world box of its ``sigma_t`` volume its
 extinction is 0 (Mitsuba samples distances only inside that box; here the
 path crosses the rest with null collisions of weight 1). Scenes without
 heterogeneous media trace none of this.
