@@ -144,6 +144,13 @@ def test_smoke_reconstruction_example_runs_and_moves_towards_the_truth(tmp_path)
     assert rmse[-1] < r["start_rmse"] - 0.01, (r["start_rmse"], rmse)
 
 
+def test_smoke_roughness_prior_is_the_mean_squared_neighbour_difference():
+    import smoke_reconstruction
+    grid = np.arange(8.0, dtype=np.float32).reshape(2, 2, 2)     # steps of 4, 2 and 1 along z, y, x
+    assert float(smoke_reconstruction.roughness(grid)) == 16.0 + 4.0 + 1.0
+    assert float(smoke_reconstruction.roughness(np.ones((3, 3, 3, 1), np.float32))) == 0.0
+
+
 def test_smoke_scene_rays_leaving_the_medium_escape():
     """A ray of this view slips out of the cube's boundary while still in its
     heterogeneous medium, towards the environment: its flight ends at the

@@ -236,9 +236,11 @@ def _wide_plan(packed: tuple) -> dict:
     children = nodes[:, 6 * WIDTH:].astype(np.int64)
     used = bounds[:, 0:WIDTH] <= bounds[:, 3 * WIDTH:4 * WIDTH]
     level = np.zeros(len(children), np.int64)
-    for n in range(len(children)):            # (children come after parents: level order)
-        inner = children[n][used[n] & (children[n] >= 0)]
-        level[inner] = level[n] + 1
+    frontier, depth = np.zeros(1 if len(children) else 0, np.int64), 0
+    while frontier.size:                      # (one level at a time, from the root)
+        level[frontier] = depth
+        inner = used[frontier] & (children[frontier] >= 0)
+        frontier, depth = children[frontier][inner], depth + 1
     leaf_rows, leaf_cols = np.nonzero(used & (children < 0))
     steps = []
     for depth in range(int(level.max(initial=0)), -1, -1):
@@ -287,9 +289,11 @@ def _binary_plan(links: np.ndarray) -> dict:
     M = len(links)
     skip, first, count = links[:, layout.LINK_SKIP], links[:, layout.LINK_FIRST], links[:, layout.LINK_COUNT]
     depth = np.zeros(M, np.int64)
-    for i in range(M):                        # (pre-order: a parent before its children)
-        if count[i] == 0:
-            depth[i + 1] = depth[skip[i + 1]] = depth[i] + 1
+    frontier, d = np.zeros(1 if M else 0, np.int64), 0
+    while frontier.size:                      # (one level at a time, from the root)
+        depth[frontier] = d
+        inner = frontier[count[frontier] == 0]
+        frontier, d = np.concatenate([inner + 1, skip[inner + 1]]), d + 1
     steps = []
     width = int(count.max(initial=1))
     for d in range(int(depth.max(initial=0)), -1, -1):
