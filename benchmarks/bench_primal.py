@@ -164,6 +164,18 @@ def compare(name: str, ours_dict: dict, mitsuba_dict: dict | None, rfilter: str,
     return out
 
 
+def throughput_line(r: dict, paths: int) -> str:
+    """compare()'s row as the throughput of each renderer (``paths`` camera
+    paths per render) and the mean-image check."""
+    line = f"jaxrender {paths / r['t_ours'] / 1e6:.2f} Mpaths/s"
+    if "t_mitsuba" in r:
+        z = np.abs(r["mean_z"]).max()
+        line += (f", Mitsuba {paths / r['t_mitsuba'] / 1e6:.2f} Mpaths/s; image means differ by "
+                 f"{np.abs(r['mean_rel_diff']).max():.2%} (|z| {z:.1f}"
+                 f"{', MISMATCH: variances not comparable' if z > 4 else ''})")
+    return line
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=int, default=128, help="film width and height")
@@ -218,19 +230,11 @@ def main(argv=None) -> None:
                 mi_dict = scenes(args.size, args.spp, mesh, mi.cornell_box, env)[name] if mi else None
                 r = compare(name, ours_dict, mi_dict, rfilter, args, jaxrender, mi)
                 results["rows"].append(r)
-                paths = args.size * args.size * args.spp
-                line = (f"{name}, {rfilter}: {r['triangles']} triangles, load + BVH {r['load_ours_s']:.2f} s; "
-                        f"jaxrender {paths / r['t_ours'] / 1e6:.2f} Mpaths/s")
-                if mi is not None:
-                    z = np.abs(r["mean_z"]).max()
-                    line += (f", Mitsuba {paths / r['t_mitsuba'] / 1e6:.2f} Mpaths/s; image means differ by "
-                             f"{np.abs(r['mean_rel_diff']).max():.2%} (|z| {z:.1f}"
-                             f"{', MISMATCH: variances not comparable' if z > 4 else ''})")
-                print(line, flush=True)
+                print(f"{name}, {rfilter}: {r['triangles']} triangles, load + BVH {r['load_ours_s']:.2f} s; "
+                      + throughput_line(r, args.size * args.size * args.spp), flush=True)
 
     if mi is not None:
-        rows = [Comparison(**{k: r[k] for k in ("scene", "filter", "t_ours", "t_mitsuba", "var_ours",
-                                                "var_mitsuba")}) for r in results["rows"]]
+        rows = [Comparison.of(r) for r in results["rows"]]
         print("\nvar: per-pixel variance over seeds, mean over pixels and channels. Ratios are Mitsuba over "
               "jaxrender;\nefficiency = (t_mitsuba * var_mitsuba) / (t_ours * var_ours), > 1: jaxrender reaches "
               "a given noise sooner\n")

@@ -127,6 +127,12 @@ class Comparison:
         """(t_mitsuba * var_mitsuba) / (t_ours * var_ours)."""
         return self.time_ratio * self.variance_ratio
 
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> "Comparison":
+        """The Comparison among a benchmark's row of measurements (a dict
+        holding at least this class's fields, as ``as_dict`` writes them)."""
+        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+
     def as_dict(self) -> dict:
         return dict(asdict(self), time_ratio=self.time_ratio, variance_ratio=self.variance_ratio,
                     efficiency_ratio=self.efficiency_ratio)
