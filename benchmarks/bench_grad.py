@@ -55,7 +55,6 @@ jax-ml/jax#39257 and #37465), so this script turns them off
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -67,7 +66,8 @@ if YNN_OFF not in os.environ.get("XLA_FLAGS", ""):
 import numpy as np
 
 import grad_compare
-from efficiency import FILTERS, Comparison, alternate, import_mitsuba, parse_filters, set_filter, table
+from efficiency import (FILTERS, Comparison, alternate, finish, import_mitsuba, note_load, parse_filters, set_filter,
+                        table)
 from peak_memory import cap_address_space, describe_failure, failure, mb, measure_call, proc_status, report, run_child
 
 KEYS = ("red.reflectance.value", "green.reflectance.value", "light.emitter.radiance.value")
@@ -255,10 +255,7 @@ def main(argv=None) -> None:
     spps = [int(x) for x in args.mem_spps.split(",")]
     configs = [(d, s) for d in depths for s in spps]
     results: dict = {"config": {k: v for k, v in vars(args).items() if not k.startswith("_")}}
-    t_start = time.perf_counter()
-    load = os.getloadavg()[0]
-    if load > 0.5:
-        print(f"note: load average {load:.2f} at start on {os.cpu_count()} cores: other processes may skew times")
+    t_start = note_load()
     print(f"Cornell box {args.res}x{args.res}, spp {args.spp}, max_depth {args.max_depth}, "
           f"d loss / d {{{', '.join(KEYS)}}}\n")
 
@@ -341,12 +338,7 @@ def main(argv=None) -> None:
                 print(f"   grads plain:     {fmt_grads(main_row['grads'])}")
         print()
 
-    results["total_s"] = time.perf_counter() - t_start
-    results["loadavg_end"] = os.getloadavg()[0]
-    print(f"total {results['total_s']:.0f} s (load average at the end {results['loadavg_end']:.2f})")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(results, fh, indent=1)
+    finish(results, t_start, args.json)
 
 
 if __name__ == "__main__":

@@ -37,8 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
-from efficiency import (FILTERS, Comparison, alternate, import_mitsuba, mean_difference_z, median, parse_filters,
-                        seed_variance, set_filter, table)
+from efficiency import (FILTERS, Comparison, alternate, import_mitsuba, mean_difference_z, median, note_load,
+                        parse_filters, seed_variance, set_filter, table)
 
 
 def sphere_ply(path: Path, n_tris: int, center=(0.0, -0.5, 0.0), radius=0.4) -> None:
@@ -195,9 +195,7 @@ def main(argv=None) -> None:
     if args.seeds < 2:
         raise SystemExit("--seeds must be at least 2")
     results: dict = {"config": vars(args), "rows": []}
-    load_avg = os.getloadavg()[0]
-    if load_avg > 0.5:
-        print(f"note: load average {load_avg:.2f} at start on {os.cpu_count()} cores: other processes may skew times")
+    note_load()
 
     with tempfile.TemporaryDirectory() as tmp:
         if args.first_frame:

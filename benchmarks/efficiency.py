@@ -19,6 +19,7 @@ Example::
 """
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import time
@@ -184,3 +185,24 @@ def set_filter(scene_dict: dict, rfilter: str) -> dict:
         if isinstance(value, dict) and "film" in value:
             value["film"]["rfilter"] = {"type": rfilter}
     return scene_dict
+
+
+def note_load() -> float:
+    """The load average at the start of a run, with a note when other
+    processes are busy (timings are then noisy); returns the start time,
+    for ``finish``."""
+    load = os.getloadavg()[0]
+    if load > 0.5:
+        print(f"note: load average {load:.2f} at start on {os.cpu_count()} cores: other processes may skew times")
+    return time.perf_counter()
+
+
+def finish(results: dict, t_start: float, json_path: str | None) -> None:
+    """Record and print the run's total time and the load at its end, and
+    write ``results`` to ``json_path`` when given."""
+    results["total_s"] = time.perf_counter() - t_start
+    results["loadavg_end"] = os.getloadavg()[0]
+    print(f"total {results['total_s']:.0f} s (load average at the end {results['loadavg_end']:.2f})")
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump(results, fh, indent=1)
