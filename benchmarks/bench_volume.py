@@ -24,7 +24,7 @@ primal  Each scene rendered --seeds times by jaxrender ``volpath`` and by
    within noise.
 grad    Loss ``mean((render(params, seed) - target) ** 2)`` with
    ``prbvolpath`` in both renderers, at perturbed parameters (smoke: the
-   density grid ``medium.interior_medium.sigma_t.data`` x0.8 and the albedo
+   density grid ``medium.interior_medium.sigma_t.data`` x0.5 and the albedo
    x0.9; fog: sigma_t x0.8, albedo x0.9), against one target image
    (jaxrender's, unperturbed, 4x the spp): jaxrender's
    ``jax.jit(jax.value_and_grad(loss))`` and primal loss, Mitsuba's render
@@ -64,7 +64,7 @@ PARTS = ("primal", "grad", "memory")
 MEDIUM = "medium.interior_medium."
 # Parameters differentiated in part "grad", and the factors they are
 # perturbed by (the target image is rendered at the scene's own values).
-GRAD_SCALES = {"smoke": {MEDIUM + "sigma_t.data": 0.8, MEDIUM + "albedo.value.value": 0.9},
+GRAD_SCALES = {"smoke": {MEDIUM + "sigma_t.data": 0.5, MEDIUM + "albedo.value.value": 0.9},
                "fog": {MEDIUM + "sigma_t.value.value": 0.8, MEDIUM + "albedo.value.value": 0.9}}
 TARGET_SPP_FACTOR = 4
 TARGET_SEED = 999_983
@@ -79,21 +79,25 @@ DENSE_KEYS = ("fog.sigma_t.value.value", "fog.albedo.value.value")
 
 
 def smoke_grid(n: int) -> np.ndarray:
-    """A smoke puff on an n^3 grid (z, y, x), values in [0, 1]: a noisy
+    """A smoke puff on an n^3 grid (z, y, x), largest value 1: a noisy
     Gaussian blob off the centre."""
     z, y, x = np.meshgrid(*(np.linspace(0, 1, n),) * 3, indexing="ij")
     blob = np.exp(-((x - 0.45) ** 2 + (y - 0.4) ** 2 + (z - 0.5) ** 2) / 0.06)
-    return (blob * (0.6 + 0.4 * np.random.default_rng(1).random((n,) * 3))).astype(np.float32)
+    puff = blob * (0.6 + 0.4 * np.random.default_rng(1).random((n,) * 3))
+    return (puff / puff.max()).astype(np.float32)
 
 
 def rgb(*v) -> dict:
     return {"type": "rgb", "value": list(v)}
 
 
-def medium_scene(factory, kind: str, res: int, spp: int, max_depth: int, integrator: str, vol_file: str) -> dict:
+def medium_scene(factory, kind: str, res: int, spp: int, max_depth: int, integrator: str, vol_file: str,
+                 max_value: float | None = None) -> dict:
     """One renderer's scene dict (``factory``: its ``cornell_box``, whose
     transform type the medium's shape and grid use): the Cornell box
-    without its boxes, holding the medium ``kind`` (smoke or fog)."""
+    without its boxes, holding the medium ``kind`` (smoke or fog).
+    ``max_value``: the smoke grid's ``max_value`` (the majorant over the
+    scale; default the grid's largest value)."""
     d = factory()
     T = type(d["sensor"]["to_world"])
     del d["small-box"], d["large-box"]
@@ -107,6 +111,8 @@ def medium_scene(factory, kind: str, res: int, spp: int, max_depth: int, integra
                                     "sigma_t": {"type": "gridvolume", "filename": vol_file,
                                                 # the grid's unit cube onto the cube [-1, 1]^3
                                                 "to_world": cube.translate([-1.0, -1.0, -1.0]).scale(2.0)}}}
+        if max_value is not None:
+            d["medium"]["interior"]["sigma_t"]["max_value"] = max_value
     else:
         d["medium"] = {"type": "sphere", "center": [0.0, -0.35, 0.0], "radius": 0.6, "bsdf": {"type": "null"},
                        "interior": {"type": "homogeneous", "sigma_t": rgb(0.5, 0.75, 1.0), "scale": 3.0,
@@ -166,9 +172,9 @@ def bench_primal_part(args, kinds, filters, vol_file, jaxrender, mi) -> list[dic
     rows = []
     for kind in kinds:
         for rfilter in filters:
-            ours = medium_scene(jaxrender.cornell_box, kind, args.res, args.spp, args.max_depth, "volpath", vol_file)
-            theirs = (medium_scene(mi.cornell_box, kind, args.res, args.spp, args.max_depth, "volpath", vol_file)
-                      if mi else None)
+            ours, theirs = (medium_scene(factory, kind, args.res, args.spp, args.max_depth, "volpath", vol_file,
+                                         args.max_value) if factory else None
+                            for factory in (jaxrender.cornell_box, mi and mi.cornell_box))
             r = compare(SCENES[kind], ours, theirs, rfilter, args, jaxrender, mi)
             rows.append(r)
             print(f"   {SCENES[kind]}, {rfilter}: " + throughput_line(r, args.res * args.res * args.spp), flush=True)
@@ -185,12 +191,14 @@ def bench_grad_part(args, kinds, filters, vol_file, jaxrender, mi) -> list[dict]
     for kind in kinds:
         scales = GRAD_SCALES[kind]
         for rfilter in filters:
-            d = medium_scene(jaxrender.cornell_box, kind, args.res, args.spp, args.max_depth, "prbvolpath", vol_file)
+            d = medium_scene(jaxrender.cornell_box, kind, args.res, args.spp, args.max_depth, "prbvolpath", vol_file,
+                             args.max_value)
             scene = jaxrender.load_dict(set_filter(d, rfilter))
             target = np.asarray(jaxrender.render(scene, spp=TARGET_SPP_FACTOR * args.spp, seed=TARGET_SEED))
             runners = grad_compare.jaxrender_runners(jaxrender, scene, scales, target, args.spp)
             if mi is not None:
-                d = medium_scene(mi.cornell_box, kind, args.res, args.spp, args.max_depth, "prbvolpath", vol_file)
+                d = medium_scene(mi.cornell_box, kind, args.res, args.spp, args.max_depth, "prbvolpath", vol_file,
+                                 args.max_value)
                 runners.update(grad_compare.mitsuba_runners(mi, mi.load_dict(set_filter(d, rfilter)), scales, target,
                                                             args.spp))
             times, results = alternate(runners, range(args.seeds))
@@ -270,6 +278,8 @@ def main(argv=None) -> None:
     ap.add_argument("--seeds", type=int, default=8, help="renders / gradients per renderer and scene (>= 2)")
     ap.add_argument("--max-depth", type=int, default=8)
     ap.add_argument("--grid", type=int, default=16, help="the smoke grid's resolution per axis")
+    ap.add_argument("--max-value", type=float, help="the smoke grid's max_value: its majorant is scale x this "
+                    "(default: the grid's largest value, 1); larger values add null collisions, not signal")
     ap.add_argument("--scenes", default=",".join(SCENES), help=f"comma list of {', '.join(SCENES)}")
     ap.add_argument("--filters", default="gaussian", help="comma list of box, tent, gaussian (Mitsuba's default)")
     ap.add_argument("--parts", default=",".join(PARTS), help=f"comma list of {', '.join(PARTS)}")

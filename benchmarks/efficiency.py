@@ -1,5 +1,6 @@
 """Efficiency at equal error, jaxrender against Mitsuba 3 in the same run:
-the helpers ``bench_primal.py`` and ``bench_grad.py`` share.
+the helpers ``bench_primal.py``, ``bench_grad.py`` and ``bench_volume.py``
+share.
 
 What a user waits for is an estimate of a given noise, not a given number
 of samples, so the figure of merit is efficiency = 1 / (time x variance).

@@ -120,8 +120,10 @@ def print_means(row: dict, sizes: Mapping[str, int], indent: str = "      ") -> 
     order), with the largest |z| of their difference: a sanity check only,
     Mitsuba being a peer estimate, not ground truth. A parameter of more
     than 3 components (a grid) is summarised: the sum of its mean
-    gradient, the correlation of the two renderers' means and the share of
-    components with |z| > 3 (about 0.3% when the two agree)."""
+    gradient with the z-score of the sums' difference (the sum over a
+    grid's voxels is far less noisy than one voxel), the correlation of
+    the two renderers' means and the share of components with |z| > 3
+    (about 0.3% when the two agree)."""
     g_ours, g_mi, z = (np.asarray(row[k], np.float64) for k in ("grads_ours", "grads_mitsuba", "mean_z"))
     fmt = lambda v: "[" + ", ".join(f"{x:+.3e}" for x in v) + "]"  # noqa: E731
     start = 0
@@ -134,6 +136,7 @@ def print_means(row: dict, sizes: Mapping[str, int], indent: str = "      ") -> 
             print(f"{indent}mean d loss / d {k:<{width}} jaxrender {fmt(a)}  mitsuba {fmt(b)}  max |z| {zk.max():.1f}")
         else:
             corr = float(np.corrcoef(a, b)[0, 1]) if a.std() > 0 and b.std() > 0 else float("nan")
+            z_sum = mean_difference_z(g_ours[:, part].sum(1), g_mi[:, part].sum(1))[0]
             print(f"{indent}mean d loss / d {k:<{width}} ({n} components) sum: jaxrender {a.sum():+.3e}, "
-                  f"mitsuba {b.sum():+.3e}; correlation {corr:.3f}; |z| > 3: {(zk > 3).mean():.1%}, "
+                  f"mitsuba {b.sum():+.3e} (z {z_sum:+.1f}); correlation {corr:.3f}; |z| > 3: {(zk > 3).mean():.1%}, "
                   f"max {zk.max():.1f}")
