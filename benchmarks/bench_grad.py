@@ -66,8 +66,7 @@ if YNN_OFF not in os.environ.get("XLA_FLAGS", ""):
 import numpy as np
 
 import grad_compare
-from efficiency import (FILTERS, Comparison, alternate, finish, import_mitsuba, note_load, parse_filters, set_filter,
-                        table)
+from efficiency import FILTERS, alternate, finish, import_mitsuba, note_load, parse_filters, set_filter
 from peak_memory import cap_address_space, describe_failure, failure, mb, measure_call, proc_status, report, run_child
 
 KEYS = ("red.reflectance.value", "green.reflectance.value", "light.emitter.radiance.value")
@@ -143,11 +142,7 @@ def bench_efficiency(args, filters: list[str]) -> dict:
         if mi is not None:
             grad_compare.print_means(row, {k: 3 for k in KEYS})   # every parameter in KEYS is an RGB colour
     if mi is not None:
-        print("\n   t: one value_and_grad (Mitsuba: render + loss + dr.backward), median over the seeds. relvar: the\n"
-              "   variance of each gradient component over seeds / its mean square (pooled over both renderers'\n"
-              "   seeds), averaged over the components. Ratios Mitsuba over jaxrender; efficiency > 1: jaxrender\n"
-              "   reaches a given gradient noise sooner (target >= 1.5)\n")
-        print("   " + table([Comparison.of(r) for r in out["rows"]], "relvar").replace("\n", "\n   "))
+        grad_compare.print_table(out["rows"])
     return out
 
 

@@ -38,7 +38,9 @@ memory  jaxrender's gradient peak memory for paths of few and of many
    ``bench_grad.py --parts memory``): the camera and a point light inside
    a dense (sigma_t --dense-sigma-t), nearly white (albedo 0.999) fog
    filling a large null cube, Russian roulette off, so that every path
-   scatters until max_depth; d loss / d (sigma_t, albedo). The mean number
+   scatters until max_depth; the fog homogeneous (d loss / d (sigma_t,
+   albedo)) and a uniform 4^3 ``gridvolume`` (d loss / d (the grid,
+   albedo)), --dense-media. The mean number
    of events a path reaches is estimated by a random walk through the same
    medium (``mean_scattering_events``) and printed. Target: flat.
 """
@@ -75,7 +77,12 @@ SMOKE_SCALE = 8.0
 # never leaves it; albedo just below 1 keeps the image bright at any depth.
 DENSE_HALF_SIZE = 20.0
 DENSE_ALBEDO = 0.999
-DENSE_KEYS = ("fog.sigma_t.value.value", "fog.albedo.value.value")
+# The memory scene's fog as a homogeneous medium or as a uniform grid (a
+# heterogeneous medium without null collisions: its majorant is its value),
+# and the parameters differentiated in each.
+DENSE_MEDIA = {"homogeneous": ("fog.sigma_t.value.value", "fog.albedo.value.value"),
+               "grid": ("fog.sigma_t.data", "fog.albedo.value.value")}
+DENSE_GRID = 4
 
 
 def smoke_grid(n: int) -> np.ndarray:
@@ -120,15 +127,28 @@ def medium_scene(factory, kind: str, res: int, spp: int, max_depth: int, integra
     return d
 
 
-def dense_scene(jaxrender, res: int, spp: int, max_depth: int, sigma_t: float) -> dict:
-    """Part "memory"'s scene: camera and point light inside a dense fog
-    that fills a large null cube; no roulette (rr_depth = max_depth), so
-    every path scatters until max_depth or until it leaves the cube."""
+def args_scene(args, factory, kind: str, integrator: str, vol_file: str) -> dict:
+    """medium_scene at the command line's size, spp, max_depth and max_value."""
+    return medium_scene(factory, kind, args.res, args.spp, args.max_depth, integrator, vol_file, args.max_value)
+
+
+def dense_scene(res: int, spp: int, max_depth: int, sigma_t: float, medium: str = "homogeneous") -> dict:
+    """Part "memory"'s scene (jaxrender's): camera and point light inside a
+    dense fog that fills a large null cube, ``medium`` one of DENSE_MEDIA;
+    no roulette (rr_depth = max_depth), so every path scatters until
+    max_depth or until it leaves the cube."""
     from jaxrender.scene.transform import Transform as T
     fog = {"type": "ref", "id": "fog"}
+    albedo = rgb(*(DENSE_ALBEDO,) * 3)
+    if medium == "grid":
+        density = {"type": "gridvolume", "data": np.ones((DENSE_GRID,) * 3, np.float32),
+                   "to_world": T().scale(DENSE_HALF_SIZE).translate([-1.0, -1.0, -1.0]).scale(2.0)}
+        spec = {"type": "heterogeneous", "sigma_t": density, "scale": sigma_t, "albedo": albedo}
+    else:
+        spec = {"type": "homogeneous", "sigma_t": sigma_t, "albedo": albedo}
     return {"type": "scene",
             "integrator": {"type": "prbvolpath", "max_depth": max_depth, "rr_depth": max_depth},
-            "fog": {"type": "homogeneous", "sigma_t": sigma_t, "albedo": rgb(*(DENSE_ALBEDO,) * 3)},
+            "fog": spec,
             "sensor": {"type": "perspective", "fov": 45.0, "medium": fog,
                        "to_world": T().look_at(origin=[0, 0, 0], target=[0, 0, -1], up=[0, 1, 0]),
                        "film": {"type": "hdrfilm", "width": res, "height": res, "rfilter": {"type": "box"}},
@@ -172,9 +192,8 @@ def bench_primal_part(args, kinds, filters, vol_file, jaxrender, mi) -> list[dic
     rows = []
     for kind in kinds:
         for rfilter in filters:
-            ours, theirs = (medium_scene(factory, kind, args.res, args.spp, args.max_depth, "volpath", vol_file,
-                                         args.max_value) if factory else None
-                            for factory in (jaxrender.cornell_box, mi and mi.cornell_box))
+            ours = args_scene(args, jaxrender.cornell_box, kind, "volpath", vol_file)
+            theirs = args_scene(args, mi.cornell_box, kind, "volpath", vol_file) if mi else None
             r = compare(SCENES[kind], ours, theirs, rfilter, args, jaxrender, mi)
             rows.append(r)
             print(f"   {SCENES[kind]}, {rfilter}: " + throughput_line(r, args.res * args.res * args.spp), flush=True)
@@ -191,16 +210,13 @@ def bench_grad_part(args, kinds, filters, vol_file, jaxrender, mi) -> list[dict]
     for kind in kinds:
         scales = GRAD_SCALES[kind]
         for rfilter in filters:
-            d = medium_scene(jaxrender.cornell_box, kind, args.res, args.spp, args.max_depth, "prbvolpath", vol_file,
-                             args.max_value)
-            scene = jaxrender.load_dict(set_filter(d, rfilter))
+            d = set_filter(args_scene(args, jaxrender.cornell_box, kind, "prbvolpath", vol_file), rfilter)
+            scene = jaxrender.load_dict(d)
             target = np.asarray(jaxrender.render(scene, spp=TARGET_SPP_FACTOR * args.spp, seed=TARGET_SEED))
             runners = grad_compare.jaxrender_runners(jaxrender, scene, scales, target, args.spp)
             if mi is not None:
-                d = medium_scene(mi.cornell_box, kind, args.res, args.spp, args.max_depth, "prbvolpath", vol_file,
-                                 args.max_value)
-                runners.update(grad_compare.mitsuba_runners(mi, mi.load_dict(set_filter(d, rfilter)), scales, target,
-                                                            args.spp))
+                d = set_filter(args_scene(args, mi.cornell_box, kind, "prbvolpath", vol_file), rfilter)
+                runners.update(grad_compare.mitsuba_runners(mi, mi.load_dict(d), scales, target, args.spp))
             times, results = alternate(runners, range(args.seeds))
             row = grad_compare.gradient_row(SCENES[kind], rfilter, times, results)
             rows.append(row)
@@ -208,26 +224,23 @@ def bench_grad_part(args, kinds, filters, vol_file, jaxrender, mi) -> list[dict]
             if mi is not None:
                 grad_compare.print_means(row, {k: int(np.size(scene.params[k])) for k in scales})
     if mi is not None:
-        print("\n   t: one value_and_grad (Mitsuba: render + loss + dr.backward), median over the seeds. relvar: the\n"
-              "   variance of each gradient component over seeds / its mean square (pooled over both renderers'\n"
-              "   seeds), averaged over the components. Ratios Mitsuba over jaxrender; efficiency > 1: jaxrender\n"
-              "   reaches a given gradient noise sooner (target >= 1.5)\n")
-        print("   " + table([Comparison.of(r) for r in rows], "relvar").replace("\n", "\n   "))
+        grad_compare.print_table(rows)
     return rows
 
 
 def memory_child(args) -> None:
     """One memory configuration in this fresh process; prints one JSON line."""
     cap_address_space(args.mem_cap_gb)
-    out = {"max_depth": args.max_depth, "spp": args.mem_spp}
+    out = {"medium": args.dense_medium, "max_depth": args.max_depth, "spp": args.mem_spp}
     try:
         import jax
         import jax.numpy as jnp
 
         import jaxrender
-        scene = jaxrender.load_dict(dense_scene(jaxrender, args.mem_res, args.mem_spp, args.max_depth,
-                                                args.dense_sigma_t))
-        params = {k: jnp.asarray(scene.params[k], jnp.float32) for k in DENSE_KEYS}
+        keys = DENSE_MEDIA[args.dense_medium]
+        scene = jaxrender.load_dict(dense_scene(args.mem_res, args.mem_spp, args.max_depth, args.dense_sigma_t,
+                                                args.dense_medium))
+        params = {k: jnp.asarray(scene.params[k], jnp.float32) for k in keys}
         jax.block_until_ready(params)
         out["baseline_mb"] = mb(proc_status("VmHWM"))
 
@@ -238,7 +251,7 @@ def memory_child(args) -> None:
         jax.block_until_ready(vg(params))     # builds the kernels
         out["compile_s"] = time.perf_counter() - t0
         (value, grads), measured = measure_call(lambda: jax.block_until_ready(vg(params)))
-        out.update(measured, loss=float(value), grads={k: np.asarray(grads[k]).tolist() for k in DENSE_KEYS}, ok=True)
+        out.update(measured, loss=float(value), grads={k: np.asarray(grads[k]).tolist() for k in keys}, ok=True)
     except Exception as exc:
         out.update(failure(exc))
     report(out)
@@ -246,22 +259,23 @@ def memory_child(args) -> None:
 
 def bench_memory_part(args) -> list[dict]:
     depths = [int(x) for x in args.mem_depths.split(",")]
-    print(f"   {'max_depth':>9} {'events':>7} {'baseline':>9} {'peak':>8} {'peak-base':>9} {'call':>7} {'wall s':>7} "
-          f"{'loss':>10}")
+    print(f"   {'medium':<11} {'max_depth':>9} {'events':>7} {'baseline':>9} {'peak':>8} {'peak-base':>9} {'call':>7} "
+          f"{'wall s':>7} {'loss':>10}")
     rows = []
-    for depth in depths:
+    for medium, depth in ((m, d) for m in args.dense_media.split(",") if m for d in depths):
         events = mean_scattering_events(args.dense_sigma_t, DENSE_HALF_SIZE, depth - 1, n_paths=2048)
         cmd = [sys.executable, os.path.abspath(__file__), "--_child", "--max-depth", str(depth),
                "--mem-res", str(args.mem_res), "--mem-spp", str(args.mem_spp), "--mem-cap-gb", str(args.mem_cap_gb),
-               "--dense-sigma-t", str(args.dense_sigma_t)]
-        r = run_child(cmd, args.child_timeout, {"max_depth": depth, "spp": args.mem_spp, "mean_events": events})
+               "--dense-sigma-t", str(args.dense_sigma_t), "--dense-medium", medium]
+        r = run_child(cmd, args.child_timeout, {"medium": medium, "max_depth": depth, "spp": args.mem_spp,
+                                                 "mean_events": events})
         rows.append(r)
         if r.get("ok"):
-            print(f"   {depth:>9} {events:7.1f} {r['baseline_mb']:9.0f} {r['peak_mb']:8.0f} "
+            print(f"   {medium:<11} {depth:>9} {events:7.1f} {r['baseline_mb']:9.0f} {r['peak_mb']:8.0f} "
                   f"{r['peak_mb'] - r['baseline_mb']:9.0f} {r['call_mb']:7.1f} {r['time_s']:7.2f} {r['loss']:10.3e}",
                   flush=True)
         else:
-            print(f"   {depth:>9} {events:7.1f}  {describe_failure(r, args.mem_cap_gb)}", flush=True)
+            print(f"   {medium:<11} {depth:>9} {events:7.1f}  {describe_failure(r, args.mem_cap_gb)}", flush=True)
     ok = [r for r in rows if r.get("ok")]
     if len(ok) > 1:
         deltas = [r["peak_mb"] - r["baseline_mb"] for r in ok]
@@ -287,6 +301,9 @@ def main(argv=None) -> None:
     ap.add_argument("--mem-res", type=int, default=32)
     ap.add_argument("--mem-spp", type=int, default=4)
     ap.add_argument("--dense-sigma-t", type=float, default=10.0, help="the memory scene's extinction")
+    ap.add_argument("--dense-media", default=",".join(DENSE_MEDIA),
+                    help="the memory scene's fog: comma list of homogeneous, grid (a uniform gridvolume)")
+    ap.add_argument("--dense-medium", choices=list(DENSE_MEDIA), default="homogeneous", help=argparse.SUPPRESS)
     ap.add_argument("--mem-cap-gb", type=float, default=12.0, help="address-space cap of each child (0: none)")
     ap.add_argument("--child-timeout", type=float, default=300.0)
     ap.add_argument("--json", help="also write the results to this file")
@@ -302,6 +319,8 @@ def main(argv=None) -> None:
         raise SystemExit(f"--scenes: {args.scenes!r}: choose from {', '.join(SCENES)}")
     if args.seeds < 2:
         raise SystemExit("--seeds must be at least 2")
+    if set(filter(None, args.dense_media.split(","))) - set(DENSE_MEDIA):
+        raise SystemExit(f"--dense-media: {args.dense_media!r}: choose from {', '.join(DENSE_MEDIA)}")
     filters = parse_filters(args.filters)
     results: dict = {"config": {k: v for k, v in vars(args).items() if not k.startswith("_")}}
     t_start = note_load()

@@ -20,7 +20,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from efficiency import Comparison, gradient_scale, mean_difference_z, median, relative_seed_variance
+from efficiency import Comparison, gradient_scale, mean_difference_z, median, relative_seed_variance, table
 
 
 def grad_vector(grads: Mapping, keys: Sequence[str]) -> np.ndarray:
@@ -140,3 +140,12 @@ def print_means(row: dict, sizes: Mapping[str, int], indent: str = "      ") -> 
             print(f"{indent}mean d loss / d {k:<{width}} ({n} components) sum: jaxrender {a.sum():+.3e}, "
                   f"mitsuba {b.sum():+.3e} (z {z_sum:+.1f}); correlation {corr:.3f}; |z| > 3: {(zk > 3).mean():.1%}, "
                   f"max {zk.max():.1f}")
+
+
+def print_table(rows: Sequence[dict], indent: str = "   ") -> None:
+    """The Comparison table of gradient_row's rows, with what its columns mean."""
+    print(f"\n{indent}t: one value_and_grad (Mitsuba: render + loss + dr.backward), median over the seeds. relvar:\n"
+          f"{indent}the variance of each gradient component over seeds / its mean square (pooled over both renderers'\n"
+          f"{indent}seeds), averaged over the components. Ratios Mitsuba over jaxrender; efficiency > 1: jaxrender\n"
+          f"{indent}reaches a given gradient noise sooner (target >= 1.5)\n")
+    print(indent + table([Comparison.of(r) for r in rows], "relvar").replace("\n", "\n" + indent))
