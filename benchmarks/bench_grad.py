@@ -55,10 +55,7 @@ jax-ml/jax#39257 and #37465), so this script turns them off
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import resource
-import subprocess
 import sys
 import time
 
@@ -68,8 +65,9 @@ if YNN_OFF not in os.environ.get("XLA_FLAGS", ""):
 
 import numpy as np
 
-from efficiency import (FILTERS, Comparison, alternate, gradient_scale, import_mitsuba, mean_difference_z, median,
-                        parse_filters, relative_seed_variance, set_filter, table)
+import grad_compare
+from efficiency import FILTERS, alternate, finish, import_mitsuba, note_load, parse_filters, set_filter
+from peak_memory import cap_address_space, describe_failure, failure, mb, measure_call, proc_status, report, run_child
 
 KEYS = ("red.reflectance.value", "green.reflectance.value", "light.emitter.radiance.value")
 SCALE = {"red.reflectance.value": 0.8, "green.reflectance.value": 1.2, "light.emitter.radiance.value": 0.9}
@@ -88,28 +86,6 @@ def scene_dict(factory, res: int, spp: int, max_depth: int, integrator: str = "p
     return d
 
 
-def mb(kb: float) -> float:
-    return kb / 1024.0
-
-
-def proc_status(field: str) -> float:
-    """A /proc/self/status memory field in kB (VmRSS, VmHWM)."""
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return float(line.split()[1])
-    return float("nan")
-
-
-def reset_peak() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")      # resets VmHWM to the current RSS
-        return True
-    except OSError:
-        return False
-
-
 # ---------------------------------------------------------------- jaxrender
 def jaxrender_setup(res: int, spp: int, max_depth: int):
     """(scene, params at the perturbed values, target image, loss(params, spp)),
@@ -126,70 +102,24 @@ def jaxrender_setup(res: int, spp: int, max_depth: int):
     return scene, params, target, loss
 
 
-def grad_vector(grads: dict) -> np.ndarray:
-    """The gradients of KEYS flattened into one vector, in KEYS order."""
-    return np.concatenate([np.asarray(grads[k], np.float64).reshape(-1) for k in KEYS])
-
-
 def jaxrender_runners(args, rfilter: str) -> tuple[dict, np.ndarray]:
     """jaxrender's primal-loss and value_and_grad runners (seed -> result)
     with reconstruction filter ``rfilter``, and the target image of both
     renderers' losses: jaxrender's render of the unperturbed scene at
     TARGET_SPP_FACTOR x spp, seed TARGET_SEED (one fixed image for both, so
     that they estimate the same gradient)."""
-    import jax
-    import jax.numpy as jnp
-
     import jaxrender
-    d = set_filter(scene_dict(jaxrender.cornell_box, args.res, args.spp, args.max_depth), rfilter)
-    scene = jaxrender.load_dict(d)
-    params = {k: jnp.asarray(np.asarray(scene.params[k]) * SCALE[k], jnp.float32) for k in KEYS}
+    scene = jaxrender.load_dict(set_filter(scene_dict(jaxrender.cornell_box, args.res, args.spp, args.max_depth),
+                                           rfilter))
     target = np.asarray(jaxrender.render(scene, spp=TARGET_SPP_FACTOR * args.spp, seed=TARGET_SEED))
-
-    def loss(p, seed):
-        return jnp.mean((jaxrender.render(scene, p, spp=args.spp, seed=seed) - target) ** 2)
-    primal = jax.jit(loss)
-    vg = jax.jit(jax.value_and_grad(loss))
-
-    def run_grad(seed: int):
-        value, grads = jax.block_until_ready(vg(params, np.uint32(seed)))
-        return float(value), grad_vector(grads)
-    return {"ours primal": lambda seed: float(primal(params, np.uint32(seed))), "ours grad": run_grad}, target
+    return grad_compare.jaxrender_runners(jaxrender, scene, SCALE, target, args.spp), target
 
 
-# ---------------------------------------------------------------- Mitsuba
 def mitsuba_runners(args, mi, rfilter: str, target: np.ndarray) -> dict:
     """Mitsuba prb's primal-loss and render + dr.backward runners (seed ->
     result), the loss against the same ``target`` image as jaxrender's."""
-    import drjit as dr
     d = set_filter(scene_dict(mi.cornell_box, args.res, args.spp, args.max_depth, "prb"), rfilter)
-    scene = mi.load_dict(d)
-    params = mi.traverse(scene)
-    missing = [k for k in KEYS if k not in params]
-    if missing:
-        raise KeyError(f"mi.traverse lacks {missing}")
-    for k in KEYS:
-        params[k] = params[k] * SCALE[k]
-    params.update()
-    ref = mi.TensorXf(np.ascontiguousarray(target, np.float32))
-
-    def primal(seed: int) -> float:
-        img = mi.render(scene, params, spp=args.spp, seed=seed)
-        return float(np.asarray(dr.mean(dr.square(img - ref), axis=None)).reshape(-1)[0])
-
-    def grad(seed: int):
-        for k in KEYS:
-            dr.enable_grad(params[k])
-        params.update()
-        img = mi.render(scene, params, spp=args.spp, seed=seed)
-        loss = dr.mean(dr.square(img - ref), axis=None)
-        dr.backward(loss)
-        g = grad_vector({k: np.asarray(dr.grad(params[k])) for k in KEYS})
-        for k in KEYS:
-            dr.disable_grad(params[k])
-        params.update()
-        return float(np.asarray(loss).reshape(-1)[0]), g
-    return {"mitsuba grad": grad, "mitsuba primal": primal}
+    return grad_compare.mitsuba_runners(mi, mi.load_dict(d), SCALE, target, args.spp)
 
 
 # ---------------------------------------------------------------- equal error
@@ -206,55 +136,20 @@ def bench_efficiency(args, filters: list[str]) -> dict:
         if mi is not None:
             runners.update(mitsuba_runners(args, mi, rfilter, target))
         times, results = alternate(runners, range(args.seeds))
-        t = {name: median(ts) for name, ts in times.items()}
-        g_ours = np.stack([g for _, g in results["ours grad"]])
-        row = {"scene": "cornell box", "filter": rfilter, "times": t, "times_all": times,
-               "grads_ours": g_ours.tolist(), "grad_over_primal_ours": t["ours grad"] / t["ours primal"]}
-        line = (f"   {rfilter}: jaxrender value_and_grad {t['ours grad']:.3f} s, primal {t['ours primal']:.3f} s, "
-                f"ratio {row['grad_over_primal_ours']:.2f}x (target <= 2.5x)")
-        if mi is not None:
-            g_mi = np.stack([g for _, g in results["mitsuba grad"]])
-            scale = gradient_scale(g_ours, g_mi)
-            cmp = Comparison("cornell box", rfilter, t["ours grad"], t["mitsuba grad"],
-                             relative_seed_variance(g_ours, scale), relative_seed_variance(g_mi, scale))
-            row.update(cmp.as_dict(), grads_mitsuba=g_mi.tolist(), scale=scale.tolist(),
-                       grad_over_primal_mitsuba=t["mitsuba grad"] / t["mitsuba primal"],
-                       mean_z=mean_difference_z(g_ours, g_mi).tolist())
-            line += (f"; Mitsuba render + backward {t['mitsuba grad']:.3f} s, primal {t['mitsuba primal']:.3f} s, "
-                     f"ratio {row['grad_over_primal_mitsuba']:.2f}x")
+        row = grad_compare.gradient_row("cornell box", rfilter, times, results)
         out["rows"].append(row)
-        print(line, flush=True)
+        print(f"   {rfilter}: {grad_compare.timing_line(row)}", flush=True)
         if mi is not None:
-            print_means(g_ours, g_mi, np.asarray(row["mean_z"]))
+            grad_compare.print_means(row, {k: 3 for k in KEYS})   # every parameter in KEYS is an RGB colour
     if mi is not None:
-        rows = [Comparison(**{k: r[k] for k in ("scene", "filter", "t_ours", "t_mitsuba", "var_ours",
-                                                "var_mitsuba")}) for r in out["rows"]]
-        print("\n   t: one value_and_grad (Mitsuba: render + loss + dr.backward), median over the seeds. relvar: the\n"
-              "   variance of each gradient component over seeds / its mean square (pooled over both renderers'\n"
-              "   seeds), averaged over the components. Ratios Mitsuba over jaxrender; efficiency > 1: jaxrender\n"
-              "   reaches a given gradient noise sooner (target >= 1.5)\n")
-        print("   " + table(rows, "relvar").replace("\n", "\n   "))
+        grad_compare.print_table(out["rows"])
     return out
-
-
-def print_means(g_ours: np.ndarray, g_mi: np.ndarray, z: np.ndarray) -> None:
-    """Gradient means over seeds side by side, with the largest |z| of their
-    difference: a sanity check only, Mitsuba's prb being a peer estimate,
-    not ground truth."""
-    n = g_ours.shape[1] // len(KEYS)     # every parameter in KEYS is an RGB colour
-    fmt = lambda v: "[" + ", ".join(f"{x:+.3e}" for x in v) + "]"
-    for i, k in enumerate(KEYS):
-        part = slice(i * n, (i + 1) * n)
-        print(f"      mean d loss / d {k:<29} jaxrender {fmt(g_ours[:, part].mean(0))}  "
-              f"mitsuba {fmt(g_mi[:, part].mean(0))}  max |z| {np.abs(z[part]).max():.1f}")
 
 
 # ---------------------------------------------------------------- children
 def child(args) -> None:
     """One configuration in this fresh process; prints one JSON line."""
-    cap = int(args.mem_cap_gb * (1 << 30))
-    if cap > 0:
-        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    cap_address_space(args.mem_cap_gb)
     out = {"kind": args._child, "max_depth": args.max_depth, "spp": args.spp}
     try:
         import jax
@@ -288,59 +183,19 @@ def child(args) -> None:
             compiled = jax.jit(jax.value_and_grad(loss)).lower(params).compile()
             out["compile_s"] = time.perf_counter() - t0
             run = lambda: compiled(params)
-        before = mb(proc_status("VmHWM"))
-        rss = mb(proc_status("VmRSS"))
-        reset = reset_peak()
-        t0, c0 = time.perf_counter(), time.process_time()
-        value, grads = jax.block_until_ready(run())
-        out["time_s"] = time.perf_counter() - t0
-        out["cpu_s"] = time.process_time() - c0
-        hwm = mb(proc_status("VmHWM"))
-        out["peak_mb"] = max(before, hwm)
-        out["call_mb"] = hwm - rss if reset else float("nan")
-        out["ru_maxrss_mb"] = mb(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
-        out["loss"] = float(value)
-        out["grads"] = {k: np.asarray(grads[k]).tolist() for k in KEYS}
-        out["ok"] = True
-    except MemoryError as exc:
-        out.update(ok=False, oom=True, error=f"MemoryError: {exc}"[:300])
-    except Exception as exc:  # XLA reports allocation failures as RESOURCE_EXHAUSTED
-        msg = f"{type(exc).__name__}: {exc}"
-        oom = any(s in msg for s in ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory", "bad_alloc",
-                                     "Cannot allocate memory"))
-        out.update(ok=False, oom=oom, error=msg[:300])
-    print("@@" + json.dumps(out), flush=True)
+        (value, grads), measured = measure_call(lambda: jax.block_until_ready(run()))
+        out.update(measured, loss=float(value), grads={k: np.asarray(grads[k]).tolist() for k in KEYS}, ok=True)
+    except Exception as exc:
+        out.update(failure(exc))
+    report(out)
 
 
-def run_child(args, kind: str, max_depth: int, spp: int, target: str | None) -> dict:
+def child_run(args, kind: str, max_depth: int, spp: int, target: str | None) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--_child", kind, "--res", str(args.res), "--spp", str(spp),
            "--max-depth", str(max_depth), "--mem-cap-gb", str(args.mem_cap_gb)]
     if target:
         cmd += ["--target", target]
-    res = {"kind": kind, "max_depth": max_depth, "spp": spp}
-    t0 = time.perf_counter()
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.child_timeout)
-    except subprocess.TimeoutExpired:
-        return dict(res, ok=False, timeout=True, error=f"timeout after {args.child_timeout:.0f} s")
-    res["wall_s"] = time.perf_counter() - t0
-    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("@@")]
-    if lines:
-        return dict(res, **json.loads(lines[-1][2:]), wall_s=res["wall_s"])
-    err = (p.stderr.strip().splitlines() or ["no output"])[-1]
-    oom = p.returncode in (-9, -6, 137, 134) or any(s in p.stderr for s in ("bad_alloc", "RESOURCE_EXHAUSTED",
-                                                                            "Out of memory", "MemoryError"))
-    return dict(res, ok=False, oom=oom, error=f"exit {p.returncode}: {err[:300]}")
-
-
-def describe(r: dict, cap: float) -> str:
-    if r.get("ok"):
-        return ""
-    if r.get("timeout"):
-        return r["error"]
-    if r.get("oom"):
-        return f"OOM at max_depth {r['max_depth']}, spp {r['spp']} (cap {cap:g} GiB)"
-    return "failed: " + r.get("error", "?")
+    return run_child(cmd, args.child_timeout, {"kind": kind, "max_depth": max_depth, "spp": spp})
 
 
 # ---------------------------------------------------------------- image check
@@ -395,10 +250,7 @@ def main(argv=None) -> None:
     spps = [int(x) for x in args.mem_spps.split(",")]
     configs = [(d, s) for d in depths for s in spps]
     results: dict = {"config": {k: v for k, v in vars(args).items() if not k.startswith("_")}}
-    t_start = time.perf_counter()
-    load = os.getloadavg()[0]
-    if load > 0.5:
-        print(f"note: load average {load:.2f} at start on {os.cpu_count()} cores: other processes may skew times")
+    t_start = note_load()
     print(f"Cornell box {args.res}x{args.res}, spp {args.spp}, max_depth {args.max_depth}, "
           f"d loss / d {{{', '.join(KEYS)}}}\n")
 
@@ -421,13 +273,13 @@ def main(argv=None) -> None:
         print(f"   {'max_depth':>9} {'spp':>5} {'baseline':>9} {'peak':>8} {'peak-base':>9} {'call':>7} {'wall s':>7} {'cpu s':>7}")
         rows = []
         for d, s in configs:
-            r = run_child(args, "jaxrender", d, s, None)
+            r = child_run(args, "jaxrender", d, s, None)
             rows.append(r)
             if r.get("ok"):
                 print(f"   {d:>9} {s:>5} {r['baseline_mb']:9.0f} {r['peak_mb']:8.0f} "
                       f"{r['peak_mb'] - r['baseline_mb']:9.0f} {r['call_mb']:7.1f} {r['time_s']:7.2f} {r['cpu_s']:7.2f}")
             else:
-                print(f"   {d:>9} {s:>5}  {describe(r, args.mem_cap_gb)}")
+                print(f"   {d:>9} {s:>5}  {describe_failure(r, args.mem_cap_gb)}")
         results["jaxrender_memory"] = rows
         ok = [r for r in rows if r.get("ok")]
         if len(ok) > 1:
@@ -462,14 +314,14 @@ def main(argv=None) -> None:
                   f"{'wall s':>7} {'cpu s':>7} {'compile s':>9}")
             rows = []
             for d, s in [(args.max_depth, args.spp)] + configs:
-                r = run_child(args, "plain", d, s, target)
+                r = child_run(args, "plain", d, s, target)
                 rows.append(r)
                 if r.get("ok"):
                     print(f"   {d:>9} {s:>5} {r['baseline_mb']:9.0f} {r['peak_mb']:8.0f} "
                           f"{r['peak_mb'] - r['baseline_mb']:9.0f} {r['call_mb']:7.1f} {r['time_s']:7.2f} {r['cpu_s']:7.2f} "
                           f"{r['compile_s']:9.2f}")
                 else:
-                    print(f"   {d:>9} {s:>5}  {describe(r, args.mem_cap_gb)}")
+                    print(f"   {d:>9} {s:>5}  {describe_failure(r, args.mem_cap_gb)}")
             results["plain_grad"] = rows
             main_row = rows[0]
             if main_row.get("ok") and ours_grad_s:
@@ -481,12 +333,7 @@ def main(argv=None) -> None:
                 print(f"   grads plain:     {fmt_grads(main_row['grads'])}")
         print()
 
-    results["total_s"] = time.perf_counter() - t_start
-    results["loadavg_end"] = os.getloadavg()[0]
-    print(f"total {results['total_s']:.0f} s (load average at the end {results['loadavg_end']:.2f})")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(results, fh, indent=1)
+    finish(results, t_start, args.json)
 
 
 if __name__ == "__main__":

@@ -37,8 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
-from efficiency import (FILTERS, Comparison, alternate, import_mitsuba, mean_difference_z, median, parse_filters,
-                        seed_variance, set_filter, table)
+from efficiency import (FILTERS, Comparison, alternate, import_mitsuba, mean_difference_z, median, note_load,
+                        parse_filters, seed_variance, set_filter, table)
 
 
 def sphere_ply(path: Path, n_tris: int, center=(0.0, -0.5, 0.0), radius=0.4) -> None:
@@ -164,6 +164,18 @@ def compare(name: str, ours_dict: dict, mitsuba_dict: dict | None, rfilter: str,
     return out
 
 
+def throughput_line(r: dict, paths: int) -> str:
+    """compare()'s row as the throughput of each renderer (``paths`` camera
+    paths per render) and the mean-image check."""
+    line = f"jaxrender {paths / r['t_ours'] / 1e6:.2f} Mpaths/s"
+    if "t_mitsuba" in r:
+        z = np.abs(r["mean_z"]).max()
+        line += (f", Mitsuba {paths / r['t_mitsuba'] / 1e6:.2f} Mpaths/s; image means differ by "
+                 f"{np.abs(r['mean_rel_diff']).max():.2%} (|z| {z:.1f}"
+                 f"{', MISMATCH: variances not comparable' if z > 4 else ''})")
+    return line
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=int, default=128, help="film width and height")
@@ -183,9 +195,7 @@ def main(argv=None) -> None:
     if args.seeds < 2:
         raise SystemExit("--seeds must be at least 2")
     results: dict = {"config": vars(args), "rows": []}
-    load_avg = os.getloadavg()[0]
-    if load_avg > 0.5:
-        print(f"note: load average {load_avg:.2f} at start on {os.cpu_count()} cores: other processes may skew times")
+    note_load()
 
     with tempfile.TemporaryDirectory() as tmp:
         if args.first_frame:
@@ -218,19 +228,11 @@ def main(argv=None) -> None:
                 mi_dict = scenes(args.size, args.spp, mesh, mi.cornell_box, env)[name] if mi else None
                 r = compare(name, ours_dict, mi_dict, rfilter, args, jaxrender, mi)
                 results["rows"].append(r)
-                paths = args.size * args.size * args.spp
-                line = (f"{name}, {rfilter}: {r['triangles']} triangles, load + BVH {r['load_ours_s']:.2f} s; "
-                        f"jaxrender {paths / r['t_ours'] / 1e6:.2f} Mpaths/s")
-                if mi is not None:
-                    z = np.abs(r["mean_z"]).max()
-                    line += (f", Mitsuba {paths / r['t_mitsuba'] / 1e6:.2f} Mpaths/s; image means differ by "
-                             f"{np.abs(r['mean_rel_diff']).max():.2%} (|z| {z:.1f}"
-                             f"{', MISMATCH: variances not comparable' if z > 4 else ''})")
-                print(line, flush=True)
+                print(f"{name}, {rfilter}: {r['triangles']} triangles, load + BVH {r['load_ours_s']:.2f} s; "
+                      + throughput_line(r, args.size * args.size * args.spp), flush=True)
 
     if mi is not None:
-        rows = [Comparison(**{k: r[k] for k in ("scene", "filter", "t_ours", "t_mitsuba", "var_ours",
-                                                "var_mitsuba")}) for r in results["rows"]]
+        rows = [Comparison.of(r) for r in results["rows"]]
         print("\nvar: per-pixel variance over seeds, mean over pixels and channels. Ratios are Mitsuba over "
               "jaxrender;\nefficiency = (t_mitsuba * var_mitsuba) / (t_ours * var_ours), > 1: jaxrender reaches "
               "a given noise sooner\n")

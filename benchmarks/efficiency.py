@@ -1,5 +1,6 @@
 """Efficiency at equal error, jaxrender against Mitsuba 3 in the same run:
-the helpers ``bench_primal.py`` and ``bench_grad.py`` share.
+the helpers ``bench_primal.py``, ``bench_grad.py`` and ``bench_volume.py``
+share.
 
 What a user waits for is an estimate of a given noise, not a given number
 of samples, so the figure of merit is efficiency = 1 / (time x variance).
@@ -19,6 +20,7 @@ Example::
 """
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import time
@@ -127,6 +129,12 @@ class Comparison:
         """(t_mitsuba * var_mitsuba) / (t_ours * var_ours)."""
         return self.time_ratio * self.variance_ratio
 
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> "Comparison":
+        """The Comparison among a benchmark's row of measurements (a dict
+        holding at least this class's fields, as ``as_dict`` writes them)."""
+        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+
     def as_dict(self) -> dict:
         return dict(asdict(self), time_ratio=self.time_ratio, variance_ratio=self.variance_ratio,
                     efficiency_ratio=self.efficiency_ratio)
@@ -178,3 +186,24 @@ def set_filter(scene_dict: dict, rfilter: str) -> dict:
         if isinstance(value, dict) and "film" in value:
             value["film"]["rfilter"] = {"type": rfilter}
     return scene_dict
+
+
+def note_load() -> float:
+    """The load average at the start of a run, with a note when other
+    processes are busy (timings are then noisy); returns the start time,
+    for ``finish``."""
+    load = os.getloadavg()[0]
+    if load > 0.5:
+        print(f"note: load average {load:.2f} at start on {os.cpu_count()} cores: other processes may skew times")
+    return time.perf_counter()
+
+
+def finish(results: dict, t_start: float, json_path: str | None) -> None:
+    """Record and print the run's total time and the load at its end, and
+    write ``results`` to ``json_path`` when given."""
+    results["total_s"] = time.perf_counter() - t_start
+    results["loadavg_end"] = os.getloadavg()[0]
+    print(f"total {results['total_s']:.0f} s (load average at the end {results['loadavg_end']:.2f})")
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump(results, fh, indent=1)
