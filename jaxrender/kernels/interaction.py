@@ -47,10 +47,39 @@ class SurfaceInteraction:
         return self.p + self.ng * ir.copysign(self.scale, ir.dot(self.ng, w))
 
 
-def intersect(ctx, o: Vec, d: Vec, t_min, t_max=INF) -> SurfaceInteraction:
-    """The first surface along the ray (o, d) with t_min < t < t_max."""
+@dataclasses.dataclass
+class KnownHit:
+    """A ray's first hit found by an earlier query along the same line (a
+    medium's null collision moves the origin on, not the surface ahead):
+    ``valid`` where it is, the hit's t from the ray's current origin, its
+    primitive (-1: none within t_max) and barycentrics."""
+    valid: Any
+    t: Any
+    prim: Any
+    b1: Any
+    b2: Any
+
+    @classmethod
+    def none(cls) -> "KnownHit":
+        return cls(ir.Bool(False), ir.Float(0.0), ir.Int(-1), ir.Float(0.0), ir.Float(0.0))
+
+    @classmethod
+    def ahead(cls, valid, si: "SurfaceInteraction", t_moved) -> "KnownHit":
+        """The hit ``si`` seen from ``t_moved`` further along its ray, where ``valid``."""
+        # (an analytic shape's surface is recomputed from t alone: its b1, b2
+        # here are its (u, v), never read back)
+        return cls(valid, si.t - t_moved, si.prim, si.b1, si.b2)
+
+
+def intersect(ctx, o: Vec, d: Vec, t_min, t_max=INF, known: "KnownHit | None" = None) -> SurfaceInteraction:
+    """The first surface along the ray (o, d) with t_min < t < t_max;
+    ``known``: where that is already known (no BVH query there)."""
     st = ctx.structure
-    t, prim, b1, b2 = closest_hit(ctx.geo, o, d, t_min, t_max)
+    if known is None:
+        t, prim, b1, b2 = closest_hit(ctx.geo, o, d, t_min, t_max)
+    else:
+        t, prim, b1, b2 = ir.cond(known.valid, lambda: (known.t, known.prim, known.b1, known.b2),
+                                  lambda: closest_hit(ctx.geo, o, d, t_min, t_max))
     normals = ctx.b["tri_normals"] if st.shading_normals else None
     tangents = st.tangents
 

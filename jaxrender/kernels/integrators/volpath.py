@@ -54,7 +54,7 @@ from ..bsdfs import registry as bsdf_registry
 from ..bsdfs.base import FLOAT
 from ..bsdfs.surface import SurfaceBsdf, passes_light, sampled_eta
 from ..geometry import INF
-from ..interaction import intersect
+from ..interaction import KnownHit, intersect
 from .path import PathIntegrator
 
 CHANNEL_GROUP = 1
@@ -82,6 +82,7 @@ class VolpathState:
     valid: Any          # Mitsuba's valid_ray (the alpha of films with alpha)
     it: Any             # loop iterations so far (random number groups)
     channel: Any        # the colour channel distances are sampled in
+    ahead: KnownHit     # the surface ahead, known after a null collision (no second BVH query)
 
 
 @dataclasses.dataclass
@@ -153,7 +154,7 @@ class VolpathIntegrator(PathIntegrator):
         # (distances in media count from the near clip plane, as Mitsuba's camera rays start there)
         return VolpathState(ir.Int(0), o + d * t_min, d, t_max - t_min, S.one(), S.zero(), ir.Bool(True),
                             ir.Float(1.0), medium, o, ir.Float(1.0), ~self._hidden(ctx),
-                            self.camera_sees_environment(ctx), ir.Int(0), channel)
+                            self.camera_sees_environment(ctx), ir.Int(0), channel, KnownHit.none())
 
     @staticmethod
     def _hidden(ctx):
@@ -217,7 +218,7 @@ class VolpathIntegrator(PathIntegrator):
         alive = (b_max > 0.0) & (~rr | (u_dir[3] < q)) & below_max(st.depth)
         throughput = st.throughput * ir.select(rr & alive, 1.0 / ir.select(q > 0.0, q, 1.0), 1.0)
 
-        si = intersect(ctx, st.o, st.d, ir.Float(0.0), st.t_max)
+        si = intersect(ctx, st.o, st.d, ir.Float(0.0), st.t_max, st.ahead if has_media else None)
         surf_t = ir.select(si.hit, si.t, st.t_max)
         # Transport reads the media detached: the sampled distance, the
         # collision's kind and the weight's value (shade adds derivatives).
@@ -269,7 +270,10 @@ class VolpathIntegrator(PathIntegrator):
         else:
             es, phase_sample, samples_em = emitters.sample(ctx, si, st.d, u_em), (st.d, ir.Float(1.0),
                                                                                  ir.Float(0.0)), ir.Bool(True)
-        at_surface = surface & si.hit & ~pass_through & below_max(st.depth + 1)
+        # (a null BSDF, a medium's boundary, reflects nothing: no emitter
+        # sample, no shadow ray, as Mitsuba's volpath samples emitters only
+        # at surfaces with a smooth component)
+        at_surface = surface & si.hit & ~pass_through & below_max(st.depth + 1) & ~_null_surface(ctx, si)
         shadowed = (((scatter & samples_em) | at_surface) & (ctx.n_emitters > 0) & (es.delta | (es.pdf > 0.0)))
         shadow = ir.cond(shadowed,
                          lambda: self.transmittance(ctx, s, st, ir.select(scatter, p_coll, si.spawn(es.w)), es.w,
@@ -309,7 +313,7 @@ class VolpathIntegrator(PathIntegrator):
             ir.select(interacts & bounce, ir.select(scatter, p_coll, si.p), st.last_p),
             ir.select(interacts & bounce, sh.pdf, st.last_pdf),
             ir.select(interacts & bounce, sh.delta, st.specular), ir.select(interacts, valid, st.valid),
-            st.it + 1, st.channel)
+            st.it + 1, st.channel, KnownHit.ahead(moves, si, t_coll))
         return new, Vertex(st.throughput * ir.select(rr & alive, 1.0 / ir.select(q > 0.0, q, 1.0), 1.0),
                            interacts, shadowed, new.active)
 
@@ -339,15 +343,14 @@ class VolpathIntegrator(PathIntegrator):
         mask's 1 - opacity, nothing for an opaque BSDF), with the distance
         travelled in each medium (its derivatives, in ``shade``)."""
         S = self.spectrum
-        null_id = ctx.structure.bsdfs.index("null") if "null" in ctx.structure.bsdfs else None
         partial, plain = passes_light(ctx.structure), ctx.primal()   # (the result is detached)
         base = TRACKING_GROUPS + st.it * 4096
 
         kinds = ctx.structure.media
 
         def body(state):
-            o, rest, m, tr, _, k, ids, lengths, tracked, count, p_tracked = state
-            si = intersect(ctx, o, w, ir.Float(0.0), rest)
+            o, rest, m, tr, _, k, ids, lengths, tracked, count, p_tracked, ahead = state
+            si = intersect(ctx, o, w, ir.Float(0.0), rest, ahead if kinds else None)
             surf_t = ir.select(si.hit, si.t, rest)
             if ctx.structure.media:
                 def in_medium():
@@ -377,20 +380,17 @@ class VolpathIntegrator(PathIntegrator):
                 passed = ir.cond(crossing, lambda: SurfaceBsdf(plain, si).null_transmission(), lambda: ir.Float(1.0))
                 tr = tr * weight * passed
             else:
-                passes = ir.Bool(False)
-                if null_id is not None:
-                    passes = ctx.b["bsdf_type"][si.attr_bsdf] == null_id
-                tr = tr * weight * ir.select(crossing & ~passes, 0.0, 1.0)
+                tr = tr * weight * ir.select(crossing & ~_null_surface(ctx, si), 0.0, 1.0)
             new_rest = ir.select(collided, rest - t, rest - si.t - si.scale)
             going = (collided | crossing) & (S.max(tr) > 0.0) & (new_rest > 0.0)
             return (ir.select(collided, o + w * t, si.p + w * si.scale), new_rest,
                     ir.select(crossing, self._medium_after(ctx, si, w, m), m), tr, going, k + 1, ids, lengths,
-                    tracked, count, p_tracked)
+                    tracked, count, p_tracked, KnownHit.ahead(collided, si, t))
 
         none = _no_shadow(S)
         out = ir.while_loop(lambda state: state[4], body, (o, dist, medium, S.one(), ir.Bool(True), ir.Int(0),
                                                           none.media, none.lengths, none.tracked, none.count,
-                                                          none.p))
+                                                          none.p, KnownHit.none()))
         return Shadow(ctx.detach(out[3]), out[6], out[7], out[8], out[9], ctx.detach(out[10]))
 
 
@@ -478,6 +478,14 @@ def _add_length(ids: tuple, lengths: tuple, m, t):
         new_lengths.append(ir.select(here, length + t, length))
         placed = placed | here
     return tuple(new_ids), tuple(new_lengths)
+
+
+def _null_surface(ctx, si):
+    """Whether the hit's BSDF is the null BSDF (a Bool; a constant False in
+    scenes without one)."""
+    if "null" not in ctx.structure.bsdfs:
+        return ir.Bool(False)
+    return ctx.b["bsdf_type"][si.attr_bsdf] == ctx.structure.bsdfs.index("null")
 
 
 def _detached(ctx, mv: media.MediumView) -> media.MediumView:
