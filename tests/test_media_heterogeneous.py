@@ -14,6 +14,7 @@ from jaxrender.scene.transform import Transform as T
 from jaxrender.scene.volumes import read_vol, write_vol
 from test_media import medium_scene, mitsuba_image, our_renders, rgb, slab_scene
 from test_render_reference import disagreements
+from test_shapes import _to_mitsuba
 
 mi = pytest.importorskip("mitsuba")
 mi.set_variant("scalar_rgb")
@@ -37,13 +38,7 @@ def hetero_scene(medium: dict, **kw) -> dict:
 
 
 def to_mitsuba(x):
-    if isinstance(x, T):
-        return mi.ScalarTransform4f(x.matrix.tolist())
-    if isinstance(x, np.ndarray):
-        return mi.TensorXf(x if x.ndim == 4 else x[..., None])
-    if isinstance(x, dict):
-        return {k: to_mitsuba(v) for k, v in x.items()}
-    return x
+    return _to_mitsuba(mi, x)
 
 
 def mitsuba_renders(d: dict) -> dict:

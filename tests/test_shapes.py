@@ -89,6 +89,8 @@ def mitsuba_hits(mi, shapes: dict, o, d) -> dict:
 def _to_mitsuba(mi, x):
     if isinstance(x, T):
         return mi.ScalarTransform4f(x.matrix.tolist())
+    if isinstance(x, np.ndarray):          # a gridvolume's data: (z, y, x[, channels])
+        return mi.TensorXf(x if x.ndim == 4 else x[..., None])
     if isinstance(x, dict):
         return {k: _to_mitsuba(mi, v) for k, v in x.items()}
     return x

@@ -4,6 +4,9 @@ tests/data/textures; rerun only to change them):
 * ``albedo16.png``: 16x16 8-bit sRGB RGB, smooth colour ramps plus a few
   hard-edged texels (bilinear and wrap behaviour both show).
 * ``grey8.png``: 8x8 8-bit grey (one channel).
+* ``normals16.png``: 16x16 8-bit tangent-space normal map (0.5 n + 0.5,
+  read raw): a bumpy pattern whose normals lean differently in u and v
+  (a swapped or negated axis shows).
 * ``sky32x16.exr``: 32x16 float RGB lat-long environment: a blue-to-white
   sky gradient, a dim ground, a tint varying with azimuth and a small
   bright "sun" off the zenith.
@@ -13,7 +16,10 @@ and the low-poly meshes of the smooth-shading tests (tests/data/meshes):
 * ``lowpoly_sphere.obj``: a 6 x 8 UV sphere with ``vn`` normals (the exact
   sphere normals) and ``vt`` coordinates;
 * ``lowpoly_torus.ply``: an ASCII 6 x 10 torus without normals (Mitsuba
-  computes angle-weighted vertex normals for it).
+  computes angle-weighted vertex normals for it);
+* ``lowpoly_sphere.serialized``: Mitsuba's serialized format (version 4,
+  written as tests/test_serialized.py writes it) holding the OBJ sphere's
+  positions, normals and texture coordinates, squashed into an egg.
 
 and the smoke grid of the media references (tests/data/volumes):
 
@@ -32,27 +38,38 @@ MESHES = OUT.parent / "meshes"
 VOLUMES = OUT.parent / "volumes"
 
 
-def write_meshes() -> None:
-    MESHES.mkdir(parents=True, exist_ok=True)
-    rings, segs = 6, 8
-    lines = []
+def lowpoly_sphere(rings=6, segs=8):
+    """Positions (= normals), texture coordinates and 0-based faces of a UV sphere."""
+    n, uv = [], []
     for i in range(rings + 1):
         th = np.pi * i / rings
         for j in range(segs + 1):
             ph = 2 * np.pi * j / segs
-            n = (np.sin(th) * np.cos(ph), np.cos(th), np.sin(th) * np.sin(ph))
-            lines.append("v %.6f %.6f %.6f" % n)
-            lines.append("vn %.6f %.6f %.6f" % n)
-            lines.append("vt %.6f %.6f" % (j / segs, i / rings))
-    k = lambda i, j: i * (segs + 1) + j + 1
+            n.append((np.sin(th) * np.cos(ph), np.cos(th), np.sin(th) * np.sin(ph)))
+            uv.append((j / segs, i / rings))
+    k = lambda i, j: i * (segs + 1) + j
+    faces = []
     for i in range(rings):
         for j in range(segs):
             a, b, c, d = k(i, j), k(i, j + 1), k(i + 1, j), k(i + 1, j + 1)
             if i > 0:
-                lines.append(f"f {a}/{a}/{a} {b}/{b}/{b} {c}/{c}/{c}")
+                faces.append((a, b, c))
             if i < rings - 1:
-                lines.append(f"f {b}/{b}/{b} {d}/{d}/{d} {c}/{c}/{c}")
+                faces.append((b, d, c))
+    return np.array(n), np.array(uv), np.array(faces)
+
+
+def write_meshes() -> None:
+    MESHES.mkdir(parents=True, exist_ok=True)
+    n, uv, faces = lowpoly_sphere()
+    lines = []
+    for p, t in zip(n, uv):
+        lines.append("v %.6f %.6f %.6f" % tuple(p))
+        lines.append("vn %.6f %.6f %.6f" % tuple(p))
+        lines.append("vt %.6f %.6f" % tuple(t))
+    lines += ["f " + " ".join(f"{a + 1}/{a + 1}/{a + 1}" for a in f) for f in faces]
     (MESHES / "lowpoly_sphere.obj").write_text("\n".join(lines) + "\n")
+    write_serialized()
     big, small, nu, nv = 1.0, 0.4, 10, 6
     verts, faces = [], []
     for i in range(nu):
@@ -70,6 +87,29 @@ def write_meshes() -> None:
     body = ["%.6f %.6f %.6f" % v for v in verts] + ["3 %d %d %d" % f for f in faces]
     (MESHES / "lowpoly_torus.ply").write_text("\n".join(head + body) + "\n")
     print("wrote", sorted(p.name for p in MESHES.iterdir()))
+
+
+def write_serialized() -> None:
+    """The sphere, squashed (an egg: its normals are no longer its
+    positions), as a one-mesh serialized file."""
+    import sys
+    sys.path.insert(0, str(OUT.parent.parent))
+    from test_serialized import _file, _legacy_stream
+    n, uv, faces = lowpoly_sphere()
+    egg = n * [1.0, 1.4, 1.0]
+    normals = n * [1.4, 1.0, 1.4]
+    normals /= np.linalg.norm(normals, axis=1, keepdims=True)
+    _file(MESHES / "lowpoly_sphere.serialized", [_legacy_stream(4, egg, faces, normals, uv, name="egg")], 4)
+
+
+def write_normal_map() -> None:
+    y, x = (np.mgrid[0:16, 0:16] + 0.5) / 16
+    dx = 0.7 * np.sin(2 * np.pi * 2 * x) * (0.6 + 0.4 * y)     # leans along u ...
+    dy = 0.35 * np.cos(2 * np.pi * y)                          # ... and, less, along v
+    n = np.stack([-dx, -dy, np.ones_like(x)], -1)
+    n /= np.linalg.norm(n, axis=-1, keepdims=True)
+    from PIL import Image
+    Image.fromarray(np.round((0.5 * n + 0.5) * 255).astype(np.uint8), mode="RGB").save(OUT / "normals16.png")
 
 
 def write_smoke() -> None:
@@ -97,6 +137,7 @@ def main() -> None:
     Image.fromarray(np.round(rgb * 255).astype(np.uint8), mode="RGB").save(OUT / "albedo16.png")
     g = (np.add.outer(np.arange(8), np.arange(8)) % 4) / 3.0
     Image.fromarray(np.round(40 + 200 * g).astype(np.uint8), mode="L").save(OUT / "grey8.png")
+    write_normal_map()
     h, w = 16, 32
     v = (np.arange(h) + 0.5) / h
     up = np.clip(1.0 - 2.0 * v, 0.0, 1.0)[:, None]    # 1 at the zenith, 0 at the horizon

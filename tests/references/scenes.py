@@ -317,6 +317,156 @@ def cbox_medium_hg(d):
     return d
 
 
+# Plugins added after the first references (issue 16): each scene several of them.
+
+def _tex(name, **kw):
+    """A bitmap of tests/data/textures."""
+    return {"type": "bitmap", "filename": str(TEXTURES / name), **kw}
+
+
+def cbox_principled(d):
+    """principled four ways: a plain dielectric-like floor (specular, spec_tint), a metallic
+    box with clearcoat and sheen, a rough glass box (spec_trans, eta), and the back wall as
+    anisotropic principledthin (glossy and diffuse transmission). Anisotropy only on the back
+    wall, whose frame is Mitsuba's (see cbox_anisotropic)."""
+    d = _base(d)
+    d["floor"]["bsdf"] = {"type": "principled", "base_color": _rgb(0.3, 0.5, 0.7), "roughness": 0.35,
+                          "specular": 0.7, "spec_tint": 0.4}
+    d["large-box"]["bsdf"] = {"type": "principled", "base_color": _rgb(0.9, 0.6, 0.2), "metallic": 0.8,
+                              "roughness": 0.3, "clearcoat": 0.5, "clearcoat_gloss": 0.7,
+                              "sheen": 0.4, "sheen_tint": 0.5}
+    d["small-box"]["bsdf"] = {"type": "principled", "base_color": _rgb(0.7, 0.9, 1.0), "spec_trans": 0.8,
+                              "roughness": 0.2, "eta": 1.4}
+    d["back"]["bsdf"] = {"type": "principledthin", "base_color": _rgb(0.8, 0.3, 0.3), "roughness": 0.4,
+                         "spec_trans": 0.3, "diff_trans": 0.4, "eta": 1.3, "anisotropic": 0.3}
+    d["integrator"] = {"type": "path", "max_depth": 6}
+    return d
+
+
+def cbox_anisotropic(d):
+    """Anisotropic BSDFs on the cubes: principled (metallic, anisotropic) and a roughconductor
+    with alpha_u != alpha_v. Mitsuba orients their roughness along dp_du (the shading frame's
+    s is dp_du made orthogonal to n); on a cube's faces that is not the frame jaxrender builds
+    from the normal alone (on the back wall the two agree)."""
+    d = _base(d)
+    d["large-box"]["bsdf"] = {"type": "principled", "base_color": _rgb(0.9, 0.6, 0.2), "metallic": 0.9,
+                              "roughness": 0.3, "anisotropic": 0.8}
+    d["small-box"]["bsdf"] = {"type": "roughconductor", "distribution": "ggx", "alpha_u": 0.05, "alpha_v": 0.3}
+    d["integrator"] = {"type": "path", "max_depth": 5}
+    return d
+
+
+def _card(T, x, y, angle, bsdf):
+    """A small square card at (x, y, 0.3), turned by ``angle`` degrees about y."""
+    return {"type": "rectangle", "bsdf": bsdf,
+            "to_world": T().translate([x, y, 0.3]).rotate([0.0, 1.0, 0.0], angle).scale(0.22)}
+
+
+def cbox_composites(d):
+    """blendbsdf (a checkerboard weight between diffuse and a rough conductor), mask (a bitmap
+    opacity over a plastic: the box's inner faces show through) and twosided with two different
+    BSDFs on two cards, one facing the camera with its front, the other with its back."""
+    d = _base(d)
+    T = _transform(d)
+    d["large-box"]["bsdf"] = {"type": "blendbsdf", "weight": {
+        "type": "checkerboard", "color0": 0.15, "color1": 0.8, "to_uv": T().scale([3.0, 3.0, 1.0])},
+        "bsdf_0": {"type": "diffuse", "reflectance": _rgb(0.05, 0.1, 0.6)},
+        "bsdf_1": {"type": "roughconductor", "distribution": "ggx", "alpha": 0.2,
+                   "specular_reflectance": _rgb(0.95, 0.85, 0.3)}}
+    d["small-box"]["bsdf"] = {"type": "mask", "opacity": _tex("grey8.png", raw=True, filter_type="nearest"),
+                              "bsdf": {"type": "plastic", "diffuse_reflectance": _rgb(0.2, 0.6, 0.3)}}
+    sides = {"type": "twosided", "front": {"type": "diffuse", "reflectance": _rgb(0.9, 0.8, 0.1)},
+             "back": {"type": "roughplastic", "alpha": 0.2, "diffuse_reflectance": _rgb(0.1, 0.3, 0.8)}}
+    d["card-front"] = _card(T, -0.5, 0.35, 30.0, {"type": "ref", "id": "sides"})
+    d["card-back"] = _card(T, 0.5, 0.35, 150.0, {"type": "ref", "id": "sides"})
+    d = {"sides": sides, **d}
+    d["integrator"] = {"type": "path", "max_depth": 6}
+    return d
+
+
+def cbox_bumpy(d):
+    """normalmap (tests/data/textures/normals16.png, raw, repeated) under a rough plastic floor
+    and a diffuse large box; bumpmap (grey8.png as the height, scaled) under a rough conductor
+    back wall and, nested in a normal map's BSDF, the small box."""
+    d = _base(d)
+    T = _transform(d)
+    normals = _tex("normals16.png", raw=True, to_uv=T().scale([2.0, 2.0, 1.0]))
+    d["floor"]["bsdf"] = {"type": "normalmap", "normalmap": normals,
+                          "bsdf": {"type": "roughplastic", "alpha": 0.15, "diffuse_reflectance": _rgb(0.3, 0.5, 0.7)}}
+    d["large-box"]["bsdf"] = {"type": "normalmap", "normalmap": normals, "bsdf": {"type": "ref", "id": "white"}}
+    d["back"]["bsdf"] = {"type": "bumpmap", "scale": 3.0, "height": _tex("grey8.png", raw=True),
+                         "bsdf": {"type": "roughconductor", "distribution": "ggx", "alpha": 0.25}}
+    d["small-box"]["bsdf"] = {"type": "bumpmap", "scale": 2.0,
+                              "height": _tex("grey8.png", raw=True, to_uv=T().scale([0.5, 0.5, 1.0])),
+                              "bsdf": {"type": "plastic", "diffuse_reflectance": _rgb(0.7, 0.4, 0.1)}}
+    d["integrator"] = {"type": "path", "max_depth": 5}
+    return d
+
+
+def cbox_thinlens_cylinders(d):
+    """A thin-lens camera focused on the front of the checkered large box (the back wall a few
+    pixels out of focus); a rough conductor cylinder (open: its inside shows) instead of the
+    small box, and a thin cylinder light under the ceiling, the only light."""
+    d = _base(d)
+    T = _transform(d)
+    d["sensor"]["type"] = "thinlens"
+    d["sensor"]["aperture_radius"] = 0.3
+    d["sensor"]["focus_distance"] = 3.5
+    del d["small-box"], d["light"]["emitter"]
+    d["large-box"]["bsdf"] = {"type": "diffuse", "reflectance": {
+        "type": "checkerboard", "color0": _rgb(0.9, 0.9, 0.9), "color1": _rgb(0.1, 0.1, 0.4),
+        "to_uv": T().scale([4.0, 4.0, 1.0])}}
+    d["can"] = {"type": "cylinder", "p0": [0.35, -1.0, 0.35], "p1": [0.3, -0.35, 0.3], "radius": 0.25,
+                "bsdf": {"type": "roughconductor", "distribution": "ggx", "alpha": 0.2,
+                         "specular_reflectance": _rgb(0.9, 0.7, 0.5)}}
+    d["tube"] = {"type": "cylinder", "p0": [-0.7, 0.8, -0.6], "p1": [0.7, 0.75, -0.5], "radius": 0.04,
+                 "emitter": {"type": "area", "radiance": _rgb(8.0, 10.0, 14.0)}}
+    d["integrator"] = {"type": "path", "max_depth": 5}
+    return d
+
+
+def cbox_ortho_instances(d):
+    """An orthographic camera (scaled to_world: its view) over instances of a shapegroup (a
+    tilted torus, a cylinder off its centre and a faceted ball: asymmetric, and the ball's
+    face normals turn inwards unless a mirrored copy's vertex order is reversed), three
+    times, one mirrored in x,
+    and a serialized mesh (tests/data/meshes/lowpoly_sphere.serialized: an egg with its own
+    normals and uvs) under a checkerboard."""
+    d = _base(d)
+    T = _transform(d)
+    d["sensor"]["type"] = "orthographic"
+    for k in ("fov", "fov_axis", "focus_distance"):
+        del d["sensor"][k]
+    d["sensor"]["to_world"] = T().look_at(origin=[0.0, 0.0, 3.9], target=[0.0, 0.0, 0.0], up=[0.0, 1.0, 0.0]) \
+        .scale([1.02, 1.02, 1.0])
+    del d["small-box"], d["large-box"]
+    group = {"type": "shapegroup",
+             "torus": {"type": "ply", "filename": str(MESHES / "lowpoly_torus.ply"),
+                       "to_world": T().translate([0.15, 0.0, 0.0]).rotate([1.0, 0.0, 0.0], 50.0).scale(0.7),
+                       "bsdf": {"type": "plastic", "diffuse_reflectance": _rgb(0.2, 0.5, 0.8)}},
+             "post": {"type": "cylinder", "p0": [-0.6, -0.3, 0.2], "p1": [-0.4, 0.9, 0.1], "radius": 0.15,
+                      "bsdf": {"type": "diffuse", "reflectance": _rgb(0.8, 0.5, 0.1)}},
+             "ball": {"type": "obj", "filename": str(MESHES / "lowpoly_sphere.obj"), "face_normals": True,
+                      "to_world": T().translate([0.7, 0.6, 0.3]).scale(0.3),
+                      "bsdf": {"type": "ref", "id": "white"}}}
+    d = {"group": group, **d}
+    for name, to_world in (("copy-a", T().translate([-0.45, 0.35, -0.3]).scale(0.35)),
+                           ("copy-b", T().translate([0.1, -0.7, 0.1]).rotate([0.0, 1.0, 0.0], 40.0).scale(0.3)),
+                           ("mirrored", T().translate([0.5, 0.35, -0.3]).scale([-0.35, 0.35, 0.35]))):
+        d[name] = {"type": "instance", "shapegroup": {"type": "ref", "id": "group"}, "to_world": to_world}
+    d["egg"] = {"type": "serialized", "filename": str(MESHES / "lowpoly_sphere.serialized"),
+                "to_world": T().translate([-0.4, -0.5, 0.3]).rotate([0.0, 0.0, 1.0], 25.0).scale(0.36),
+                "bsdf": {"type": "diffuse", "reflectance": {
+                    "type": "checkerboard", "color0": _rgb(0.9, 0.9, 0.9), "color1": _rgb(0.6, 0.1, 0.1),
+                    "to_uv": T().scale([4.0, 2.0, 1.0])}}}
+    d["integrator"] = {"type": "path", "max_depth": 5}
+    return d
+
+
+PLUGIN_VARIANTS = {f.__name__: f for f in (cbox_principled, cbox_anisotropic, cbox_composites, cbox_bumpy,
+                                           cbox_thinlens_cylinders, cbox_ortho_instances)}
+
+
 MEDIA_VARIANTS = {f.__name__: f for f in (cbox_medium_slab, cbox_medium_smoke, cbox_medium_in_glass,
                                           cbox_medium_hg)}
 
@@ -325,7 +475,7 @@ VARIANTS = {**{f.__name__: f for f in (cbox_gaussian, cbox_box_direct, cbox_tent
                                        cbox_point_and_env, cbox_directional, cbox_metals, cbox_plastics, cbox_glass,
                                        cbox_roughplastics, cbox_spots, cbox_textured, env_lit, cbox_spheres,
                                        cbox_shape_lights, cbox_smooth_meshes)},
-            **MEDIA_VARIANTS}
+            **MEDIA_VARIANTS, **PLUGIN_VARIANTS}
 
 
 # Mitsuba's samplers: references rendered with the scene's own sampler and
