@@ -76,9 +76,7 @@ def disagreements(renders: np.ndarray, ref) -> list[str]:
 
 # Known disagreements with Mitsuba, kept as references for the fix (strict:
 # the test reports when they start to agree).
-KNOWN = {"cbox_anisotropic": "the shading frame is built from the normal alone, Mitsuba's s is dp_du "
-                             "orthogonalised: anisotropic roughness on a cube's faces points elsewhere "
-                             "(10.9% of pixels beyond 5 sigma, blocks 29 standard errors off)"}
+KNOWN: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN[n], strict=True))

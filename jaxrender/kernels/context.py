@@ -90,8 +90,10 @@ class Structure:
     @property
     def tangents(self) -> bool:
         """Whether a BSDF type perturbs the shading frame (normalmap,
-        bumpmap): then hits carry Mitsuba's dp_du / dp_dv and UVs."""
-        return any(t.frame for t in self.bsdf_types)
+        bumpmap) or may be anisotropic: then hits carry Mitsuba's dp_du /
+        dp_dv and UVs, and their shading frame is Mitsuba's (first axis
+        along dp_du)."""
+        return any(t.frame or t.anisotropic for t in self.bsdf_types)
 
     def suffix(self) -> str:
         """A short tag for kernel names."""

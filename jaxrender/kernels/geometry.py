@@ -62,6 +62,11 @@ class SceneGeometry:
         m = [self.shape_value(s, layout.SHAPE_TO_OBJECT + k) for k in range(12)]
         return Vec(*(m[4 * k] * d.x + m[4 * k + 1] * d.y + m[4 * k + 2] * d.z for k in range(3)))
 
+    def to_world_dir(self, s, v: Vec) -> Vec:
+        """World vector of the object-space vector ``v``."""
+        m = [self.shape_value(s, layout.SHAPE_TO_WORLD + k) for k in range(12)]
+        return Vec(*(m[4 * k] * v.x + m[4 * k + 1] * v.y + m[4 * k + 2] * v.z for k in range(3)))
+
     def to_world(self, s, x, y) -> Vec:
         """World point of the object-space point (x, y, 0)."""
         m = [self.shape_value(s, layout.SHAPE_TO_WORLD + k) for k in range(12)]

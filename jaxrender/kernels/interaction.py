@@ -105,7 +105,7 @@ def intersect(ctx, o: Vec, d: Vec, t_min, t_max=INF, known: "KnownHit | None" = 
     attr = ctx.b["tri_attr"]
     attr_em = attr.read(prim, layout.ATTR_EMITTER)
     hit = prim >= 0
-    frame = Frame(ns)
+    frame = Frame.along(ns, dp_du) if tangents else Frame(ns)
     # Offsets grow with the magnitude of the coordinates (float32 spacing).
     scale = 1e-4 * (1.0 + ir.maximum(ir.maximum(ir.abs(p.x), ir.abs(p.y)), ir.abs(p.z)))
     return SurfaceInteraction(t, prim, b1, b2, d, hit, p, ng, frame, frame.to_local(-d),

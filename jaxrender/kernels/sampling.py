@@ -81,6 +81,20 @@ class Frame:
         self.n = n
         self.s, self.t = coordinate_system(n)
 
+    @classmethod
+    def along(cls, n: Vec, tangent: Vec) -> "Frame":
+        """Mitsuba's shading frame (``initialize_sh_frame``): the first axis
+        is ``tangent`` made orthogonal to ``n``; where that vanishes (a zero
+        or normal tangent), the frame of ``n`` alone."""
+        frame = cls(n)
+        s = tangent - n * ir.dot(n, tangent)
+        l2 = ir.dot(s, s)
+        ok = l2 > 0.0
+        s = s * ir.rsqrt(ir.select(ok, l2, 1.0))
+        frame.s = Vec(*(ir.select(ok, a, b) for a, b in zip(s, frame.s)))
+        frame.t = Vec(*(ir.select(ok, a, b) for a, b in zip(ir.cross(n, frame.s), frame.t)))
+        return frame
+
     def to_local(self, v: Vec) -> Vec:
         return Vec(ir.dot(v, self.s), ir.dot(v, self.t), ir.dot(v, self.n))
 

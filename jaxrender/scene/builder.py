@@ -247,10 +247,6 @@ class SceneBuilder:
         self.meshes.append((tris, attrs, uvs, normals, placement))
 
     def add_shape(self, shape: AnalyticShape, bsdf: int, emitter: int, media: tuple = (-1, -1)) -> None:
-        frame = self.bsdf_frame[bsdf] if 0 <= bsdf < len(self.bsdf_frame) else None
-        if frame is not None and shape.kind != kshapes.KIND["sphere"]:
-            raise SceneError(f"{shape.key}: a {frame} BSDF on a {kshapes.NAMES[shape.kind]} is not supported yet "
-                             "(its dp_du / dp_dv are only computed for meshes and spheres)")
         self.shapes.append(shape)
         self.shape_attrs.append((bsdf, emitter, *media))
 

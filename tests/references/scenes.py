@@ -327,8 +327,7 @@ def _tex(name, **kw):
 def cbox_principled(d):
     """principled four ways: a plain dielectric-like floor (specular, spec_tint), a metallic
     box with clearcoat and sheen, a rough glass box (spec_trans, eta), and the back wall as
-    anisotropic principledthin (glossy and diffuse transmission). Anisotropy only on the back
-    wall, whose frame is Mitsuba's (see cbox_anisotropic)."""
+    anisotropic principledthin (glossy and diffuse transmission)."""
     d = _base(d)
     d["floor"]["bsdf"] = {"type": "principled", "base_color": _rgb(0.3, 0.5, 0.7), "roughness": 0.35,
                           "specular": 0.7, "spec_tint": 0.4}
@@ -346,8 +345,8 @@ def cbox_principled(d):
 def cbox_anisotropic(d):
     """Anisotropic BSDFs on the cubes: principled (metallic, anisotropic) and a roughconductor
     with alpha_u != alpha_v. Mitsuba orients their roughness along dp_du (the shading frame's
-    s is dp_du made orthogonal to n); on a cube's faces that is not the frame jaxrender builds
-    from the normal alone (on the back wall the two agree)."""
+    s is dp_du made orthogonal to n); on a cube's faces that is not the frame of the normal
+    alone (on the back wall the two agree), so this checks jaxrender builds Mitsuba's."""
     d = _base(d)
     d["large-box"]["bsdf"] = {"type": "principled", "base_color": _rgb(0.9, 0.6, 0.2), "metallic": 0.9,
                               "roughness": 0.3, "anisotropic": 0.8}

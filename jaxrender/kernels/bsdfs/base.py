@@ -68,7 +68,10 @@ class BsdfType:
     under volpath). A composite without one has none; a plain type has 1
     if it is ``null``, else none.
     ``frame``: a composite that perturbs the shading frame (normalmap,
-    bumpmap): scenes with it compute the hit's dp_du / dp_dv."""
+    bumpmap): scenes with it compute the hit's dp_du / dp_dv.
+    ``anisotropic``: its lobes may depend on the azimuth in the shading
+    frame (alpha_u != alpha_v, principled's anisotropic): scenes with it
+    build Mitsuba's frame, whose first axis follows dp_du."""
     name: str
     plugin: str
     params: tuple
@@ -86,6 +89,7 @@ class BsdfType:
     mix_albedo: Callable | None = None
     null: bool = False
     frame: bool = False
+    anisotropic: bool = False
     null_transmission: Callable | None = None
 
     @property

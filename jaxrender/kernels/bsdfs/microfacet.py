@@ -206,5 +206,5 @@ def variants(plugin: str, params: tuple, make, eval, pdf, sample, **extra) -> tu
             options = (("distribution", distribution), ("sample_visible", visible))
             out.append(BsdfType(f"{plugin}-{distribution}" + ("" if visible else "-all"), plugin,
                                 OPTION_PARAMS + tuple(params) + ALPHA_PARAMS, make, eval, pdf, sample,
-                                options=options, kw=options, **extra))
+                                options=options, kw=options, anisotropic=True, **extra))
     return tuple(out)

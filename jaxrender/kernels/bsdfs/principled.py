@@ -381,7 +381,7 @@ def _type(transmission: bool, ior: str) -> BsdfType:
         make, eval, pdf, sample, options=(("transmission", transmission), ("ior", ior)),
         kw=(("transmission", transmission),), albedo="base_color",
         eta=(lambda v: relative_eta(v, transmission, from_specular)) if transmission else None,
-        transmissive=transmission)
+        transmissive=transmission, anisotropic=True)
 
 
 TYPES = tuple(_type(t, ior) for t in (False, True) for ior in ("specular", "eta"))

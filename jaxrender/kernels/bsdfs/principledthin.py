@@ -206,4 +206,4 @@ def _make(v) -> ThinParams:
 # Always transmissive (Mitsuba lists its diffuse transmission lobe whatever
 # diff_trans is, so twosided refuses it); sampled interactions keep eta 1.
 TYPE = BsdfType("principledthin", "principledthin", PARAMS, _make, eval, pdf, sample, albedo="base_color",
-                transmissive=True)
+                transmissive=True, anisotropic=True)

@@ -42,9 +42,5 @@ def surface(geo, s, o, d, t, uv: bool):
 
 
 def tangents(geo, s, p):
-    """Mitsuba's (dp_du, dp_dv) at point ``p`` of analytic shape ``s``: a
-    sphere's; other kinds have none here (zero vectors: the scene loader
-    refuses a frame-perturbing BSDF on them)."""
-    zero = lambda: (ir.Vec(0.0, 0.0, 0.0), ir.Vec(0.0, 0.0, 0.0))     # noqa: E731
-    return by_kind(geo.shape_kind(s), [lambda m=m: m.tangents(geo, s, p) if hasattr(m, "tangents") else zero()
-                                       for m in ANALYTIC])
+    """Mitsuba's (dp_du, dp_dv) at point ``p`` of analytic shape ``s``."""
+    return by_kind(geo.shape_kind(s), [lambda m=m: m.tangents(geo, s, p) for m in ANALYTIC])

@@ -76,6 +76,14 @@ def surface(geo, s, o: Vec, d: Vec, t, uv: bool):
     return p, normal_at(geo, s, x, y), u, v
 
 
+def tangents(geo, s, p: Vec) -> tuple[Vec, Vec]:
+    """Mitsuba's (dp_du, dp_dv) at point ``p``: the derivatives of the
+    position in u = phi / 2pi and v (the axis, from p0 to p1)."""
+    local = geo.to_object(s, p)
+    return (geo.to_world_dir(s, Vec(-local.y, local.x, 0.0) * (2.0 * math.pi)),
+            geo.to_world_dir(s, Vec(0.0, 0.0, 1.0)))
+
+
 def point(geo, s, x, y, z) -> Vec:
     m = [geo.shape_value(s, layout.SHAPE_TO_WORLD + k) for k in range(12)]
     return Vec(*(m[4 * k] * x + m[4 * k + 1] * y + m[4 * k + 2] * z + m[4 * k + 3] for k in range(3)))

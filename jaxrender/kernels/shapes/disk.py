@@ -44,6 +44,17 @@ def surface(geo, s, o: Vec, d: Vec, t, uv: bool):
     return p, ng, u, v
 
 
+def tangents(geo, s, p: Vec) -> tuple[Vec, Vec]:
+    """Mitsuba's (dp_du, dp_dv) at point ``p``: the derivatives of the
+    position in u = r and v = phi / 2pi (zero at the centre)."""
+    local = geo.to_object(s, p)
+    r2 = local.x * local.x + local.y * local.y
+    inv_r = ir.select(r2 != 0.0, ir.rsqrt(ir.select(r2 != 0.0, r2, 1.0)), 0.0)
+    cos_phi, sin_phi = local.x * inv_r, local.y * inv_r
+    return (geo.to_world_dir(s, Vec(cos_phi, sin_phi, 0.0)),
+            geo.to_world_dir(s, Vec(-sin_phi, cos_phi, 0.0) * (2.0 * math.pi * r2 * inv_r)))
+
+
 def sample_position(geo, s, u: Vec) -> tuple[Vec, Vec]:
     """A point uniform on the disk's area, and its normal."""
     x = square_to_uniform_disk_concentric(u)

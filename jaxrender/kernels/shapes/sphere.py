@@ -71,11 +71,7 @@ def tangents(geo, s, p: Vec) -> tuple[Vec, Vec]:
     du = Vec(-local.y, local.x, 0.0) * (2.0 * math.pi)
     dv = Vec(ir.select(pole, 1.0, local.z * local.x * inv), ir.select(pole, 0.0, local.z * local.y * inv),
              ir.select(pole, 0.0, -rd)) * math.pi
-    m = [geo.shape_value(s, layout.SHAPE_TO_WORLD + k) for k in range(12)]
-
-    def vec(v: Vec) -> Vec:
-        return Vec(*(m[4 * k] * v.x + m[4 * k + 1] * v.y + m[4 * k + 2] * v.z for k in range(3)))
-    return vec(du), vec(dv)
+    return geo.to_world_dir(s, du), geo.to_world_dir(s, dv)
 
 
 def cone(geo, s, p: Vec):
