@@ -16,6 +16,7 @@ import pytest
 import jaxrender
 from jaxrender import ir
 from jaxrender.ir import Vec
+from jaxrender.kernels import media
 from jaxrender.kernels.media import phase
 from jaxrender.primitives import launch
 from jaxrender.scene.errors import SceneError
@@ -256,6 +257,44 @@ def test_phase_sampling_matches_its_pdf(name, g):
         mei.sh_frame = mi.Frame3f(mei.wi)
         for w, p in zip(wo[:5], pdf[:5]):
             assert math.isclose(ref.eval_pdf(ctx, mei, mi.Vector3f(*w))[1], p, rel_tol=1e-3)
+
+
+# -- free flights -----------------------------------------------------------------------
+@functools.cache
+def flight_kernel():
+    def body(seed, channel):
+        u = ir.rng.uniform4(seed.value, ir.item_index(), 0)
+        majorant = Vec(0.5, 1.5, 3.0)
+        t = media.free_flight(majorant, channel.value, u[0])
+        limit = ir.Float(0.8)
+        collided = t < limit
+        weight = media.spectral_ratio(majorant, channel.value, ir.minimum(t, limit), collided)
+        return {"t": t, "w": (*weight, ir.select(collided, 1.0, 0.0))}
+    return ir.trace(body, {"seed": ir.Scalar("u32"), "channel": ir.Scalar("i32")},
+                    {"t": ir.Out("f32"), "w": ir.Out("f32", (4,))}, name="free_flight")
+
+
+@pytest.mark.parametrize("channel", [0, 2])
+def test_free_flights_are_exponential_and_their_weights_unbiased(channel):
+    """Distances drawn with a channel's majorant follow m exp(-m t)
+    (chi-square over quantile bins), and the spectral ratio weights make
+    every channel's estimate of P(pass 0.8) = exp(-0.8 m_c) and of the
+    collision density's integral 1 - exp(-0.8 m_c) unbiased."""
+    majorant = np.array([0.5, 1.5, 3.0])
+    out = launch(flight_kernel(), (N,), seed=np.uint32(9), channel=np.int32(channel))
+    t, w = np.asarray(out["t"], np.float64), np.asarray(out["w"], np.float64)
+    m = majorant[channel]
+    edges = np.append(-np.log1p(-np.linspace(0.0, 1.0, 41)[:-1]) / m, np.inf)   # 40 equally likely bins
+    hist, _ = np.histogram(t, edges)
+    _, _, z = chi2_reject(hist.astype(float), np.full(40, N / 40))
+    assert z < 4.5, z
+    collided = w[:, 3] > 0
+    for c in range(3):
+        # passing: weight exp(-m t) / P(pass); a collision: exp(-m t) / pdf, times m (the
+        # collision density), which integrates to 1 - exp(-0.8 m)
+        for est, want in ((np.where(~collided, w[:, c], 0.0), math.exp(-0.8 * majorant[c])),
+                          (np.where(collided, w[:, c], 0.0) * majorant[c], 1.0 - math.exp(-0.8 * majorant[c]))):
+            assert abs(est.mean() - want) < 5 * est.std() / math.sqrt(N), (c, est.mean(), want)
 
 
 # -- loading -----------------------------------------------------------------------------
