@@ -49,7 +49,7 @@ from .shapes import SHAPE_ROW
 __all__ = ["Camera", "Scene", "SceneError", "filter_table", "load_dict"]
 
 (EMITTER_AREA, EMITTER_POINT, EMITTER_DIRECTIONAL, EMITTER_CONSTANT, EMITTER_SPOT, EMITTER_ENVMAP, EMITTER_SPHERE,
- EMITTER_DISK, EMITTER_CYLINDER) = (kemitters.TYPE_ID[n] for n in kemitters.NAMES)
+ EMITTER_DISK, EMITTER_CYLINDER, EMITTER_SUNSKY) = (kemitters.TYPE_ID[n] for n in kemitters.NAMES)
 EMITTER_FRAME_WIDTH = layout.EMITTER_FRAME_ROW
 
 
@@ -139,7 +139,8 @@ class Scene:
                          sensor=self.sensor(0)[1].kind, sampler=self.sensor(0)[1].sampler.type,
                          footprint=self.sensor(0)[1].footprint, bsdf_nesting=self.bsdf_nesting,
                          media=tuple(sorted({m.kind for m in self.media})),
-                         phases=tuple(sorted({m.phase for m in self.media})))
+                         phases=tuple(sorted({m.phase for m in self.media})),
+                         sunsky=bool(np.any(self.emitter_meta[:, layout.META_TYPE] == EMITTER_SUNSKY)))
 
     def sensor_structure(self, index: int = 0):
         """:attr:`structure` with sensor ``index``'s type, sampler type and
@@ -325,8 +326,10 @@ class Scene:
             return xp.stack(rows) if rows else np.zeros((0, layout.BSDF_ROW), f32)
 
         def emitter_radiance(p, xp):
-            # (an envmap's row is its scalar scale, broadcast)
-            rad = [xp.broadcast_to(xp.asarray(p[k], f32).reshape(-1), (3,)) for k in self.emitter_keys]
+            # (an envmap's row is its scalar scale, broadcast; a sunsky's, which has no
+            # radiance parameter (key None), is 1: its radiance is in its emitter_frame row)
+            rad = [np.ones(3, f32) if k is None else xp.broadcast_to(xp.asarray(p[k], f32).reshape(-1), (3,))
+                   for k in self.emitter_keys]
             return xp.stack(rad) if rad else np.zeros((0, 3), f32)
 
         cam_key, cam = self.sensor(sensor)
@@ -346,7 +349,7 @@ class Scene:
         env = self.textures[self.env_texture] if self.env_texture >= 0 else None
 
         def env_dist(p, xp):
-            return tex_io.envmap_tables(env, p[env.keys[0]], xp) if env is not None else np.zeros((0,), f32)
+            return tex_io.envmap_tables(env, env.envmap_data(p), xp) if env is not None else np.zeros((0,), f32)
 
         def medium_data(p, xp):
             rows = []
@@ -368,9 +371,10 @@ class Scene:
 
         medium_keys = [k for m in self.media for k in (m.sigma_t, m.scale, m.albedo, m.g) if k is not None]
         bsdf_keys = [k for _, fields, _ in self.bsdfs for k, _ in fields if isinstance(k, str)]
-        return dict(bsdf_data=(bsdf_keys, bsdf_data), emitter_radiance=(self.emitter_keys, emitter_radiance),
+        radiance_keys = [k for k in self.emitter_keys if k is not None]
+        return dict(bsdf_data=(bsdf_keys, bsdf_data), emitter_radiance=(radiance_keys, emitter_radiance),
                     camera=([cam_key] + ([fov] if fov else []), camera), texels=([k for t in self.textures for k in t.keys], texels),
-                    env_dist=([env.keys[0]] if env is not None else [], env_dist),
+                    env_dist=(list(env.keys) if env is not None else [], env_dist),
                     medium_data=(medium_keys, medium_data))
 
 

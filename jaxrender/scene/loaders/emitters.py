@@ -1,5 +1,6 @@
 """Emitter plugins: ``area`` (nested in a shape), ``point``, ``spot``,
-``directional``, ``constant`` and ``envmap``, as Mitsuba 3.9.1 reads them.
+``directional``, ``constant``, ``envmap`` and ``sunsky``, as Mitsuba 3.9.1
+reads them.
 
 An emitter loader is ``loader(builder, props)`` (``area``: with the
 :class:`AreaHost` it sits on) and returns the emitter's index. Every
@@ -17,6 +18,7 @@ from ...kernels import emitters as kemitters
 from ...kernels import layout
 from ...kernels import shapes as kshapes
 from ...kernels import textures as ktex
+from .. import sunsky as ss
 from ..properties import Properties
 from ..shapes import AnalyticShape
 from ..textures import TextureSpec
@@ -162,12 +164,80 @@ def load_envmap(builder: SceneBuilder, props: Properties) -> int:
     data = np.concatenate([img[:, -1:], img, img[:, :1]], axis=1)
     builder.add_param(f"{props.key}.data", np.ascontiguousarray(data, np.float32))
     builder.add_param(f"{props.key}.scale", props.scalar("scale", 1.0).astype(np.float32))
-    m = props.transform()[:3, :3]
-    s = np.cbrt(np.linalg.det(m))
-    if not s > 0 or not np.allclose((m / s) @ (m / s).T, np.eye(3), atol=1e-4):
-        raise props.error("to_world of an envmap must be a rotation (possibly uniformly scaled)")
+    m = _rotation(props, "an envmap")
     texture = builder.add_texture(TextureSpec(ktex.ENVMAP, (f"{props.key}.data",), w, h, 3, ktex.WRAP_REPEAT,
                                               ktex.FILTER_BILINEAR, None))
     index = builder.add_emitter(TYPE_ID["envmap"], np.zeros(4), texture, f"{props.key}.scale")
-    builder.set_environment(index, texture, m / s)
+    builder.set_environment(index, texture, m)
+    return index
+
+
+def _rotation(props: Properties, what: str) -> np.ndarray:
+    """The rotation of an environment's ``to_world`` (a uniform scale
+    divided out: directions do not see it); anything else is an error."""
+    m = props.transform()[:3, :3]
+    s = np.cbrt(np.linalg.det(m))
+    if not s > 0 or not np.allclose((m / s) @ (m / s).T, np.eye(3), atol=1e-4):
+        raise props.error(f"to_world of {what} must be a rotation (possibly uniformly scaled)")
+    return m / s
+
+
+SUNSKY_FROZEN = ("the sky and sun are computed when the scene is loaded: a render cannot change or "
+                 "differentiate the sunsky's parameters (load the scene again)")
+SUNSKY_TIME = (("year", 2010, Properties.int), ("month", 7, Properties.int), ("day", 10, Properties.int),
+               ("hour", 15.0, Properties.float), ("minute", 0.0, Properties.float),
+               ("second", 0.0, Properties.float))
+SUNSKY_PLACE = (("latitude", 35.6894, Properties.float), ("longitude", 139.6917, Properties.float),
+                ("timezone", 9.0, Properties.float))
+
+
+@EMITTERS.register("sunsky")
+def load_sunsky(builder: SceneBuilder, props: Properties) -> int:
+    """Mitsuba's ``sunsky`` (RGB): the Hosek-Wilkie sky and sun for a
+    ``sun_direction`` (world) or for the date, time and place of
+    ``SUNSKY_TIME`` / ``SUNSKY_PLACE``, with Mitsuba's defaults. Its
+    parameters are Mitsuba's keys, all frozen (see ``SUNSKY_FROZEN``)."""
+    _environment_slot(builder, props)
+    _emitter_basics(builder, props)
+    turbidity = props.float("turbidity", 3.0)
+    if not 1.0 <= turbidity <= 10.0:
+        raise props.error(f"must be in [1, 10], got {turbidity}", "turbidity")
+    scales = {name: props.float(name, 1.0) for name in ("sun_scale", "sky_scale")}
+    for name, value in scales.items():
+        if value < 0:
+            raise props.error(f"must be nonnegative, got {value}", name)
+    aperture = props.float("sun_aperture", 0.5358)
+    if not 0.0 < aperture < 180.0:
+        raise props.error(f"must be in (0, 180) degrees, got {aperture}", "sun_aperture")
+    props.only("complex_sun", False, Properties.bool, "complex_sun (the limb-darkened sun)")
+    albedo = props.rgb("albedo", 0.3)
+    if np.any(albedo < 0) or np.any(albedo > 1):
+        raise props.error(f"must be in [0, 1] per channel, got {albedo.tolist()}", "albedo")
+    to_world = props.transform()
+    rotation = _rotation(props, "a sunsky")
+    key = props.key
+    timed = [name for name, _, _ in SUNSKY_TIME + SUNSKY_PLACE if name in props]
+    if "sun_direction" in props:
+        if timed:
+            raise props.error(f"give either sun_direction or the date, time and place ({', '.join(timed)}), "
+                              "not both", "sun_direction")
+        sun = props.vector("sun_direction", None)
+        norm = np.linalg.norm(sun)
+        if not norm > 0:
+            raise props.error("must be a nonzero vector", "sun_direction")
+        sun = sun / norm
+    else:
+        when = {name: read(props, name, default) for name, default, read in SUNSKY_TIME + SUNSKY_PLACE}
+        for name, value in when.items():
+            builder.add_param(f"{key}.{name}", np.asarray(value, np.float64), frozen=SUNSKY_FROZEN)
+        sun = rotation @ ss.direction(*ss.sun_coordinates(**when))
+    for name, value in (("to_world", to_world), ("turbidity", turbidity), ("sky_scale", scales["sky_scale"]),
+                        ("sun_scale", scales["sun_scale"]), ("albedo.value", albedo), ("sun_direction", sun)):
+        builder.add_param(f"{key}.{name}", np.asarray(value, np.float64), frozen=SUNSKY_FROZEN)
+    sky = ss.SunskyEnvironment(ss.SunskyModel(rotation.T @ sun, turbidity, albedo, aperture), rotation,
+                               scales["sky_scale"], scales["sun_scale"], props.where())
+    texture = builder.add_texture(TextureSpec(ktex.ENVMAP, (), sky.map_width, sky.map_height, 3, ktex.WRAP_REPEAT,
+                                              ktex.FILTER_BILINEAR, None, fixed=sky.sampling_map))
+    index = builder.add_emitter(TYPE_ID["sunsky"], sky.geom_row(), texture, None, sky.frame_row())
+    builder.set_environment(index, texture, sky.map_frame)
     return index
