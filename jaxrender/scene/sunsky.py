@@ -11,13 +11,19 @@ reduces them, to what one sun position, turbidity and ground albedo need:
   (pi / 2))`` of the sun; :meth:`SunskyModel.sky` evaluates Hosek and
   Wilkie's formula for directions given by the cosine of their angle to the
   zenith and their angle to the sun;
-* the sun (Mitsuba's default, ``complex_sun = false``): a constant radiance
+* the sun, with ``complex_sun = false`` (Mitsuba's default): a constant radiance
   over a cone of half-angle ``sun_aperture / 2`` around the sun direction,
   the sun's irradiance (linear in turbidity and in the sun's elevation, in
   3-degree steps from 2 degrees) spread over the solid angle of the real
   sun's disk, times the ratio of that solid angle to the cone's, so that the
   sun's power does not depend on the aperture (given as ``sun_aperture``,
-  the full angle in degrees).
+  the full angle in degrees);
+* with ``complex_sun = true``: per RGB channel a polynomial of degree 3 in
+  the elevation of the direction looked at (45 segments, cubic in
+  ``cbrt(elevation / (pi / 2))``) times one of degree 5 in the cosine of the
+  angle between the sun's radius and the direction (limb darkening),
+  linear in turbidity, scaled by the ratio of the real sun's solid angle to
+  the cone's (the kernels evaluate it).
 
 Frames: the model's local frame is Mitsuba's (z up, x north); ``to_world``
 orients it. The sun's position from a date, time and location is Mitsuba's
@@ -137,6 +143,16 @@ class SunskyModel:
         # mean radiance over the real sun's disk, rescaled to the cone's solid angle
         self.sun = irradiance * SPEC_TO_RGB_SUN_CONV * CIE_Y_NORMALIZATION / self.solid_angle
 
+    def complex_sun(self, turbidity: float) -> np.ndarray:
+        """complex_sun's polynomials (segment 45, elevation power 4, limb
+        power 6, RGB 3), interpolated in turbidity and scaled to Mitsuba's
+        RGB radiance (its ratio of solid angles in single precision, as its
+        own)."""
+        table = _lerp_axis0(tables()["sun_radiance"], turbidity - 1.0)            # (45, 3, 4, 6)
+        real = np.float32(1.0) - np.cos(np.float32(SUN_HALF_APERTURE))
+        ratio = float(real) / float(np.float32(1.0) - self.cos_cutoff)
+        return np.transpose(table, (0, 2, 3, 1)) * (ratio * SPEC_TO_RGB_SUN_CONV * CIE_Y_NORMALIZATION)
+
     @staticmethod
     def _sky_table(table: np.ndarray, turbidity: float, albedo: np.ndarray, elevation: float) -> np.ndarray:
         """Interpolated in turbidity, then per channel in albedo, then the
@@ -189,13 +205,16 @@ class SunskyEnvironment:
 
     map_width, map_height = MAP_WIDTH, MAP_HEIGHT
 
-    def __init__(self, model: SunskyModel, rotation: np.ndarray, sky_scale: float, sun_scale: float, where: str):
+    def __init__(self, model: SunskyModel, rotation: np.ndarray, sky_scale: float, sun_scale: float, where: str,
+                 sun_table: np.ndarray | None = None):
         self.model, self.rotation = model, np.asarray(rotation, np.float64)
+        self.sun_table = sun_table       # complex_sun's polynomials (SunskyModel.complex_sun), before sun_scale
         if not model.above_horizon:
             warnings.warn(f"{where}: the sun is below the horizon: the sunsky emits nothing (as in Mitsuba)",
                           stacklevel=3)
         on = 1.0 if model.above_horizon else 0.0
         self.sky_scale, self.sun = sky_scale * on, model.sun * sun_scale * on
+        self.sun_table_values = None if sun_table is None else np.asarray(sun_table * sun_scale * on, np.float32)
         self.map_frame = self.rotation @ MAP_TO_MODEL
         self.sampling_map = self._sampling_map()
         self.sky_prob = self._sky_probability()
@@ -231,8 +250,9 @@ class SunskyEnvironment:
         sun = self.rotation @ self.model.sun_dir
         return np.append(sun / np.linalg.norm(sun), 1.0 - float(self.model.cos_cutoff))
 
-    def frame_row(self) -> np.ndarray:
-        """``emitter_frame`` (``layout.FRAME_SKY_PARAMS`` ...)."""
+    def frame_row(self, sun_table_texture: int = -1) -> np.ndarray:
+        """``emitter_frame`` (``layout.FRAME_SKY_PARAMS`` ...); the texture
+        holding :attr:`sun_table_values` (-1: the uniform sun)."""
         row = np.zeros(layout.EMITTER_FRAME_ROW)
         row[layout.FRAME_SKY_PARAMS:layout.FRAME_SKY_PARAMS + 27] = self.model.params.T.reshape(-1)
         row[layout.FRAME_SKY_RADIANCE:layout.FRAME_SKY_RADIANCE + 3] = (self.model.radiance * CIE_Y_NORMALIZATION
@@ -245,4 +265,7 @@ class SunskyEnvironment:
         row[layout.FRAME_SUN_T1:layout.FRAME_SUN_T1 + 3] = t1
         row[layout.FRAME_SUN_T2:layout.FRAME_SUN_T2 + 3] = np.cross(sun, t1)
         row[layout.FRAME_SKY_PROB] = self.sky_prob
+        row[layout.FRAME_SUN_TABLE] = sun_table_texture
+        half = math.acos(float(self.model.cos_cutoff))
+        row[layout.FRAME_SUN_SIN2] = math.sin(half) ** 2
         return row

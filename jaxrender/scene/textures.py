@@ -150,8 +150,9 @@ class TextureSpec:
     plugin: str | None = None  # a texture plugin's name (kernels.textures.PLUGINS); its kind is set per scene
     depth: int = 1            # a VOLUME's z resolution
     header: Any = None        # a VOLUME's constant floats before its values (scene.volumes)
-    fixed: Any = None         # an ENVMAP's (H, W + 2, C) data when no parameter holds it (keys empty): a
-                              # sunsky's sampling map, computed from its (frozen) parameters at load time
+    fixed: Any = None         # values no parameter holds (keys empty), computed from frozen parameters at
+                              # load time: a sunsky's sampling map (an ENVMAP's (H, W + 2, C) data) and its
+                              # complex sun's polynomials (DATA)
 
     @property
     def size(self) -> int:
@@ -164,6 +165,8 @@ class TextureSpec:
         xp = xp or array_module(*(p[k] for k in self.keys))
         if self.kind == ktex.ENVMAP:
             return xp.asarray(self.envmap_data(p), np.float32)[:, 1:self.width + 1, :].reshape(-1)
+        if self.fixed is not None:
+            return np.asarray(self.fixed, np.float32).reshape(-1)
         blocks = [xp.asarray(p[k], np.float32).reshape(-1) for k in self.keys]
         return xp.concatenate(blocks if self.header is None else [self.header] + blocks)
 

@@ -4,13 +4,16 @@ rays that leave the scene.
 Radiance, as Mitsuba evaluates it: the sky model per RGB channel,
 ``(1 + p0 exp(p1 / (cos theta + 0.01))) (p2 + p3 exp(p4 gamma) + p5
 cos^2 gamma + p6 chi(p8, gamma) + p7 sqrt(cos theta)) L`` with theta the
-angle to the zenith and gamma the angle to the sun, plus the sun: a
-constant radiance within a cone around the sun direction. Both are 0 below
-the horizon (the sun below it has been turned off by the scene builder).
-The coefficients, reduced by the builder (``jaxrender.scene.sunsky``) for
-the emitter's turbidity, albedo and sun elevation, sit in its
-``emitter_frame`` row (``layout.FRAME_SKY_*`` ...), the sun direction and
-``1 - cos`` of the cone's half angle in its ``emitter_geom`` row.
+angle to the zenith and gamma the angle to the sun, plus the sun within a
+cone around the sun direction: a constant radiance, or with
+``complex_sun`` Mitsuba's polynomial in the elevation of the direction and
+in the cosine of the angle to the sun's limb (its table, 45 segments of
+4 x 6 RGB coefficients, is a DATA texture). Both are 0 below the horizon
+(the sun below it has been turned off by the scene builder). The
+coefficients, reduced by the builder (``jaxrender.scene.sunsky``) for the
+emitter's turbidity, albedo and sun elevation, sit in its ``emitter_frame``
+row (``layout.FRAME_SKY_*`` ...), the sun direction and ``1 - cos`` of the
+cone's half angle in its ``emitter_geom`` row.
 
 Sampling: with the row's sky probability the sky, by the environment-map
 sampling of :class:`~.envmap.EnvMap` over a map of the sky's luminance
@@ -30,10 +33,12 @@ import math
 from ... import ir
 from ...ir import Vec
 from .. import layout
+from ..textures import Texel
 from .base import INF, DirectionSample, EmitterType
 from .envmap import EnvMap
 
 TWO_PI = 2.0 * math.pi
+SUN_SEGMENTS, SUN_ELEVATION_TERMS, SUN_LIMB_TERMS = 45, 4, 6
 
 
 class Sunsky:
@@ -65,8 +70,12 @@ class Sunsky:
         gamma = 2.0 * ir.asin(ir.minimum(0.5 * ir.sqrt(ir.dot(chord, chord)), 1.0))
         cos_gamma = ir.clamp(ir.dot(self.sun, w), -1.0, 1.0)
         frame = self.b["emitter_frame"]
-        sky_rad, sun_rad = self._vec(layout.FRAME_SKY_RADIANCE), self._vec(layout.FRAME_SUN_RADIANCE)
-        sun = ir.select(above & self.in_sun(w), 1.0, 0.0)
+        sky_rad = self._vec(layout.FRAME_SKY_RADIANCE)
+        table = ir.cast(frame.read(self.emitter, layout.FRAME_SUN_TABLE), "i32")
+        lit = above & self.in_sun(w)
+        sun_rad = Vec(*ir.cond(lit & (table >= 0), lambda: tuple(self._complex_sun(table, ct, gamma)),
+                               lambda: tuple(self._vec(layout.FRAME_SUN_RADIANCE))))
+        sun = ir.select(lit, 1.0, 0.0)
         out = []
         for c in range(3):
             p = [frame.read(self.emitter, layout.FRAME_SKY_PARAMS + 3 * k + c) for k in range(9)]
@@ -77,6 +86,33 @@ class Sunsky:
                   + p[7] * ir.sqrt(ct))
             out.append(ir.select(above, c1 * c2 * sky_rad[c], 0.0) + sun * sun_rad[c])
         return Vec(*out)
+
+    def _complex_sun(self, table, cos_theta, gamma) -> Vec:
+        """Mitsuba's complex_sun radiance (scaled by the builder) towards
+        a direction at ``cos_theta`` from the zenith and ``gamma`` from the
+        sun's centre: in the segment of its elevation e (uniform in
+        cbrt(e / (pi / 2))), sum_k sum_j c[k, j] x^k cos(psi)^j, with x the
+        elevation past the segment's start and psi the angle between the
+        sun's radius and the direction."""
+        elevation = 0.5 * math.pi - ir.acos(ir.minimum(cos_theta, 1.0))
+        t = ir.pow(ir.maximum(elevation, 0.0) * (2.0 / math.pi), 1.0 / 3.0)
+        segment = ir.minimum(ir.cast(ir.floor(t * SUN_SEGMENTS), "i32"), SUN_SEGMENTS - 1)
+        start = ir.cast(segment, "f32") * (1.0 / SUN_SEGMENTS)
+        x = elevation - 0.5 * math.pi * start * start * start
+        sin_gamma = ir.sin(gamma)
+        sin2_radius = self.b["emitter_frame"].read(self.emitter, layout.FRAME_SUN_SIN2)
+        cos_psi = ir.safe_sqrt(1.0 - sin_gamma * sin_gamma / sin2_radius)
+        texel = Texel(self.b, table)
+        first = segment * (SUN_ELEVATION_TERMS * SUN_LIMB_TERMS)
+        total, x_k = Vec(0.0, 0.0, 0.0), ir.Float(1.0)
+        for k in range(SUN_ELEVATION_TERMS):
+            limb, cos_j = Vec(0.0, 0.0, 0.0), ir.Float(1.0)
+            for j in range(SUN_LIMB_TERMS):
+                limb = limb + texel.fetch(first + k * SUN_LIMB_TERMS + j) * cos_j
+                cos_j = cos_j * cos_psi
+            total = total + limb * x_k
+            x_k = x_k * x
+        return total
 
     def sun_pdf(self, w: Vec):
         return ir.select(self.in_sun(w), 1.0 / (TWO_PI * self.cone), 0.0)

@@ -209,7 +209,7 @@ def load_sunsky(builder: SceneBuilder, props: Properties) -> int:
     aperture = props.float("sun_aperture", 0.5358)
     if not 0.0 < aperture < 180.0:
         raise props.error(f"must be in (0, 180) degrees, got {aperture}", "sun_aperture")
-    props.only("complex_sun", False, Properties.bool, "complex_sun (the limb-darkened sun)")
+    complex_sun = props.bool("complex_sun", False)
     albedo = props.rgb("albedo", 0.3)
     if np.any(albedo < 0) or np.any(albedo > 1):
         raise props.error(f"must be in [0, 1] per channel, got {albedo.tolist()}", "albedo")
@@ -234,10 +234,15 @@ def load_sunsky(builder: SceneBuilder, props: Properties) -> int:
     for name, value in (("to_world", to_world), ("turbidity", turbidity), ("sky_scale", scales["sky_scale"]),
                         ("sun_scale", scales["sun_scale"]), ("albedo.value", albedo), ("sun_direction", sun)):
         builder.add_param(f"{key}.{name}", np.asarray(value, np.float64), frozen=SUNSKY_FROZEN)
-    sky = ss.SunskyEnvironment(ss.SunskyModel(rotation.T @ sun, turbidity, albedo, aperture), rotation,
-                               scales["sky_scale"], scales["sun_scale"], props.where())
+    model = ss.SunskyModel(rotation.T @ sun, turbidity, albedo, aperture)
+    sky = ss.SunskyEnvironment(model, rotation, scales["sky_scale"], scales["sun_scale"], props.where(),
+                               model.complex_sun(turbidity) if complex_sun else None)
     texture = builder.add_texture(TextureSpec(ktex.ENVMAP, (), sky.map_width, sky.map_height, 3, ktex.WRAP_REPEAT,
                                               ktex.FILTER_BILINEAR, None, fixed=sky.sampling_map))
-    index = builder.add_emitter(TYPE_ID["sunsky"], sky.geom_row(), texture, None, sky.frame_row())
+    table = -1
+    if complex_sun:
+        values = sky.sun_table_values
+        table = builder.add_texture(TextureSpec(ktex.DATA, (), values.size // 3, 1, 3, fixed=values))
+    index = builder.add_emitter(TYPE_ID["sunsky"], sky.geom_row(), texture, None, sky.frame_row(table))
     builder.set_environment(index, texture, sky.map_frame)
     return index
