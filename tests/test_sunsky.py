@@ -221,6 +221,15 @@ def test_image_matches_mitsuba_within_noise(name):
     assert disagreements(renders, ref) == []
 
 
+def test_image_with_other_emitters_matches_mitsuba():
+    """Beside a point light and an area light (emitters chosen uniformly)."""
+    d = scene_dict(**SUNSKIES["sky_only"])
+    d["lamp"] = {"type": "point", "position": [1.0, -1.0, 1.5], "intensity": 3.0}
+    d["panel"] = {"type": "sphere", "center": [-1.2, 0.8, 0.4], "radius": 0.3,
+                  "emitter": {"type": "area", "radiance": 2.0}}
+    assert disagreements(our_renders(d), mitsuba_image(d)) == []
+
+
 def test_a_wrong_sky_is_detected():
     """Control for the comparison: a turbidity off by 0.5 is seen."""
     ref = mitsuba_image(scene_dict(**SUNSKIES["sky_only"]))
@@ -245,6 +254,33 @@ def test_params_keys_and_values_are_mitsubas(name):
         ref = np.array(ref.matrix if hasattr(ref, "inverse_transpose") else
                        [ref.x, ref.y, ref.z] if hasattr(ref, "x") else ref, np.float64)
         np.testing.assert_allclose(v, np.broadcast_to(ref, np.shape(v)), rtol=1e-5, atol=5e-5, err_msg=k)
+
+
+XML = """<scene version="3.0.0">
+    <sensor type="perspective"><film type="hdrfilm"><integer name="width" value="4"/>
+        <integer name="height" value="4"/></film></sensor>
+    <shape type="rectangle"/>
+    <emitter type="sunsky" id="sky">
+        <integer name="year" value="2021"/>
+        <float name="hour" value="17.5"/>
+        <float name="turbidity" value="4"/>
+        <rgb name="albedo" value="0.1, 0.2, 0.3"/>
+        <boolean name="complex_sun" value="true"/>
+        <transform name="to_world"><rotate z="1" angle="40"/></transform>
+    </emitter>
+</scene>"""
+
+
+def test_xml_scene_loads_as_in_mitsuba(tmp_path):
+    path = tmp_path / "sky.xml"
+    path.write_text(XML)
+    ours = jaxrender.load_file(str(path)).params
+    theirs = mi.traverse(mi.load_file(str(path)))
+    assert {k for k in ours if k.startswith("sky.")} == {k for k in theirs.keys() if k.startswith("sky.")} - {
+        "sky.sampling_weight"}
+    assert ours["sky.year"] == 2021 and ours["sky.hour"] == 17.5
+    sun = theirs["sky.sun_direction"]
+    np.testing.assert_allclose(ours["sky.sun_direction"], [sun.x, sun.y, sun.z], atol=2e-5)
 
 
 def test_params_are_frozen():
