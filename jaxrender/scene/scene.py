@@ -104,6 +104,7 @@ class Scene:
     bsdf_nesting: int = 0                                 # how deep composite BSDFs nest (Structure.bsdf_nesting)
     env_texture: int = -1                                 # texture index of the envmap, -1 if none
     env_frame: np.ndarray = field(default_factory=lambda: np.eye(3, dtype=np.float32))  # envmap to_world rotation
+    sunsky: Any = None                                    # a sunsky's scene.sunsky.SunskySource, None if none
     # Shading normals: (N, 9) world vertex normals per triangle (leaf order;
     # a zero row: the face normal), or no rows when no mesh has any.
     tri_normals: np.ndarray = field(default_factory=lambda: np.zeros((0, 9), np.float32))
@@ -248,7 +249,45 @@ class Scene:
                             camera_medium=np.int32(cam.medium)) if media else {}),
                     **cam.sampler.kernel_inputs(), **cam.film_inputs())
         buffers.update(self.geometry_buffers(p, params))
+        buffers.update(self.sunsky_buffers(p, params, buffers))
         return buffers
+
+    def sunsky_buffers(self, p: Mapping[str, Any], given: Mapping[str, Any] | None, buffers: Mapping) -> dict:
+        """The sunsky's buffers (its emitter rows, sampling map, complex sun
+        table, sampling tables and frame) rebuilt for the values ``p`` when
+        ``given`` (a render's params) changes one of its parameters, as
+        Mitsuba's ``parameters_changed`` rebuilds them; empty otherwise.
+        With numpy: a traced value is a SceneError (the sky's reduction is
+        not written for jax), as is a timed sunsky's ``sun_direction``,
+        which Mitsuba makes read-only."""
+        src = self.sunsky
+        keys = {name: f"{src.key}.{name}" for name in src.names()} if src is not None and given else {}
+        changed = [k for k in keys.values() if k in given and (is_traced(given[k]) or not np.array_equal(
+            np.asarray(given[k], np.float64), np.asarray(self.params[k], np.float64)))]
+        if not changed:
+            return {}
+        for k in changed:
+            if is_traced(given[k]):
+                raise SceneError(f"parameter {k!r}: a sunsky's parameters are read with numpy when a render "
+                                 "changes them; give a concrete value (not one traced by jit, grad or vmap)")
+        if src.timed and keys["sun_direction"] in changed:
+            raise SceneError(f"parameter {keys['sun_direction']!r} is read-only: the sun follows the date, time "
+                             "and place (as in Mitsuba)")
+        sky = src.environment({name: np.asarray(p[k], np.float64) for name, k in keys.items()}, src.key)
+        e, f32 = src.emitter, np.float32
+        out = dict(emitter_geom=_replaced(buffers["emitter_geom"], e, sky.geom_row()),
+                   emitter_frame=_replaced(buffers["emitter_frame"], e, sky.frame_row(src.table_texture)),
+                   env_frame=np.asarray(sky.map_frame, f32).reshape(1, 9))
+        sampling = dataclasses.replace(self.textures[src.map_texture], fixed=sky.sampling_map)
+        texels = [(src.map_texture, sampling.texels(p, np))]
+        if src.table_texture >= 0:
+            texels.append((src.table_texture, np.asarray(sky.sun_table_values, f32).reshape(-1)))
+        offsets = np.cumsum([0] + [t.size for t in self.textures])
+        out["texels"] = buffers["texels"]
+        for index, block in texels:
+            out["texels"] = _replaced(out["texels"], slice(int(offsets[index]), int(offsets[index]) + len(block)), block)
+        out["env_dist"] = tex_io.envmap_tables(sampling, sky.sampling_map, np)
+        return out
 
     def geometry_buffers(self, p: Mapping[str, Any], given: Mapping[str, Any] | None) -> dict:
         """The geometry buffers (triangles, BVH, normals, mesh emitters'
@@ -376,6 +415,16 @@ class Scene:
                     camera=([cam_key] + ([fov] if fov else []), camera), texels=([k for t in self.textures for k in t.keys], texels),
                     env_dist=(list(env.keys) if env is not None else [], env_dist),
                     medium_data=(medium_keys, medium_data))
+
+
+def _replaced(array, where, value):
+    """``array`` (numpy, or jax when other parameters are traced) with
+    ``array[where] = value``."""
+    if isinstance(array, np.ndarray):
+        array = array.copy()
+        array[where] = value
+        return array
+    return array.at[where].set(np.asarray(value, array.dtype))
 
 
 def _check_finite(key: str, value) -> None:

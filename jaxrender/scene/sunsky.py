@@ -3,8 +3,10 @@ evaluates them in its RGB variants, in numpy, for the scene builder.
 
 The model's tables (``jaxrender/data/sunsky_rgb.npz``, made by
 ``tools/make_sunsky_data.py`` from the datasets the mitsuba wheel ships;
-3-clause BSD, Hosek & Wilkie 2012-2013) are reduced at load time, as Mitsuba
-reduces them, to what one sun position, turbidity and ground albedo need:
+3-clause BSD, Hosek & Wilkie 2012-2013) are reduced when the scene is
+loaded (and again when a render changes the emitter's parameters:
+:class:`SunskySource`), as Mitsuba reduces them, to what one sun position,
+turbidity and ground albedo need:
 
 * the sky: per RGB channel nine coefficients and a mean radiance, linear in
   turbidity and albedo, then a quintic Bezier curve in ``cbrt(elevation /
@@ -32,6 +34,7 @@ Energy 70(5), 2001), in single precision as Mitsuba's scalar variants run it.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import warnings
@@ -40,6 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from ..kernels import layout
+from .errors import SceneError
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "sunsky_rgb.npz"
 
@@ -269,3 +273,76 @@ class SunskyEnvironment:
         half = math.acos(float(self.model.cos_cutoff))
         row[layout.FRAME_SUN_SIN2] = math.sin(half) ** 2
         return row
+
+
+TIME_DEFAULTS = {"year": 2010, "month": 7, "day": 10, "hour": 15.0, "minute": 0.0, "second": 0.0}
+PLACE_DEFAULTS = {"latitude": 35.6894, "longitude": 139.6917, "timezone": 9.0}
+INTEGER_TIME = ("year", "month", "day")
+
+
+@dataclasses.dataclass
+class SunskySource:
+    """What a render needs to rebuild a sunsky's buffers from its parameter
+    values (Mitsuba's ``parameters_changed``): the emitter's key and index,
+    whether its sun follows the date and place (``timed``; then
+    ``sun_direction`` is read-only, as in Mitsuba) or ``sun_direction``, the
+    properties that are not parameters, and its textures (the sampling map;
+    complex_sun's table or -1)."""
+    key: str
+    emitter: int
+    timed: bool
+    aperture: float
+    complex_sun: bool
+    map_texture: int
+    table_texture: int
+
+    def names(self) -> list[str]:
+        """Its parameters' names (Mitsuba's keys without the emitter's)."""
+        when = list(TIME_DEFAULTS) + list(PLACE_DEFAULTS) if self.timed else []
+        return when + ["to_world", "turbidity", "sky_scale", "sun_scale", "albedo.value", "sun_direction"]
+
+    def environment(self, values: dict, where: str) -> SunskyEnvironment:
+        """The kernel rows for parameter values ``values`` (name -> value),
+        checked as Mitsuba checks them (a SceneError naming the key)."""
+        check_values(values, self.key)
+        rotation = rotation_of(values["to_world"], self.key, "a sunsky")
+        if self.timed:
+            when = {k: int(values[k]) if k in INTEGER_TIME else float(values[k])
+                    for k in list(TIME_DEFAULTS) + list(PLACE_DEFAULTS)}
+            sun = rotation @ direction(*sun_coordinates(**when))
+        else:
+            sun = np.asarray(values["sun_direction"], np.float64).reshape(3)
+            sun = sun / np.linalg.norm(sun)
+        turbidity = float(values["turbidity"])
+        model = SunskyModel(rotation.T @ sun, turbidity, values["albedo.value"], self.aperture)
+        return SunskyEnvironment(model, rotation, float(values["sky_scale"]), float(values["sun_scale"]), where,
+                                 model.complex_sun(turbidity) if self.complex_sun else None)
+
+
+def check_values(values: dict, key: str) -> None:
+    """Mitsuba's checks of a sunsky's values (``name -> value``), as SceneErrors naming ``<key>.<name>``."""
+    turbidity = float(values["turbidity"])
+    if not 1.0 <= turbidity <= 10.0:
+        raise SceneError(f"{key}.turbidity: must be in [1, 10], got {turbidity}")
+    for name in ("sun_scale", "sky_scale"):
+        if not float(values[name]) >= 0.0:
+            raise SceneError(f"{key}.{name}: must be nonnegative, got {float(values[name])}")
+    albedo = np.asarray(values["albedo.value"], np.float64)
+    if np.any(albedo < 0) or np.any(albedo > 1):
+        raise SceneError(f"{key}.albedo: must be in [0, 1] per channel, got {albedo.tolist()}")
+    if "sun_direction" in values and not np.linalg.norm(np.asarray(values["sun_direction"], np.float64)) > 0:
+        raise SceneError(f"{key}.sun_direction: must be a nonzero vector")
+    for name in INTEGER_TIME:
+        if name in values and float(values[name]) != int(float(values[name])):
+            raise SceneError(f"{key}.{name}: expected an integer, got {values[name]!r}")
+
+
+def rotation_of(to_world, where: str, what: str) -> np.ndarray:
+    """The rotation of environment emitter ``what``'s 4x4 ``to_world`` (a
+    uniform scale divided out: directions do not see it); anything else is
+    an error about ``where``."""
+    m = np.asarray(to_world, np.float64).reshape(4, 4)[:3, :3]
+    s = np.cbrt(np.linalg.det(m))
+    if not s > 0 or not np.allclose((m / s) @ (m / s).T, np.eye(3), atol=1e-4):
+        raise SceneError(f"{where}: to_world of {what} must be a rotation (possibly uniformly scaled)")
+    return m / s

@@ -150,9 +150,9 @@ class TextureSpec:
     plugin: str | None = None  # a texture plugin's name (kernels.textures.PLUGINS); its kind is set per scene
     depth: int = 1            # a VOLUME's z resolution
     header: Any = None        # a VOLUME's constant floats before its values (scene.volumes)
-    fixed: Any = None         # values no parameter holds (keys empty), computed from frozen parameters at
-                              # load time: a sunsky's sampling map (an ENVMAP's (H, W + 2, C) data) and its
-                              # complex sun's polynomials (DATA)
+    fixed: Any = None         # values no parameter holds (keys empty), derived from parameters by the scene
+                              # builder (and by Scene.sunsky_buffers when a render changes them): a sunsky's
+                              # sampling map (an ENVMAP's (H, W + 2, C) data), its complex sun's table (DATA)
 
     @property
     def size(self) -> int:

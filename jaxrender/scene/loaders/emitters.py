@@ -19,6 +19,7 @@ from ...kernels import layout
 from ...kernels import shapes as kshapes
 from ...kernels import textures as ktex
 from .. import sunsky as ss
+from ..errors import SceneError
 from ..properties import Properties
 from ..shapes import AnalyticShape
 from ..textures import TextureSpec
@@ -173,76 +174,61 @@ def load_envmap(builder: SceneBuilder, props: Properties) -> int:
 
 
 def _rotation(props: Properties, what: str) -> np.ndarray:
-    """The rotation of an environment's ``to_world`` (a uniform scale
-    divided out: directions do not see it); anything else is an error."""
-    m = props.transform()[:3, :3]
-    s = np.cbrt(np.linalg.det(m))
-    if not s > 0 or not np.allclose((m / s) @ (m / s).T, np.eye(3), atol=1e-4):
-        raise props.error(f"to_world of {what} must be a rotation (possibly uniformly scaled)")
-    return m / s
+    try:
+        return ss.rotation_of(props.transform(), props.key, what)
+    except SceneError as exc:
+        raise props.locate(exc, "to_world") from None
 
 
-SUNSKY_FROZEN = ("the sky and sun are computed when the scene is loaded: a render cannot change or "
-                 "differentiate the sunsky's parameters (load the scene again)")
-SUNSKY_TIME = (("year", 2010, Properties.int), ("month", 7, Properties.int), ("day", 10, Properties.int),
-               ("hour", 15.0, Properties.float), ("minute", 0.0, Properties.float),
-               ("second", 0.0, Properties.float))
-SUNSKY_PLACE = (("latitude", 35.6894, Properties.float), ("longitude", 139.6917, Properties.float),
-                ("timezone", 9.0, Properties.float))
+SUNSKY_NONDIFF = ("the sky and sun are rebuilt from the sunsky's parameters with numpy when a render changes "
+                  "them: they have no derivatives")
+SUNSKY_TIME = (("year", Properties.int), ("month", Properties.int), ("day", Properties.int),
+               ("hour", Properties.float), ("minute", Properties.float), ("second", Properties.float),
+               ("latitude", Properties.float), ("longitude", Properties.float), ("timezone", Properties.float))
 
 
 @EMITTERS.register("sunsky")
 def load_sunsky(builder: SceneBuilder, props: Properties) -> int:
     """Mitsuba's ``sunsky`` (RGB): the Hosek-Wilkie sky and sun for a
-    ``sun_direction`` (world) or for the date, time and place of
-    ``SUNSKY_TIME`` / ``SUNSKY_PLACE``, with Mitsuba's defaults. Its
-    parameters are Mitsuba's keys, all frozen (see ``SUNSKY_FROZEN``)."""
+    ``sun_direction`` (world) or for a date, time and place, with Mitsuba's
+    defaults (``jaxrender.scene.sunsky``). Its parameters are Mitsuba's keys;
+    a render may change them (not trace them), and then rebuilds the sky."""
     _environment_slot(builder, props)
     _emitter_basics(builder, props)
-    turbidity = props.float("turbidity", 3.0)
-    if not 1.0 <= turbidity <= 10.0:
-        raise props.error(f"must be in [1, 10], got {turbidity}", "turbidity")
-    scales = {name: props.float(name, 1.0) for name in ("sun_scale", "sky_scale")}
-    for name, value in scales.items():
-        if value < 0:
-            raise props.error(f"must be nonnegative, got {value}", name)
     aperture = props.float("sun_aperture", 0.5358)
     if not 0.0 < aperture < 180.0:
         raise props.error(f"must be in (0, 180) degrees, got {aperture}", "sun_aperture")
+    values = {"turbidity": props.float("turbidity", 3.0), "sky_scale": props.float("sky_scale", 1.0),
+              "sun_scale": props.float("sun_scale", 1.0), "albedo.value": props.rgb("albedo", 0.3)}
     complex_sun = props.bool("complex_sun", False)
-    albedo = props.rgb("albedo", 0.3)
-    if np.any(albedo < 0) or np.any(albedo > 1):
-        raise props.error(f"must be in [0, 1] per channel, got {albedo.tolist()}", "albedo")
-    to_world = props.transform()
-    rotation = _rotation(props, "a sunsky")
-    key = props.key
-    timed = [name for name, _, _ in SUNSKY_TIME + SUNSKY_PLACE if name in props]
+    timed = [name for name, _ in SUNSKY_TIME if name in props]
     if "sun_direction" in props:
         if timed:
             raise props.error(f"give either sun_direction or the date, time and place ({', '.join(timed)}), "
                               "not both", "sun_direction")
-        sun = props.vector("sun_direction", None)
-        norm = np.linalg.norm(sun)
-        if not norm > 0:
-            raise props.error("must be a nonzero vector", "sun_direction")
-        sun = sun / norm
+        values["sun_direction"] = props.vector("sun_direction", None)
     else:
-        when = {name: read(props, name, default) for name, default, read in SUNSKY_TIME + SUNSKY_PLACE}
-        for name, value in when.items():
-            builder.add_param(f"{key}.{name}", np.asarray(value, np.float64), frozen=SUNSKY_FROZEN)
-        sun = rotation @ ss.direction(*ss.sun_coordinates(**when))
-    for name, value in (("to_world", to_world), ("turbidity", turbidity), ("sky_scale", scales["sky_scale"]),
-                        ("sun_scale", scales["sun_scale"]), ("albedo.value", albedo), ("sun_direction", sun)):
-        builder.add_param(f"{key}.{name}", np.asarray(value, np.float64), frozen=SUNSKY_FROZEN)
-    model = ss.SunskyModel(rotation.T @ sun, turbidity, albedo, aperture)
-    sky = ss.SunskyEnvironment(model, rotation, scales["sky_scale"], scales["sun_scale"], props.where(),
-                               model.complex_sun(turbidity) if complex_sun else None)
-    texture = builder.add_texture(TextureSpec(ktex.ENVMAP, (), sky.map_width, sky.map_height, 3, ktex.WRAP_REPEAT,
-                                              ktex.FILTER_BILINEAR, None, fixed=sky.sampling_map))
-    table = -1
+        defaults = {**ss.TIME_DEFAULTS, **ss.PLACE_DEFAULTS}
+        values.update({name: read(props, name, defaults[name]) for name, read in SUNSKY_TIME})
+    try:
+        ss.check_values(values, props.key)
+    except SceneError as exc:
+        raise props.locate(exc) from None
+    _rotation(props, "a sunsky")
+    values["to_world"] = props.transform()
+    source = ss.SunskySource(props.key, len(builder.emitter_keys), "sun_direction" not in values, aperture,
+                             complex_sun, len(builder.textures), len(builder.textures) + 1 if complex_sun else -1)
+    sky = source.environment(values, props.where())
+    values["sun_direction"] = sky.geom_row()[:3]
+    for name in source.names():
+        builder.add_param(f"{props.key}.{name}", np.asarray(values[name], np.float64), SUNSKY_NONDIFF)
+    builder.add_texture(TextureSpec(ktex.ENVMAP, (), sky.map_width, sky.map_height, 3, ktex.WRAP_REPEAT,
+                                    ktex.FILTER_BILINEAR, None, fixed=sky.sampling_map))
     if complex_sun:
         values = sky.sun_table_values
-        table = builder.add_texture(TextureSpec(ktex.DATA, (), values.size // 3, 1, 3, fixed=values))
-    index = builder.add_emitter(TYPE_ID["sunsky"], sky.geom_row(), texture, None, sky.frame_row(table))
-    builder.set_environment(index, texture, sky.map_frame)
+        builder.add_texture(TextureSpec(ktex.DATA, (), values.size // 3, 1, 3, fixed=values))
+    index = builder.add_emitter(TYPE_ID["sunsky"], sky.geom_row(), source.map_texture, None,
+                                sky.frame_row(source.table_texture))
+    builder.set_environment(index, source.map_texture, sky.map_frame)
+    builder.sunsky = source
     return index
