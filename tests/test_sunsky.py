@@ -84,16 +84,36 @@ def sample_kernel() -> ir.Kernel:
     return ir.trace(body, inputs, {"d": ir.Out("f32", (3,)), "pdf": ir.Out("f32")}, name="sunsky_sample")
 
 
-def sky_buffers(scene) -> dict:
-    inputs = scene.kernel_inputs()
+def sky_buffers(scene, params=None) -> dict:
+    inputs = scene.kernel_inputs(params)
     em = int(np.nonzero(scene.emitter_meta[:, 0] == emitters.TYPE_ID["sunsky"])[0][0])
     return dict(em=np.int32(em), **{k: np.asarray(inputs[k]) for k in SKY_INPUTS})
 
 
-def evaluate(scene, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def evaluate(scene, d: np.ndarray, params=None) -> tuple[np.ndarray, np.ndarray]:
     out = launch(eval_kernel(Sunsky, SKY_INPUTS, "sunsky_eval"), (len(d),), d=np.asarray(d, np.float32),
-                 **sky_buffers(scene))
+                 **sky_buffers(scene, params))
     return np.asarray(out["v"], np.float64), np.asarray(out["pdf"], np.float64)
+
+
+def mitsuba_eval(emitter, d: np.ndarray) -> np.ndarray:
+    """Mitsuba's radiance arriving from directions ``d`` (its ``eval`` at
+    an interaction whose wi points back)."""
+    si = mi.SurfaceInteraction3f()
+    ref = []
+    for q in np.asarray(d, np.float32):
+        si.wi = [-float(v) for v in q]
+        ref.append(np.array(emitter.eval(si), np.float64))
+    return np.array(ref)
+
+
+def assert_radiance_close(ours: np.ndarray, ref: np.ndarray) -> None:
+    """Within 2e-3 of each direction's brightest channel (the sun is 1e5
+    times the sky: a tolerance relative to the largest value would hide the
+    sky's errors)."""
+    excess = np.abs(ours - ref) / (2e-3 * np.abs(ref).max(axis=1, keepdims=True) + 1e-7)
+    worst = excess.max(axis=1).argmax()
+    assert excess.max() <= 1.0, (worst, ours[worst], ref[worst])
 
 
 def around(axis: np.ndarray, angle: float, n: int, rng) -> np.ndarray:
@@ -120,20 +140,11 @@ def test_radiance_matches_mitsuba_eval(name):
     d = np.concatenate([d / np.linalg.norm(d, axis=1, keepdims=True), around(sun, 0.5 * half, 10, rng),
                         around(sun, 0.9 * half, 10, rng), around(sun, 3 * half, 20, rng), around(sun, 0.1, 20, rng)])
     ours, _ = evaluate(scene, d)
-    si = mi.SurfaceInteraction3f()
-    ref = []
-    for q in np.asarray(d, np.float32):
-        si.wi = [-float(v) for v in q]
-        ref.append(np.array(e.eval(si), np.float64))
-    ref = np.array(ref)
+    ref = mitsuba_eval(e, d)
     assert np.count_nonzero(ref.max(1) > 0) > 150
     if sky.get("sun_scale", 1.0) > 0:
         assert ref[300:320].min() > 10 * ref[320:].max()      # the sun's cone is seen
-    # relative to each direction's brightest channel (the sun is 1e5 times the sky)
-    scale = np.abs(ref).max(axis=1, keepdims=True)
-    excess = np.abs(ours - ref) / (2e-3 * scale + 1e-7)
-    assert excess.max() <= 1.0, (d[excess.max(axis=1).argmax()], ours[excess.max(axis=1).argmax()],
-                                 ref[excess.max(axis=1).argmax()])
+    assert_radiance_close(ours, ref)
 
 
 def test_sun_position_from_date_and_place_matches_mitsuba():
@@ -287,21 +298,44 @@ def test_xml_scene_loads_as_in_mitsuba(tmp_path):
     ("high_sun", {"turbidity": 6.5, "albedo.value": [0.1, 0.4, 0.9], "sun_direction": [-0.4, 0.1, 0.5],
                   "sky_scale": 0.7}),
     ("evening", {"hour": 18.0, "day": 3, "latitude": 40.0, "to_world": T().rotate([0, 0, 1], -20.0).matrix}),
-    ("complex_sun", {"sun_scale": 0.4, "turbidity": 2.0, "to_world": T().rotate([1, 0, 0], 10.0).matrix}),
+    ("complex_sun", {"sun_scale": 0.4, "turbidity": 2.0, "to_world": T().rotate([1, 0, 0], 10.0).matrix,
+                     "sun_direction": [0.1, 0.6, 0.5]}),
 ])
 def test_changed_params_render_as_a_scene_loaded_with_them(name, change):
     """As Mitsuba's parameters_changed: a render given new sunsky values
     rebuilds the sky (the same image as loading them, same seed)."""
     scene = jaxrender.load_dict(scene_dict(8, 4, **SUNSKIES[name]))
-    params = {f"sky.{k}": np.asarray(v, np.float64) for k, v in change.items()}
-    props = {k.removesuffix(".value"): v for k, v in change.items()}
-    if "to_world" in props:
-        props["to_world"] = np.asarray(props["to_world"])
+    # (float32 values: a render's reach the builder as float32, a loader's as given)
+    change = {k: np.asarray(v, np.float32).astype(np.float64) for k, v in change.items()}
+    params = {f"sky.{k}": v for k, v in change.items()}
+    props = {k.removesuffix(".value"): v.tolist() for k, v in change.items()}
     reloaded = jaxrender.load_dict(scene_dict(8, 4, **{**SUNSKIES[name], **props}))
     changed = np.asarray(jaxrender.render(scene, params, seed=4))
-    # (a render's values reach the builder as float32: equal to a few ulps)
-    np.testing.assert_allclose(changed, np.asarray(jaxrender.render(reloaded, seed=4)), rtol=2e-5, atol=1e-7)
+    np.testing.assert_array_equal(changed, np.asarray(jaxrender.render(reloaded, seed=4)))
     assert not np.array_equal(changed, np.asarray(jaxrender.render(scene, seed=4)))
+
+
+@pytest.mark.parametrize("name", ["high_sun", "evening"])
+def test_changed_to_world_turns_the_sky_as_mitsuba_does(name):
+    """A new to_world alone: Mitsuba keeps the sun's local direction (the
+    sun turns with the sky, whether it came from sun_direction or a date)."""
+    sky = SUNSKIES[name]
+    scene = jaxrender.load_dict(scene_dict(4, 1, **sky))
+    e = mitsuba_emitter(sky)
+    to_world = T().rotate([1, 0, 0], 30.0).rotate([0, 0, 1], 50.0).matrix
+    p = mi.traverse(e)
+    p["to_world"] = mi.ScalarTransform4f(to_world.tolist())
+    p.update()
+    old = np.asarray(scene.params["sky.to_world"])[:3, :3]
+    sun = to_world[:3, :3] @ old.T @ np.asarray(scene.params["sky.sun_direction"])
+    rng = np.random.default_rng(9)
+    d = rng.standard_normal((200, 3))
+    d = np.concatenate([d / np.linalg.norm(d, axis=1, keepdims=True),
+                        around(sun, 0.5 * math.radians(0.5358 / 2), 10, rng)])
+    ours, _ = evaluate(scene, d, {"sky.to_world": np.asarray(to_world, np.float64)})
+    ref = mitsuba_eval(e, d)
+    assert ref[200:].min() > 1e3                     # the turned sun is where Mitsuba has it
+    assert_radiance_close(ours, ref)
 
 
 @pytest.mark.parametrize("name, key, value, message", [

@@ -35,6 +35,7 @@ from ..kernels import emitters as kemitters
 from ..kernels import layout
 from ..kernels import textures as ktex
 from ..kernels.bsdfs import registry as bsdf_registry
+from . import sunsky as sunsky_model
 from . import textures as tex_io
 from .arrays import is_traced
 from .builder import SceneBuilder
@@ -259,7 +260,8 @@ class Scene:
         Mitsuba's ``parameters_changed`` rebuilds them; empty otherwise.
         With numpy: a traced value is a SceneError (the sky's reduction is
         not written for jax), as is a timed sunsky's ``sun_direction``,
-        which Mitsuba makes read-only."""
+        which Mitsuba makes read-only. A new ``to_world`` alone turns the
+        sun with the sky, as in Mitsuba (its sun keeps its local direction)."""
         src = self.sunsky
         keys = {name: f"{src.key}.{name}" for name in src.names()} if src is not None and given else {}
         changed = [k for k in keys.values() if k in given and (is_traced(given[k]) or not np.array_equal(
@@ -273,7 +275,13 @@ class Scene:
         if src.timed and keys["sun_direction"] in changed:
             raise SceneError(f"parameter {keys['sun_direction']!r} is read-only: the sun follows the date, time "
                              "and place (as in Mitsuba)")
-        sky = src.environment({name: np.asarray(p[k], np.float64) for name, k in keys.items()}, src.key)
+        values = {name: np.asarray(p[k], np.float64) for name, k in keys.items()}
+        if not src.timed and keys["to_world"] in changed and keys["sun_direction"] not in changed:
+            # Mitsuba keeps the sun's direction in the emitter's frame when only to_world changes
+            old = sunsky_model.rotation_of(self.params[keys["to_world"]], src.key, "a sunsky")
+            new = sunsky_model.rotation_of(values["to_world"], src.key, "a sunsky")
+            values["sun_direction"] = new @ old.T @ values["sun_direction"]
+        sky = src.environment(values, src.key)
         e, f32 = src.emitter, np.float32
         out = dict(emitter_geom=_replaced(buffers["emitter_geom"], e, sky.geom_row()),
                    emitter_frame=_replaced(buffers["emitter_frame"], e, sky.frame_row(src.table_texture)),
