@@ -214,7 +214,7 @@ def load_sunsky(builder: SceneBuilder, props: Properties) -> int:
         ss.check_values(values, props.key)
     except SceneError as exc:
         raise props.locate(exc) from None
-    _rotation(props, "a sunsky")
+    _rotation(props, "a sunsky")       # (checked here to name the file and line; environment() uses it)
     values["to_world"] = props.transform()
     source = ss.SunskySource(props.key, len(builder.emitter_keys), "sun_direction" not in values, aperture,
                              complex_sun, len(builder.textures), len(builder.textures) + 1 if complex_sun else -1)
@@ -225,8 +225,8 @@ def load_sunsky(builder: SceneBuilder, props: Properties) -> int:
     builder.add_texture(TextureSpec(ktex.ENVMAP, (), sky.map_width, sky.map_height, 3, ktex.WRAP_REPEAT,
                                     ktex.FILTER_BILINEAR, None, fixed=sky.sampling_map))
     if complex_sun:
-        values = sky.sun_table_values
-        builder.add_texture(TextureSpec(ktex.DATA, (), values.size // 3, 1, 3, fixed=values))
+        table = sky.sun_table_values
+        builder.add_texture(TextureSpec(ktex.DATA, (), table.size // 3, 1, 3, fixed=table))
     index = builder.add_emitter(TYPE_ID["sunsky"], sky.geom_row(), source.map_texture, None,
                                 sky.frame_row(source.table_texture))
     builder.set_environment(index, source.map_texture, sky.map_frame)
