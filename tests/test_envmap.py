@@ -57,15 +57,18 @@ def env_index(scene) -> int:
 
 
 @functools.cache
-def eval_kernel() -> ir.Kernel:
+def eval_kernel(view=EnvMap, buffers=ENV_INPUTS, name="envmap_eval") -> ir.Kernel:
+    """Radiance ``v`` and density ``pdf`` of directions ``d`` from the
+    kernel-side view ``view(b, emitter)`` of environment emitter ``em``
+    (an :class:`EnvMap`, or a sunsky's), reading the scene ``buffers``."""
     def body(d, em, **b):
         i = ir.item_index()
-        e = EnvMap(b, em.value)
+        e = view(b, em.value)
         w = Vec(d.read(i, 0), d.read(i, 1), d.read(i, 2))
         return {"v": tuple(e.eval(w)), "pdf": e.pdf(w)}
-    inputs = {k: SCENE_INPUTS[k] for k in ENV_INPUTS}
+    inputs = {k: SCENE_INPUTS[k] for k in buffers}
     inputs.update(d=ir.In("f32", (3,)), em=ir.Scalar("i32"))
-    return ir.trace(body, inputs, {"v": ir.Out("f32", (3,)), "pdf": ir.Out("f32")}, name="envmap_eval")
+    return ir.trace(body, inputs, {"v": ir.Out("f32", (3,)), "pdf": ir.Out("f32")}, name=name)
 
 
 @functools.cache

@@ -32,7 +32,8 @@ class Structure:
     an environment map gets the plain kernel (no texture code, no envmap
     dispatch branch): ``tex_slots`` is the most textured parameters any of
     its BSDFs has (0 to ``layout.MAX_TEX_SLOTS``), ``envmap`` whether it
-    has an envmap emitter, ``analytic`` whether it has spheres or disks (else
+    has an environment map (an envmap emitter, or the sampling map of a
+    sunsky), ``sunsky`` whether that environment is a sunsky, ``analytic`` whether it has spheres or disks (else
     the BVH leaves hold only triangles and no shape code is traced),
     ``shading_normals`` whether some mesh has vertex normals (else the
     shading frame is the geometric one), ``bsdfs`` the BSDF types its
@@ -59,6 +60,7 @@ class Structure:
     bsdf_nesting: int = 0
     media: tuple = ()
     phases: tuple = ()
+    sunsky: bool = False
 
     def __post_init__(self):
         if not (isinstance(self.footprint, int) and self.footprint >= 1 and self.footprint % 2 == 1):
@@ -98,6 +100,7 @@ class Structure:
     def suffix(self) -> str:
         """A short tag for kernel names."""
         return ((f"_tex{self.tex_slots}" if self.tex_slots else "") + ("_envmap" if self.envmap else "")
+                + ("_sunsky" if self.sunsky else "")
                 + ("_analytic" if self.analytic else "") + ("_smooth" if self.shading_normals else "")
                 + ("" if self.bsdfs == bsdf_registry.DEFAULT_NAMES else f"_{len(self.bsdfs)}bsdf")
                 + (f"_nest{self.bsdf_nesting}" if self.bsdf_nesting else "")

@@ -69,10 +69,18 @@ META_TYPE = 0                  # emitters.TYPE_ID
 META_FIRST = 1                 # area: first light triangle; on an analytic shape: its shape_data row
 META_COUNT = 2                 # area: light triangles
 META_TEXTURE = 3               # envmap: its texture
-EMITTER_GEOM_ROW = 4           # emitter_geom: position (point, spot) / direction (directional), area
+EMITTER_GEOM_ROW = 4           # emitter_geom: position (point, spot) / direction (directional, sunsky's sun), area
 GEOM_AREA = 3
-EMITTER_FRAME_ROW = 16         # emitter_frame: world-to-local 3x3 (row-major), then per-type constants
+GEOM_SUN_CONE = 3              # sunsky: 1 - cos of the sun cone's half angle
+EMITTER_FRAME_ROW = 48         # emitter_frame: world-to-local 3x3 (row-major), then per-type constants
 FRAME_SPOT_COS_CUTOFF, FRAME_SPOT_COS_BEAM, FRAME_SPOT_CUTOFF, FRAME_SPOT_INV_WIDTH = 9, 10, 11, 12
+# sunsky (its own row layout): the sky model's 9 coefficients (coefficient k, channel c at 3 k + c), its
+# radiance (RGB, times sky_scale), the sun's radiance (RGB, times sun_scale), the zenith (world), two
+# tangents completing the sun direction to a frame, the probability of sampling the sky (else the sun),
+# complex_sun's polynomial table (a texture index; -1: a uniform sun) and sin^2 of the cone's half angle
+FRAME_SKY_PARAMS, FRAME_SKY_RADIANCE, FRAME_SUN_RADIANCE = 0, 27, 30
+FRAME_ZENITH, FRAME_SUN_T1, FRAME_SUN_T2, FRAME_SKY_PROB = 33, 36, 39, 42
+FRAME_SUN_TABLE, FRAME_SUN_SIN2 = 43, 44
 ENV_FRAME_ROW = 9              # env_frame: the envmap's to_world rotation (row-major)
 
 # --- the sensor ----------------------------------------------------------------------------

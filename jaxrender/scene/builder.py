@@ -67,6 +67,7 @@ class SceneBuilder:
         self.emitters: list[tuple[int, np.ndarray, int]] = []  # (type, geometry row, extra)
         self.frames: dict[int, np.ndarray] = {}                # emitter -> emitter_frame row
         self.env, self.env_texture, self.env_frame = -1, -1, np.eye(3)
+        self.sunsky = None                    # a sunsky emitter's SunskySource (scene.sunsky), if any
         # attrs rows: BSDF, emitter (-1: none), interior and exterior medium (-1: none)
         # (tris, attrs, uvs, normals | None, refit.MeshPlacement | None) per mesh
         self.meshes: list[tuple] = []

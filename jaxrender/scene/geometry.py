@@ -59,7 +59,7 @@ def scene_fields(b: SceneBuilder) -> dict:
                 media=b.media, bsdfs=b.bsdfs, emitter_keys=b.emitter_keys, nondifferentiable=b.nondiff, frozen=b.frozen,
                 unexposed=b.unexposed,
                 tri_uv=tri_uv, textures=b.textures, bsdf_slots=b.bsdf_slots,
-                bsdf_nesting=max(b.bsdf_depth, default=0), env_texture=b.env_texture,
+                bsdf_nesting=max(b.bsdf_depth, default=0), env_texture=b.env_texture, sunsky=b.sunsky,
                 env_frame=b.env_frame.astype(np.float32),
                 tri_normals=normals[order].astype(np.float32) if normals is not None else np.zeros((0, 9), np.float32),
                 prim_shape=prim_shape[order] if prim_shape is not None else np.zeros((0,), np.int32),

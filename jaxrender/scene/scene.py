@@ -35,6 +35,7 @@ from ..kernels import emitters as kemitters
 from ..kernels import layout
 from ..kernels import textures as ktex
 from ..kernels.bsdfs import registry as bsdf_registry
+from . import sunsky as sunsky_model
 from . import textures as tex_io
 from .arrays import is_traced
 from .builder import SceneBuilder
@@ -49,7 +50,7 @@ from .shapes import SHAPE_ROW
 __all__ = ["Camera", "Scene", "SceneError", "filter_table", "load_dict"]
 
 (EMITTER_AREA, EMITTER_POINT, EMITTER_DIRECTIONAL, EMITTER_CONSTANT, EMITTER_SPOT, EMITTER_ENVMAP, EMITTER_SPHERE,
- EMITTER_DISK, EMITTER_CYLINDER) = (kemitters.TYPE_ID[n] for n in kemitters.NAMES)
+ EMITTER_DISK, EMITTER_CYLINDER, EMITTER_SUNSKY) = (kemitters.TYPE_ID[n] for n in kemitters.NAMES)
 EMITTER_FRAME_WIDTH = layout.EMITTER_FRAME_ROW
 
 
@@ -104,6 +105,7 @@ class Scene:
     bsdf_nesting: int = 0                                 # how deep composite BSDFs nest (Structure.bsdf_nesting)
     env_texture: int = -1                                 # texture index of the envmap, -1 if none
     env_frame: np.ndarray = field(default_factory=lambda: np.eye(3, dtype=np.float32))  # envmap to_world rotation
+    sunsky: Any = None                                    # a sunsky's scene.sunsky.SunskySource, None if none
     # Shading normals: (N, 9) world vertex normals per triangle (leaf order;
     # a zero row: the face normal), or no rows when no mesh has any.
     tri_normals: np.ndarray = field(default_factory=lambda: np.zeros((0, 9), np.float32))
@@ -139,7 +141,8 @@ class Scene:
                          sensor=self.sensor(0)[1].kind, sampler=self.sensor(0)[1].sampler.type,
                          footprint=self.sensor(0)[1].footprint, bsdf_nesting=self.bsdf_nesting,
                          media=tuple(sorted({m.kind for m in self.media})),
-                         phases=tuple(sorted({m.phase for m in self.media})))
+                         phases=tuple(sorted({m.phase for m in self.media})),
+                         sunsky=bool(np.any(self.emitter_meta[:, layout.META_TYPE] == EMITTER_SUNSKY)))
 
     def sensor_structure(self, index: int = 0):
         """:attr:`structure` with sensor ``index``'s type, sampler type and
@@ -247,7 +250,52 @@ class Scene:
                             camera_medium=np.int32(cam.medium)) if media else {}),
                     **cam.sampler.kernel_inputs(), **cam.film_inputs())
         buffers.update(self.geometry_buffers(p, params))
+        buffers.update(self.sunsky_buffers(p, params, buffers))
         return buffers
+
+    def sunsky_buffers(self, p: Mapping[str, Any], given: Mapping[str, Any] | None, buffers: Mapping) -> dict:
+        """The sunsky's buffers (its emitter rows, sampling map, complex sun
+        table, sampling tables and frame) rebuilt for the values ``p`` when
+        ``given`` (a render's params) changes one of its parameters, as
+        Mitsuba's ``parameters_changed`` rebuilds them; empty otherwise.
+        With numpy: a traced value is a SceneError (the sky's reduction is
+        not written for jax), as is a timed sunsky's ``sun_direction``,
+        which Mitsuba makes read-only. A new ``to_world`` alone turns the
+        sun with the sky, as in Mitsuba (its sun keeps its local direction)."""
+        src = self.sunsky
+        keys = {name: f"{src.key}.{name}" for name in src.names()} if src is not None and given else {}
+        changed = [k for k in keys.values() if k in given and (is_traced(given[k]) or not np.array_equal(
+            np.asarray(given[k], np.float64), np.asarray(self.params[k], np.float64)))]
+        if not changed:
+            return {}
+        for k in changed:
+            if is_traced(given[k]):
+                raise SceneError(f"parameter {k!r}: a sunsky's parameters are read with numpy when a render "
+                                 "changes them; give a concrete value (not one traced by jit, grad or vmap)")
+        if src.timed and keys["sun_direction"] in changed:
+            raise SceneError(f"parameter {keys['sun_direction']!r} is read-only: the sun follows the date, time "
+                             "and place (as in Mitsuba)")
+        values = {name: np.asarray(p[k], np.float64) for name, k in keys.items()}
+        if not src.timed and keys["to_world"] in changed and keys["sun_direction"] not in changed:
+            # Mitsuba keeps the sun's direction in the emitter's frame when only to_world changes
+            old = sunsky_model.rotation_of(self.params[keys["to_world"]], src.key, "a sunsky")
+            new = sunsky_model.rotation_of(values["to_world"], src.key, "a sunsky")
+            values["sun_direction"] = new @ old.T @ values["sun_direction"]
+        sky = src.environment(values, src.key)
+        e, f32 = src.emitter, np.float32
+        out = dict(emitter_geom=_replaced(buffers["emitter_geom"], e, sky.geom_row()),
+                   emitter_frame=_replaced(buffers["emitter_frame"], e, sky.frame_row(src.table_texture)),
+                   env_frame=np.asarray(sky.map_frame, f32).reshape(1, 9))
+        sampling = dataclasses.replace(self.textures[src.map_texture], fixed=sky.sampling_map)
+        texels = [(src.map_texture, sampling.texels(p, np))]
+        if src.table_texture >= 0:
+            texels.append((src.table_texture, np.asarray(sky.sun_table_values, f32).reshape(-1)))
+        offsets = np.cumsum([0] + [t.size for t in self.textures])
+        out["texels"] = buffers["texels"]
+        for index, block in texels:
+            out["texels"] = _replaced(out["texels"], slice(int(offsets[index]), int(offsets[index]) + len(block)), block)
+        out["env_dist"] = tex_io.envmap_tables(sampling, sky.sampling_map, np)
+        return out
 
     def geometry_buffers(self, p: Mapping[str, Any], given: Mapping[str, Any] | None) -> dict:
         """The geometry buffers (triangles, BVH, normals, mesh emitters'
@@ -325,8 +373,10 @@ class Scene:
             return xp.stack(rows) if rows else np.zeros((0, layout.BSDF_ROW), f32)
 
         def emitter_radiance(p, xp):
-            # (an envmap's row is its scalar scale, broadcast)
-            rad = [xp.broadcast_to(xp.asarray(p[k], f32).reshape(-1), (3,)) for k in self.emitter_keys]
+            # (an envmap's row is its scalar scale, broadcast; a sunsky's, which has no
+            # radiance parameter (key None), is 1: its radiance is in its emitter_frame row)
+            rad = [np.ones(3, f32) if k is None else xp.broadcast_to(xp.asarray(p[k], f32).reshape(-1), (3,))
+                   for k in self.emitter_keys]
             return xp.stack(rad) if rad else np.zeros((0, 3), f32)
 
         cam_key, cam = self.sensor(sensor)
@@ -346,7 +396,7 @@ class Scene:
         env = self.textures[self.env_texture] if self.env_texture >= 0 else None
 
         def env_dist(p, xp):
-            return tex_io.envmap_tables(env, p[env.keys[0]], xp) if env is not None else np.zeros((0,), f32)
+            return tex_io.envmap_tables(env, env.envmap_data(p), xp) if env is not None else np.zeros((0,), f32)
 
         def medium_data(p, xp):
             rows = []
@@ -368,10 +418,21 @@ class Scene:
 
         medium_keys = [k for m in self.media for k in (m.sigma_t, m.scale, m.albedo, m.g) if k is not None]
         bsdf_keys = [k for _, fields, _ in self.bsdfs for k, _ in fields if isinstance(k, str)]
-        return dict(bsdf_data=(bsdf_keys, bsdf_data), emitter_radiance=(self.emitter_keys, emitter_radiance),
+        radiance_keys = [k for k in self.emitter_keys if k is not None]
+        return dict(bsdf_data=(bsdf_keys, bsdf_data), emitter_radiance=(radiance_keys, emitter_radiance),
                     camera=([cam_key] + ([fov] if fov else []), camera), texels=([k for t in self.textures for k in t.keys], texels),
-                    env_dist=([env.keys[0]] if env is not None else [], env_dist),
+                    env_dist=(list(env.keys) if env is not None else [], env_dist),
                     medium_data=(medium_keys, medium_data))
+
+
+def _replaced(array, where, value):
+    """``array`` (numpy, or jax when other parameters are traced) with
+    ``array[where] = value``."""
+    if isinstance(array, np.ndarray):
+        array = array.copy()
+        array[where] = value
+        return array
+    return array.at[where].set(np.asarray(value, array.dtype))
 
 
 def _check_finite(key: str, value) -> None:

@@ -150,6 +150,9 @@ class TextureSpec:
     plugin: str | None = None  # a texture plugin's name (kernels.textures.PLUGINS); its kind is set per scene
     depth: int = 1            # a VOLUME's z resolution
     header: Any = None        # a VOLUME's constant floats before its values (scene.volumes)
+    fixed: Any = None         # values no parameter holds (keys empty), derived from parameters by the scene
+                              # builder (and by Scene.sunsky_buffers when a render changes them): a sunsky's
+                              # sampling map (an ENVMAP's (H, W + 2, C) data), its complex sun's table (DATA)
 
     @property
     def size(self) -> int:
@@ -161,10 +164,15 @@ class TextureSpec:
         gradients flow)."""
         xp = xp or array_module(*(p[k] for k in self.keys))
         if self.kind == ktex.ENVMAP:
-            data = xp.asarray(p[self.keys[0]], np.float32)
-            return data[:, 1:self.width + 1, :].reshape(-1)
+            return xp.asarray(self.envmap_data(p), np.float32)[:, 1:self.width + 1, :].reshape(-1)
+        if self.fixed is not None:
+            return np.asarray(self.fixed, np.float32).reshape(-1)
         blocks = [xp.asarray(p[k], np.float32).reshape(-1) for k in self.keys]
         return xp.concatenate(blocks if self.header is None else [self.header] + blocks)
+
+    def envmap_data(self, p: Mapping[str, Any]):
+        """An ENVMAP's (H, W + 2, C) data: its parameter's value, or its fixed data."""
+        return self.fixed if self.fixed is not None else p[self.keys[0]]
 
 
 def envmap_tables(tex: TextureSpec, data, xp=None):

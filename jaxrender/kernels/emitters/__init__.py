@@ -3,7 +3,7 @@ direction that hits one, and the radiance it sends.
 
 One module per type (``area.py``: area lights on meshes, spheres and disks;
 ``point.py``, ``spot.py``, ``directional.py``, ``constant.py``,
-``envmap.py``), each declaring an :class:`~.base.EmitterType`. A type's id
+``envmap.py``, ``sunsky.py``), each declaring an :class:`~.base.EmitterType`. A type's id
 (``layout.META_TYPE`` of its ``emitter_meta`` row) is its position in
 :data:`TYPES`. Adding an emitter: its module plus an entry in ``TYPES``
 (and its rows on the scene side).
@@ -27,11 +27,11 @@ from ... import ir
 from ...ir import Vec
 from .. import layout
 from ..sampling import mis_weight
-from . import area, constant, directional, envmap, point, spot
+from . import area, constant, directional, envmap, point, spot, sunsky
 from .base import DirectionSample, EmitterType
 
 TYPES = (area.MESH, point.TYPE, directional.TYPE, constant.TYPE, spot.TYPE, envmap.TYPE, area.SPHERE, area.DISK,
-         area.CYLINDER)
+         area.CYLINDER, sunsky.TYPE)
 NAMES = tuple(t.name for t in TYPES)
 TYPE_ID = {n: i for i, n in enumerate(NAMES)}
 

@@ -1,5 +1,6 @@
 """Emitter plugins: ``area`` (nested in a shape), ``point``, ``spot``,
-``directional``, ``constant`` and ``envmap``, as Mitsuba 3.9.1 reads them.
+``directional``, ``constant``, ``envmap`` and ``sunsky``, as Mitsuba 3.9.1
+reads them.
 
 An emitter loader is ``loader(builder, props)`` (``area``: with the
 :class:`AreaHost` it sits on) and returns the emitter's index. Every
@@ -17,6 +18,8 @@ from ...kernels import emitters as kemitters
 from ...kernels import layout
 from ...kernels import shapes as kshapes
 from ...kernels import textures as ktex
+from .. import sunsky as ss
+from ..errors import SceneError
 from ..properties import Properties
 from ..shapes import AnalyticShape
 from ..textures import TextureSpec
@@ -162,12 +165,70 @@ def load_envmap(builder: SceneBuilder, props: Properties) -> int:
     data = np.concatenate([img[:, -1:], img, img[:, :1]], axis=1)
     builder.add_param(f"{props.key}.data", np.ascontiguousarray(data, np.float32))
     builder.add_param(f"{props.key}.scale", props.scalar("scale", 1.0).astype(np.float32))
-    m = props.transform()[:3, :3]
-    s = np.cbrt(np.linalg.det(m))
-    if not s > 0 or not np.allclose((m / s) @ (m / s).T, np.eye(3), atol=1e-4):
-        raise props.error("to_world of an envmap must be a rotation (possibly uniformly scaled)")
+    m = _rotation(props, "an envmap")
     texture = builder.add_texture(TextureSpec(ktex.ENVMAP, (f"{props.key}.data",), w, h, 3, ktex.WRAP_REPEAT,
                                               ktex.FILTER_BILINEAR, None))
     index = builder.add_emitter(TYPE_ID["envmap"], np.zeros(4), texture, f"{props.key}.scale")
-    builder.set_environment(index, texture, m / s)
+    builder.set_environment(index, texture, m)
+    return index
+
+
+def _rotation(props: Properties, what: str) -> np.ndarray:
+    try:
+        return ss.rotation_of(props.transform(), props.key, what)
+    except SceneError as exc:
+        raise props.locate(exc, "to_world") from None
+
+
+SUNSKY_NONDIFF = ("the sky and sun are rebuilt from the sunsky's parameters with numpy when a render changes "
+                  "them: they have no derivatives")
+SUNSKY_TIME = (("year", Properties.int), ("month", Properties.int), ("day", Properties.int),
+               ("hour", Properties.float), ("minute", Properties.float), ("second", Properties.float),
+               ("latitude", Properties.float), ("longitude", Properties.float), ("timezone", Properties.float))
+
+
+@EMITTERS.register("sunsky")
+def load_sunsky(builder: SceneBuilder, props: Properties) -> int:
+    """Mitsuba's ``sunsky`` (RGB): the Hosek-Wilkie sky and sun for a
+    ``sun_direction`` (world) or for a date, time and place, with Mitsuba's
+    defaults (``jaxrender.scene.sunsky``). Its parameters are Mitsuba's keys;
+    a render may change them (not trace them), and then rebuilds the sky."""
+    _environment_slot(builder, props)
+    _emitter_basics(builder, props)
+    aperture = props.float("sun_aperture", 0.5358)
+    if not 0.0 < aperture < 180.0:
+        raise props.error(f"must be in (0, 180) degrees, got {aperture}", "sun_aperture")
+    values = {"turbidity": props.float("turbidity", 3.0), "sky_scale": props.float("sky_scale", 1.0),
+              "sun_scale": props.float("sun_scale", 1.0), "albedo.value": props.rgb("albedo", 0.3)}
+    complex_sun = props.bool("complex_sun", False)
+    timed = [name for name, _ in SUNSKY_TIME if name in props]
+    if "sun_direction" in props:
+        if timed:
+            raise props.error(f"give either sun_direction or the date, time and place ({', '.join(timed)}), "
+                              "not both", "sun_direction")
+        values["sun_direction"] = props.vector("sun_direction", None)
+    else:
+        defaults = {**ss.TIME_DEFAULTS, **ss.PLACE_DEFAULTS}
+        values.update({name: read(props, name, defaults[name]) for name, read in SUNSKY_TIME})
+    try:
+        ss.check_values(values, props.key)
+    except SceneError as exc:
+        raise props.locate(exc) from None
+    _rotation(props, "a sunsky")       # (checked here to name the file and line; environment() uses it)
+    values["to_world"] = props.transform()
+    source = ss.SunskySource(props.key, len(builder.emitter_keys), "sun_direction" not in values, aperture,
+                             complex_sun, len(builder.textures), len(builder.textures) + 1 if complex_sun else -1)
+    sky = source.environment(values, props.where())
+    values["sun_direction"] = sky.geom_row()[:3]
+    for name in source.names():
+        builder.add_param(f"{props.key}.{name}", np.asarray(values[name], np.float64), SUNSKY_NONDIFF)
+    builder.add_texture(TextureSpec(ktex.ENVMAP, (), sky.map_width, sky.map_height, 3, ktex.WRAP_REPEAT,
+                                    ktex.FILTER_BILINEAR, None, fixed=sky.sampling_map))
+    if complex_sun:
+        table = sky.sun_table_values
+        builder.add_texture(TextureSpec(ktex.DATA, (), table.size // 3, 1, 3, fixed=table))
+    index = builder.add_emitter(TYPE_ID["sunsky"], sky.geom_row(), source.map_texture, None,
+                                sky.frame_row(source.table_texture))
+    builder.set_environment(index, source.map_texture, sky.map_frame)
+    builder.sunsky = source
     return index
