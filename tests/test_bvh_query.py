@@ -27,7 +27,7 @@ def query_kernel(wide: bool) -> ir.Kernel:
         i = ir.item_index()
         geo = geometry.SceneGeometry(tris, bounds, links, wide=(wide_nodes, wide_leaves) if wide else None)
         ray_o, ray_d = ir.Vec(*o[i]), ir.Vec(*d[i])
-        t, prim, b1, b2 = geometry.closest_hit(geo, ray_o, ray_d, ir.Float(1e-4), geometry.INF)
+        t, prim, b1, b2, _ = geometry.closest_hit(geo, ray_o, ray_d, ir.Float(1e-4), geometry.INF)
         occ = geometry.occluded(geo, ray_o, ray_d, ir.Float(1e-4), t_max[i])
         return {"t": t, "prim": prim, "b1": b1, "b2": b2, "occluded": ir.cast(occ, "i32")}
     return ir.trace(body, INPUTS, OUTPUTS)

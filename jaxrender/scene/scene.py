@@ -11,7 +11,8 @@ emitters, BSDFs, textures, sensors, integrators, registered by Mitsuba
 type name), reading properties strictly (``properties.py``: a property no
 loader reads is an error, as in Mitsuba); ``geometry.py`` builds the
 arrays. Supported so far: shapes rectangle, cube, obj, ply, serialized, sphere, disk,
-cylinder, shapegroup and instance (expanded into copies at load time);
+cylinder, shapegroup and instance (one BVH per group shared by its
+instances: ``instancing.py``);
 the BSDFs of ``kernels.bsdfs.registry`` (also inside twosided, blendbsdf
 and mask, which are composites of that registry), with
 ``bitmap`` or ``checkerboard`` textures; area, point, spot, directional,
@@ -53,16 +54,20 @@ __all__ = ["Camera", "Scene", "SceneError", "filter_table", "load_dict"]
 EMITTER_FRAME_WIDTH = layout.EMITTER_FRAME_ROW
 
 
-def load_dict(d: Mapping) -> Scene:
+def load_dict(d: Mapping, *, expand_instances: bool = False) -> Scene:
     """Build a Scene from a ``mitsuba.load_dict``-style dictionary (or the
     dict ``xml_loader.parse_xml`` returns, whose errors then name the file
     and line).
+
+    ``expand_instances``: copy each instance's meshes into the scene
+    instead of sharing its shapegroup (the same image from larger buffers;
+    for comparisons).
 
     Example::
 
         scene = jaxrender.load_dict(jaxrender.cornell_box())
     """
-    return Scene(**scene_fields(SceneBuilder().load_scene(d)))
+    return Scene(**scene_fields(SceneBuilder(expand_instances=expand_instances).load_scene(d)))
 
 
 @dataclass
@@ -116,6 +121,10 @@ class Scene:
     # (nodes, leaves) buffers of wide_bvh.WideBVH.packed; None with analytic
     # shapes, whose kernels walk bvh_bounds / bvh_links.
     wide_bvh: tuple | None = None
+    # Instanced shapegroups: the buffers of layout.instance_inputs
+    # (scene/instancing.py), whose primitives' rows follow the scene's own
+    # in triangles, tri_attr, ...; None without instances of meshes.
+    instancing: dict | None = None
     # Participating media: loaders.media.MediumSpec per medium; per leaf
     # entry its interior and exterior medium (-1: none; no rows without media).
     media: list = field(default_factory=list)
@@ -139,7 +148,8 @@ class Scene:
                          sensor=self.sensor(0)[1].kind, sampler=self.sensor(0)[1].sampler.type,
                          footprint=self.sensor(0)[1].footprint, bsdf_nesting=self.bsdf_nesting,
                          media=tuple(sorted({m.kind for m in self.media})),
-                         phases=tuple(sorted({m.phase for m in self.media})))
+                         phases=tuple(sorted({m.phase for m in self.media})),
+                         instanced=self.instancing is not None)
 
     def sensor_structure(self, index: int = 0):
         """:attr:`structure` with sensor ``index``'s type, sampler type and
@@ -245,7 +255,7 @@ class Scene:
                     shape_data=self.shape_data, **self.texture_inputs(), **self.param_buffers(p, sensor, media, params),
                     **(dict(prim_media=self.prim_media, medium_meta=self.medium_meta(),
                             camera_medium=np.int32(cam.medium)) if media else {}),
-                    **cam.sampler.kernel_inputs(), **cam.film_inputs())
+                    **cam.sampler.kernel_inputs(), **cam.film_inputs(), **(self.instancing or {}))
         buffers.update(self.geometry_buffers(p, params))
         return buffers
 
