@@ -25,10 +25,11 @@ import numpy as np
 import pytest
 
 import jaxrender
+from jaxrender.kernels import layout
 from jaxrender.scene.errors import SceneError
 from jaxrender.scene.transform import Transform as T
 from test_render_reference import disagreements
-from test_shapes import MESHES, _rays, _sensor, _to_mitsuba, mitsuba_hits, our_hits
+from test_shapes import MESHES, _rays, _sensor, _to_mitsuba, mitsuba_hits, occluded, our_hits
 
 mi = pytest.importorskip("mitsuba")
 
@@ -263,3 +264,126 @@ def test_instanced_bsdf_gradient_matches_finite_differences(key):
         e = jnp.zeros(3).at[c].set(h)
         fd = (float(loss(x0 + e, 7, 0)) - float(loss(x0 - e, 7, 0))) / (2 * h)
         assert abs(g[c] - fd) <= 2e-3 * abs(fd) + 1e-4, (key, c, g[c], fd)
+
+
+# ---------------------------------------------------------------------------
+# Shared shapegroups (scene/instancing.py) against the expanded copies
+# ---------------------------------------------------------------------------
+def mesh_group():
+    """The group's meshes (file, computed and face normals) without its analytic shapes."""
+    return {k: v for k, v in group(sphere=False).items() if k not in ("tube", "disk")}
+
+
+SPREAD = {"a": T().translate([0.3, -0.2, 0.1]).scale(0.6),
+          "mirrored": T().translate([-1.0, 0.5, 0.0]).rotate([0, 0, 1], 25).scale([-0.6, 0.6, 0.6]),
+          "non-uniform": T().translate([1.0, 0.8, -0.5]).rotate([0, 1, 0], 30).scale([0.7, 0.35, 0.5]),
+          "sheared-mirrored": T(np.array([[0.5, 0.2, 0.0, 0.0], [0.0, 0.45, 0.0, -1.0], [0.1, 0.0, -0.6, 0.5],
+                                          [0.0, 0.0, 0.0, 1.0]]))}
+LAYOUTS = {
+    # the scene's own primitives in the skip-link BVH (analytic shapes, expanded in both)
+    "with analytic shapes": lambda: dict(g=group(sphere=False), **{k: instance(m) for k, m in SPREAD.items()}),
+    # the scene's own triangles in the 8-wide BVH
+    "with own triangles": lambda: dict(g=mesh_group(), floor={"type": "rectangle", "to_world": T().translate(
+        [0, 0, -1.5]).scale(2.0)}, **{k: instance(m) for k, m in SPREAD.items()}),
+    "instances only": lambda: dict(g=mesh_group(), **{k: instance(m) for k, m in SPREAD.items()}),
+}
+
+
+def shared_and_expanded(shapes: dict):
+    d = scene_dict(**shapes)
+    shared, expanded = jaxrender.load_dict(d), jaxrender.load_dict(d, expand_instances=True)
+    assert shared.structure.instanced and not expanded.structure.instanced
+    return shared, expanded
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_shared_hits_equal_the_expanded_copies(layout):
+    """t, point, normals and UV of 4000 rays through mirrored, non-uniformly
+    scaled and sheared instances: the two-level hierarchy's hit (computed in
+    group space) is the copy's (computed in the world) up to float32
+    rounding of the transforms."""
+    shared, expanded = shared_and_expanded(LAYOUTS[layout]())
+    o, d = _rays(4000, seed=3, lo=-1.6, hi=1.6, dist=5.0)
+    ours, ref = our_hits(shared, o, d), our_hits(expanded, o, d)
+    hit = ref["t"] > 0
+    agree = (ours["t"] > 0) == hit
+    assert agree.mean() > 0.998 and 0.1 < hit.mean() < 0.9, (agree.mean(), hit.mean())
+    both = agree & hit & (ours["t"] > 0)
+    same_t = np.abs(ours["t"] - ref["t"]) < 1e-4 * ref["t"]
+    assert same_t[both].mean() > 0.998       # (the rest: the nearest of two surfaces within rounding)
+    both &= same_t
+    for k, tol in (("p", 1e-4), ("ng", 1e-5), ("ns", 2e-4), ("uv", 2e-4)):
+        err = np.max(np.abs(ours[k][both] - ref[k][both]))
+        assert err < tol, (k, err)
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_shared_occlusion_equals_the_expanded_copies(layout):
+    shared, expanded = shared_and_expanded(LAYOUTS[layout]())
+    o, d = _rays(4000, seed=4, lo=-1.6, hi=1.6, dist=5.0)
+    t_max = np.random.default_rng(1).uniform(3.0, 7.0, len(o)).astype(np.float32)
+    ours, ref = occluded(shared, o, d, t_max), occluded(expanded, o, d, t_max)
+    assert 0.05 < ref.mean() < 0.9
+    assert (ours == ref).mean() > 0.999
+
+
+def test_buffers_do_not_grow_with_the_instance_count():
+    """50 instances of a group keep its triangle rows once (Mitsuba's
+    sharing); the expanded scene has 50 copies."""
+    torus = {"type": "shapegroup", "torus": {"type": "ply", "filename": str(MESHES / "lowpoly_torus.ply")}}
+
+    def load(n, expand=False):
+        shapes = {f"i{k}": instance(T().translate([k % 10 - 4.5, k // 10 - 2.0, 0.0]).scale(0.3), "t")
+                  for k in range(n)}
+        return jaxrender.load_dict(scene_dict(t=torus, floor={"type": "rectangle"}, **shapes),
+                                   expand_instances=expand)
+
+    one, fifty, copies = load(1), load(50), load(50, expand=True)
+    group_rows = len(one.triangles) - 2
+    assert group_rows > 100
+    assert len(fifty.triangles) == len(one.triangles) == 2 + group_rows
+    for k in ("group_nodes", "group_leaves", "groups"):
+        assert fifty.instancing[k].shape == one.instancing[k].shape
+    assert len(fifty.instancing["instances"]) == 50 and len(one.instancing["instances"]) == 1
+    assert len(copies.triangles) == 2 + 50 * group_rows and copies.instancing is None
+
+
+def test_instances_in_media_render_as_their_copies():
+    """A group whose cube holds a medium (volpath: the medium rows of the
+    group's primitives), instanced twice, one mirrored: the image is the
+    expanded scene's within noise."""
+    from test_media import medium_scene
+    d = medium_scene(spp=16)
+    box = d.pop("box")
+    d["g"] = {"type": "shapegroup", "box": {**box, "to_world": T().scale(0.5)}}
+    d["a"] = instance(T().translate([-0.6, 0.0, 0.0]).rotate([0, 1, 0], 30), "g")
+    d["b"] = instance(T().translate([0.7, -0.3, 0.2]).scale([-1.2, 0.8, 1.0]), "g")
+    shared, expanded = jaxrender.load_dict(d), jaxrender.load_dict(d, expand_instances=True)
+    assert shared.structure.instanced and len(shared.prim_media) == len(shared.triangles)
+
+    def renders(scene):
+        return np.stack([np.asarray(jaxrender.render(scene, seed=10 + k), np.float64) for k in range(4)])
+
+    ref = renders(expanded)
+    assert disagreements(renders(shared), {"mean": ref.mean(0), "stderr": ref.std(0, ddof=1) / 2.0}) == []
+
+
+def test_refit_keeps_the_shared_groups():
+    """A mesh placed by a parameter in a scene with instances: the refit
+    geometry keeps the group rows after the scene's own, and the image with
+    a moved mesh is the expanded scene's within noise."""
+    d = instanced_cbox(size=16, spp=16)
+    shared, expanded = jaxrender.load_dict(d), jaxrender.load_dict(d, expand_instances=True)
+    key = "floor.to_world"
+    moved = {key: np.asarray(T().translate([0, -0.9, 0]).rotate([1, 0, 0], -90).matrix, np.float32)}
+    out = shared.geometry_buffers({**shared.params, **moved}, moved)
+    own = int(shared.instancing["groups"][0, layout.GROUP_FIRST_ROW])
+    assert out["tris"].shape == shared.triangles.shape and 0 < own < len(shared.triangles)
+    assert np.array_equal(out["tris"][own:], shared.triangles[own:])
+    assert not np.array_equal(out["tris"][:own], shared.triangles[:own])
+
+    def renders(scene):
+        return np.stack([np.asarray(jaxrender.render(scene, moved, seed=10 + k), np.float64) for k in range(4)])
+
+    ref = renders(expanded)
+    assert disagreements(renders(shared), {"mean": ref.mean(0), "stderr": ref.std(0, ddof=1) / 2.0}) == []
