@@ -1,5 +1,6 @@
-"""``shapegroup`` and ``instance`` (expanded into transformed copies at load
-time, ``jaxrender/scene/loaders/shapes.py``), against Mitsuba 3.9.1:
+"""``shapegroup`` and ``instance`` (one BVH per group shared by its
+instances, ``jaxrender/scene/instancing.py``), against Mitsuba 3.9.1 and
+against the instances expanded into copies (``expand_instances=True``):
 
 * the inputs Mitsuba's ``load_dict`` rejects (emitters, nested groups or
   instances in a group, an instance without exactly one shapegroup, a
@@ -15,7 +16,12 @@ time, ``jaxrender/scene/loaders/shapes.py``), against Mitsuba 3.9.1:
 * the gradient of an instanced shape's BSDF reflectance (one BSDF row that
   every instance shares) equals finite differences;
 * the parameter keys are Mitsuba's, and an instance's to_world is not a
-  parameter (a clear error).
+  parameter (a clear error);
+* the shared hierarchy's hits (t, p, normals, UV) and occlusion equal the
+  copies' for mirrored, non-uniformly scaled and sheared instances, beside
+  analytic shapes, own triangles or nothing else; its buffers keep the
+  group's rows once for 50 instances; instances holding a medium and a
+  scene with a refit mesh render as their copies within noise.
 """
 from __future__ import annotations
 

@@ -11,6 +11,11 @@ unused); with analytic shapes ``prim_shape`` says, per leaf entry, -1 for a
 triangle or the row of ``shape_data`` (``jaxrender.scene.shapes.AnalyticShape
 .row``) of the shape, and the leaf loop branches on it. A scene without them
 passes no ``prim_shape`` and gets the triangle-only loop.
+
+In scenes whose instances share shapegroups (``Instances``,
+``jaxrender.scene.instancing``), a query then walks the skip-link BVH over
+the instances and queries each reached group's own hierarchy with the ray
+in group space; a hit reports the instance's row.
 """
 from __future__ import annotations
 
