@@ -125,8 +125,9 @@ def main() -> None:
         mesh = Path(tmp) / "mesh.ply"
         n = write_mesh(mesh, args.tris)
         print(f"mesh: {n} triangles; renders {args.size}x{args.size} at {args.spp} spp")
-        runs = [("mesh alone", 0, False), ("1 instance", 1, False),
-                (f"{args.instances} shared", args.instances, False), (f"{args.instances} expanded", args.instances, True)]
+        many = args.instances
+        runs = [("mesh alone", 0, False), ("1 instance", 1, False), (f"{many} shared", many, False),
+                (f"{many} expanded", many, True)]
         for label, k, expand in runs:
             r = measure(scene(mesh, k, args.size, args.spp), args.reps, expand, mitsuba=not expand)
             print(f"{label:>14}: load {r['load_s']:.3f} s, {r['triangles']} triangle rows, BVH {r['bvh_mb']:.2f} MiB, "

@@ -354,16 +354,34 @@ def test_buffers_do_not_grow_with_the_instance_count():
     assert len(copies.triangles) == 2 + 50 * group_rows and copies.instancing is None
 
 
-def test_instances_in_media_render_as_their_copies():
-    """A group whose cube holds a medium (volpath: the medium rows of the
-    group's primitives), instanced twice, one mirrored: the image is the
-    expanded scene's within noise."""
+def in_media(where: str) -> dict:
+    """test_media's scene with two instances (one mirrored) of a group whose
+    cube holds the medium ("holding"), or of a diffuse cube inside the
+    medium's box, its exterior that medium ("inside")."""
     from test_media import medium_scene
-    d = medium_scene(spp=16)
-    box = d.pop("box")
-    d["g"] = {"type": "shapegroup", "box": {**box, "to_world": T().scale(0.5)}}
-    d["a"] = instance(T().translate([-0.6, 0.0, 0.0]).rotate([0, 1, 0], 30), "g")
-    d["b"] = instance(T().translate([0.7, -0.3, 0.2]).scale([-1.2, 0.8, 1.0]), "g")
+    d = medium_scene(spp=16, sigma_t=2.0 if where == "holding" else 0.4)
+    if where == "holding":
+        box = d.pop("box")
+        d["g"] = {"type": "shapegroup", "box": {**box, "to_world": T().scale(0.5)}}
+        place = (T().translate([-0.6, 0.0, 0.0]).rotate([0, 1, 0], 30), T().translate([0.7, -0.3, 0.2]).scale(
+            [-1.2, 0.8, 1.0]))
+    else:
+        d["fog"] = d["box"].pop("interior")
+        d["box"]["interior"] = {"type": "ref", "id": "fog"}
+        cube = {"type": "cube", "to_world": T().scale(0.25), "bsdf": _rgb(0.9, 0.9, 0.9),
+                "exterior": {"type": "ref", "id": "fog"}}
+        d["g"] = {"type": "shapegroup", "cube": cube}
+        place = (T().translate([-0.3, 0.1, 0.0]).rotate([0, 1, 0], 30), T().translate([0.3, -0.3, 0.1]).scale(
+            [-1.2, 0.8, 1.0]))
+    d["a"], d["b"] = (instance(m, "g") for m in place)
+    return d
+
+
+@pytest.mark.parametrize("where", ["holding", "inside"])
+def test_instances_with_media_render_as_their_copies(where):
+    """volpath: the medium rows of the group's primitives are read by row;
+    the image is the expanded scene's within noise."""
+    d = in_media(where)
     shared, expanded = jaxrender.load_dict(d), jaxrender.load_dict(d, expand_instances=True)
     assert shared.structure.instanced and len(shared.prim_media) == len(shared.triangles)
 
@@ -371,7 +389,24 @@ def test_instances_in_media_render_as_their_copies():
         return np.stack([np.asarray(jaxrender.render(scene, seed=10 + k), np.float64) for k in range(4)])
 
     ref = renders(expanded)
-    assert disagreements(renders(shared), {"mean": ref.mean(0), "stderr": ref.std(0, ddof=1) / 2.0}) == []
+    ref = {"mean": ref.mean(0), "stderr": ref.std(0, ddof=1) / 2.0}
+    assert disagreements(renders(shared), ref) == []
+    # control: the second instance moved onto the first is a different image
+    d["b"]["to_world"] = d["a"]["to_world"]
+    assert disagreements(renders(jaxrender.load_dict(d)), ref) != []
+
+
+def test_corrupt_instance_tables_stay_in_bounds():
+    """The kernels read the instance tables through clamped gathers and the
+    group ranges through the clamped ranged query: garbage in them gives
+    wrong hits, never a wild read."""
+    shared, _ = shared_and_expanded(LAYOUTS["with own triangles"]())
+    rng = np.random.default_rng(3)
+    tables = shared.instancing
+    tables["groups"] = rng.integers(-2 ** 31, 2 ** 31 - 1, tables["groups"].shape).astype(np.int32)
+    tables["instance_group"] = np.int32([10 ** 9, -5, 3, 0])
+    o, d = _rays(500, seed=5, lo=-1.6, hi=1.6, dist=5.0)
+    assert our_hits(shared, o, d)["t"].shape == (500,)
 
 
 def test_refit_keeps_the_shared_groups():

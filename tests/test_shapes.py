@@ -205,7 +205,8 @@ def test_mixed_bvh_matches_brute_force():
 
 @functools.cache
 def occluded_kernel(structure: Structure) -> ir.Kernel:
-    inputs = dict(PathIntegrator().inputs(structure), pts=ir.In("f32", (3,)), dirs=ir.In("f32", (3,)), tmax=ir.In("f32"))
+    inputs = dict(PathIntegrator().inputs(structure), pts=ir.In("f32", (3,)), dirs=ir.In("f32", (3,)),
+                  tmax=ir.In("f32"))
 
     def body(**b):
         i = ir.item_index()

@@ -3,7 +3,8 @@
 ``Scene`` holds the static structure (which plugins, integrator settings,
 film size) and the parameter arrays under the keys ``mitsuba.traverse``
 uses (``red.reflectance.value``, ``light.emitter.radiance.value``, ...).
-Geometry is flattened to world-space triangles in BVH leaf order.
+Geometry is flattened to world-space triangles in BVH leaf order, followed
+by the rows of shapegroups shared by instances (group space, ``instancing.py``).
 
 :func:`load_dict` drives the loading: ``builder.SceneBuilder`` walks the
 dictionary and hands each plugin to its loader (``loaders/``: shapes,
@@ -75,7 +76,8 @@ class Scene:
     """Static structure plus differentiable parameters of a loaded scene."""
     camera: Camera
     integrator: dict
-    triangles: np.ndarray                  # (N, 9) world space, leaf order (zero rows: analytic shapes)
+    # (N, 9) world space, leaf order (zero rows: analytic shapes), then the shared shapegroups' rows
+    triangles: np.ndarray
     tri_attr: np.ndarray                   # (N, 2) bsdf index, emitter index (-1: none), per primitive
     bvh_bounds: np.ndarray
     bvh_links: np.ndarray
