@@ -14,6 +14,18 @@ per-triangle buffers (vertices, UVs, vertex normals, attributes), the
 time of a ``--size``² render at ``--spp`` (path tracer, the minimum over
 ``--reps`` after a compiling render) and Mitsuba's (``scalar_rgb``)
 ``load_dict`` time.
+
+Measured (2 shared cores, AVX2, 256x256 at 16 spp, ``--reps 3``):
+
+* 50 instances of a 9660-triangle group: shared 0.09 s load, 0.76 MiB BVH
+  + 0.96 MiB triangle buffers, render 0.52 s; expanded 2.8 s load, 38.4 +
+  47.9 MiB, render 0.52 s; Mitsuba's load 0.025 s.
+* 1000 instances of a 924-triangle group: shared 0.07-0.1 s load, 0.21 +
+  0.09 MiB, render 1.21-1.36 s; expanded 5-6 s load, 76.2 + 91.6 MiB,
+  render 0.55-0.72 s. The instance level (a skip-link BVH walked in the
+  kernel language, one group query per instance reached) costs more than
+  the native routine's walk of the copies: a native two-level routine
+  would close that gap.
 """
 from __future__ import annotations
 

@@ -428,3 +428,19 @@ def test_refit_keeps_the_shared_groups():
 
     ref = renders(expanded)
     assert disagreements(renders(shared), {"mean": ref.mean(0), "stderr": ref.std(0, ddof=1) / 2.0}) == []
+
+
+def test_only_instanced_scenes_get_the_instanced_kernels():
+    """A scene without instances of meshes (also one whose groups hold only
+    analytic shapes, which are copied) keeps the kernels it had: no
+    instance inputs, no '_instanced' variant."""
+    from jaxrender.kernels.integrators import PathIntegrator
+    plain = jaxrender.load_dict(jaxrender.cornell_box())
+    spheres = jaxrender.load_dict(scene_dict(g={"type": "shapegroup", "ball": {"type": "sphere"}}, i=instance()))
+    shared = jaxrender.load_dict(instanced_cbox(size=4, spp=1))
+    for scene in (plain, spheres):
+        assert not scene.structure.instanced and scene.instancing is None
+        kernel = PathIntegrator().primal_kernel(scene.structure)
+        assert not set(layout.instance_inputs()) & set(kernel.inputs) and "_instanced" not in kernel.name
+    kernel = PathIntegrator().primal_kernel(shared.structure)
+    assert set(layout.instance_inputs()) <= set(kernel.inputs) and kernel.name.endswith("_instanced")
