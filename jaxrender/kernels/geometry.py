@@ -92,16 +92,16 @@ class Instances:
         return [self.transforms.read(i, start + k) for k in range(12)]
 
     def to_group(self, i, p: Vec) -> Vec:
-        return _affine(self._matrix(i, layout.INSTANCE_TO_GROUP), p, 1.0)
+        return _affine(self._matrix(i, layout.INSTANCE_TO_GROUP), p, point=True)
 
     def to_group_dir(self, i, v: Vec) -> Vec:
-        return _affine(self._matrix(i, layout.INSTANCE_TO_GROUP), v, 0.0)
+        return _affine(self._matrix(i, layout.INSTANCE_TO_GROUP), v, point=False)
 
     def to_world(self, i, p: Vec) -> Vec:
-        return _affine(self._matrix(i, layout.INSTANCE_TO_WORLD), p, 1.0)
+        return _affine(self._matrix(i, layout.INSTANCE_TO_WORLD), p, point=True)
 
     def to_world_dir(self, i, v: Vec) -> Vec:
-        return _affine(self._matrix(i, layout.INSTANCE_TO_WORLD), v, 0.0)
+        return _affine(self._matrix(i, layout.INSTANCE_TO_WORLD), v, point=False)
 
     def normal_to_world(self, i, n: Vec) -> Vec:
         """A group-space normal in world space (by the inverse transpose of
@@ -116,10 +116,10 @@ class Instances:
         return tuple(row[:layout.GROUP_FIRST_ROW]), row[layout.GROUP_FIRST_ROW]
 
 
-def _affine(m, v: Vec, w):
-    """The 3 x 4 row-major ``m`` applied to (v, w): w = 1 a point, 0 a vector."""
+def _affine(m, v: Vec, point: bool):
+    """The 3 x 4 row-major ``m`` applied to the point or vector ``v``."""
     rows = [m[4 * k] * v.x + m[4 * k + 1] * v.y + m[4 * k + 2] * v.z for k in range(3)]
-    return Vec(*(r + m[4 * k + 3] for k, r in enumerate(rows))) if w else Vec(*rows)
+    return Vec(*(r + m[4 * k + 3] for k, r in enumerate(rows))) if point else Vec(*rows)
 
 
 def intersect_primitive(geo: SceneGeometry, idx, o: Vec, d: Vec, t_min):
