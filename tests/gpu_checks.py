@@ -126,13 +126,14 @@ def kitchen_sink_failures(gpu, cpu) -> list:
     return fails
 
 
-def render_comparison(gpu, cpu, size=16, spp=4):
-    """Same scene, seed and spp on both backends. Paths follow the same random
+def render_comparison(gpu, cpu, size=16, spp=4, scene_dict=None):
+    """Same scene (default: ``material_cbox(size)``), seed and spp on both
+    backends. Paths follow the same random
     numbers through the same IEEE arithmetic; only transcendental functions
     may differ by an ulp, which can flip a rare sampling decision. So the
     two images must agree far below Monte Carlo noise, measured by a CPU
     render with another seed. Returns (report, times)."""
-    scene = jaxrender.load_dict(material_cbox(size))
+    scene = jaxrender.load_dict(material_cbox(size) if scene_dict is None else scene_dict)
     times = {}
     with cpu():
         a = np.asarray(jaxrender.render(scene, spp=spp, seed=1))

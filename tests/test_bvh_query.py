@@ -27,7 +27,7 @@ def query_kernel(wide: bool) -> ir.Kernel:
         i = ir.item_index()
         geo = geometry.SceneGeometry(tris, bounds, links, wide=(wide_nodes, wide_leaves) if wide else None)
         ray_o, ray_d = ir.Vec(*o[i]), ir.Vec(*d[i])
-        t, prim, b1, b2 = geometry.closest_hit(geo, ray_o, ray_d, ir.Float(1e-4), geometry.INF)
+        t, prim, b1, b2, _ = geometry.closest_hit(geo, ray_o, ray_d, ir.Float(1e-4), geometry.INF)
         occ = geometry.occluded(geo, ray_o, ray_d, ir.Float(1e-4), t_max[i])
         return {"t": t, "prim": prim, "b1": b1, "b2": b2, "occluded": ir.cast(occ, "i32")}
     return ir.trace(body, INPUTS, OUTPUTS)
@@ -148,3 +148,60 @@ def test_bad_buffers_are_refused_at_trace_time():
         return {"y": ir.Float(0.0)}
     with pytest.raises(ir.IRError, match="nodes buffer"):
         ir.trace(body, {"a": ir.In("f32", (56,)), "c": ir.In("i32", (40,))}, {"y": ir.Out("f32")})
+
+
+RANGED_INPUTS = {"o": ir.In("f32", (3,)), "d": ir.In("f32", (3,)), "t_max": ir.In("f32"), "group": ir.In("i32", (4,)),
+                 "wide_nodes": ir.In("i32", (56,)), "wide_leaves": ir.In("i32", (40,))}
+
+
+def ranged_kernel() -> ir.Kernel:
+    """The builtin query of the sub-range ``group[i]`` of the buffers (a
+    shapegroup's hierarchy among the instanced scene's concatenated ones)."""
+    def body(o, d, t_max, group, wide_nodes, wide_leaves):
+        i = ir.item_index()
+        ray_o, ray_d = ir.Vec(*o[i]), ir.Vec(*d[i])
+        inv_d = geometry._safe_inv(ray_d)
+        rng = tuple(group.read(i, k) for k in range(4))
+        t, prim, b1, b2 = ir.bvh_query.closest_hit((wide_nodes, wide_leaves), ray_o, ray_d, inv_d, ir.Float(1e-4),
+                                                   ir.Float(geometry.INF), group=rng)
+        occ = ir.bvh_query.any_hit((wide_nodes, wide_leaves), ray_o, ray_d, inv_d, ir.Float(1e-4), t_max[i],
+                                   group=rng)
+        return {"t": t, "prim": prim, "b1": b1, "b2": b2, "occluded": ir.cast(occ, "i32")}
+    return ir.trace(body, RANGED_INPUTS, OUTPUTS)
+
+
+@pytest.mark.parametrize("lanes", LANES)
+def test_ranged_query_traverses_one_group_of_concatenated_hierarchies(lanes):
+    """Two meshes' hierarchies in one pair of buffers: a ray given the second
+    one's range sees exactly what a query of that mesh alone sees."""
+    first, second = scene_arrays(*MESHES["grid"]()), scene_arrays(*MESHES["sphere"]())
+    nodes = np.concatenate([first["wide_nodes"], second["wide_nodes"]])
+    leaves = np.concatenate([first["wide_leaves"], second["wide_leaves"]])
+    v, _ = MESHES["sphere"]()
+    o, d, t_max = rays(2000, v.min(0), v.max(0), seed=7)
+    n1, b1 = len(first["wide_nodes"]), len(first["wide_leaves"])
+    group = np.tile(np.int32([n1, len(second["wide_nodes"]), b1, len(second["wide_leaves"])]), (len(o), 1))
+    got = run(ranged_kernel(), (len(o),), lanes=lanes, o=o, d=d, t_max=t_max, group=group,
+              wide_nodes=nodes, wide_leaves=leaves)
+    ref = run(query_kernel(True), (len(o),), lanes=lanes, o=o, d=d, t_max=t_max, **second)
+    hit = np.asarray(ref["prim"]) >= 0
+    assert 0.2 < hit.mean() < 0.95
+    for k in ("t", "prim", "b1", "b2", "occluded"):
+        assert np.asarray(got[k]).tobytes() == np.asarray(ref[k]).tobytes(), k
+
+
+@pytest.mark.parametrize("lanes", LANES)
+def test_ranged_query_clamps_ranges_to_the_buffers(lanes):
+    """Ranges from a corrupt table (negative, past the end, too long) stay
+    inside the buffers: a miss or some hit, never a wild read."""
+    arrays = scene_arrays(*MESHES["sphere"]())
+    n, b = len(arrays["wide_nodes"]), len(arrays["wide_leaves"])
+    bad = np.int32([[-5, 3, 0, b], [n, 10, b, 10], [n - 1, 10 ** 9, b - 1, 10 ** 9], [0, -1, 0, -1],
+                    [2 ** 31 - 1, 2 ** 31 - 1, 0, b], [0, n, 0, b]])
+    o, d, t_max = rays(len(bad) * 50, np.full(3, -1.0), np.ones(3), seed=2)
+    group = np.repeat(bad, 50, axis=0)
+    got = run(ranged_kernel(), (len(o),), lanes=lanes, o=o, d=d, t_max=t_max, group=group,
+              wide_nodes=arrays["wide_nodes"], wide_leaves=arrays["wide_leaves"])
+    prim = np.asarray(got["prim"]).reshape(len(bad), 50)
+    assert np.all(prim[1] == -1) and np.all(prim[3] == -1)      # empty ranges miss
+    assert (prim[5] >= 0).any()                                    # the whole range is the mesh

@@ -66,6 +66,16 @@ def test_image_matches_the_cpu_far_below_noise():
     assert abs(r["mean_gpu"] - r["mean_cpu"]) < 1e-4 * r["mean_cpu"], r
 
 
+def test_instanced_image_matches_the_cpu_far_below_noise():
+    """Shared shapegroups: the GPU lowering of the ranged BVH query and the
+    instance walk (test_instances.instanced_cbox: three instances, one mirrored)."""
+    from test_instances import instanced_cbox
+    r, _ = gpu_checks.render_comparison(emulated_gpu, cpu, spp=4, scene_dict=instanced_cbox(size=16, spp=4))
+    assert r["finite"]
+    assert r["diff"] < 1e-3 * r["noise"], r
+    assert abs(r["mean_gpu"] - r["mean_cpu"]) < 1e-4 * r["mean_cpu"], r
+
+
 @pytest.mark.slow
 def test_gradients_match_the_cpu_far_below_noise():
     rows = gpu_checks.gradient_comparison(emulated_gpu, cpu)

@@ -10,6 +10,7 @@ nvidia-cuda-nvcc-cu12 wheel the test extra installs.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import functools
 import re
 
@@ -58,6 +59,11 @@ MEGAKERNELS = {
     "adjoint_rb": lambda: PATH.adjoint_kernel(DIFF, "rb", RB_STRUCTURE),
     "adjoint_rb_biased": lambda: PATH.adjoint_kernel(DIFF, "rb_biased", RB_STRUCTURE),
 }
+# Shared shapegroups: the ranged BVH query and the instance walk (with analytic shapes: the skip-link path too).
+INSTANCED = {"path_instanced": lambda: PATH.primal_kernel(Structure(instanced=True)),
+             "path_instanced_analytic": lambda: PATH.primal_kernel(Structure(instanced=True, analytic=True)),
+             "adjoint_prb_instanced": lambda: PATH.adjoint_kernel(
+                 DIFF, "prb", dataclasses.replace(CLASSIC_STRUCTURE, instanced=True))}
 ENGINE_KERNELS = {
     "float_ops": test_ir_ops.float_kernel, "int_ops": test_ir_ops.int_kernel,
     "uint_ops": test_ir_ops.uint_kernel, "bool_ops": test_ir_ops.bool_kernel,
@@ -73,7 +79,7 @@ ENGINE_KERNELS = {
 
 @functools.cache
 def gpu_ptx(name: str, sm: int, nb: int = 0) -> str:
-    k = {**MEGAKERNELS, **ENGINE_KERNELS}[name]()
+    k = {**MEGAKERNELS, **ENGINE_KERNELS, **INSTANCED}[name]()
     return ptx.compile_ptx(k, nb, sm)
 
 
@@ -237,6 +243,19 @@ def test_megakernels_assemble_for_sm80_and_sm90(name, capsys):
         assert r.spill_stores <= 160 and r.spill_loads <= 160, r.log
         if name == "path":
             assert r.spill_stores == 0 and r.spill_loads == 0, r.log
+
+
+@needs_libdevice
+@needs_ptxas
+@pytest.mark.parametrize("name", sorted(INSTANCED))
+def test_instanced_kernels_assemble(name):
+    """The kernels of scenes that share shapegroups (ranged BVH queries
+    through the one-lane routine) assemble for sm_80 and sm_90, within the
+    megakernels' stack bound."""
+    assert "jaxrender_bvh_closest" in gpu_ptx(name, 80)
+    for sm, r in assembled(name).items():
+        assert 0 < r.registers <= 255, r.log
+        assert r.stack_frame <= 8 * ir.bvh_query.STACK_SIZE + 384, r.log
 
 
 def test_emulator_knows_which_functions_it_approximates():

@@ -1,5 +1,6 @@
-"""``shapegroup`` and ``instance`` (expanded into transformed copies at load
-time, ``jaxrender/scene/loaders/shapes.py``), against Mitsuba 3.9.1:
+"""``shapegroup`` and ``instance`` (one BVH per group shared by its
+instances, ``jaxrender/scene/instancing.py``), against Mitsuba 3.9.1 and
+against the instances expanded into copies (``expand_instances=True``):
 
 * the inputs Mitsuba's ``load_dict`` rejects (emitters, nested groups or
   instances in a group, an instance without exactly one shapegroup, a
@@ -15,7 +16,12 @@ time, ``jaxrender/scene/loaders/shapes.py``), against Mitsuba 3.9.1:
 * the gradient of an instanced shape's BSDF reflectance (one BSDF row that
   every instance shares) equals finite differences;
 * the parameter keys are Mitsuba's, and an instance's to_world is not a
-  parameter (a clear error).
+  parameter (a clear error);
+* the shared hierarchy's hits (t, p, normals, UV) and occlusion equal the
+  copies' for mirrored, non-uniformly scaled and sheared instances, beside
+  analytic shapes, own triangles or nothing else; its buffers keep the
+  group's rows once for 50 instances; instances holding a medium and a
+  scene with a refit mesh render as their copies within noise.
 """
 from __future__ import annotations
 
@@ -25,10 +31,11 @@ import numpy as np
 import pytest
 
 import jaxrender
+from jaxrender.kernels import layout
 from jaxrender.scene.errors import SceneError
 from jaxrender.scene.transform import Transform as T
 from test_render_reference import disagreements
-from test_shapes import MESHES, _rays, _sensor, _to_mitsuba, mitsuba_hits, our_hits
+from test_shapes import MESHES, _rays, _sensor, _to_mitsuba, mitsuba_hits, occluded, our_hits
 
 mi = pytest.importorskip("mitsuba")
 
@@ -238,7 +245,7 @@ def test_params_keys_are_mitsubas():
     theirs = {k for k in mi.traverse(mi.load_dict(_to_mitsuba(mi, d))).keys()
               if k.startswith("things.") and "reflectance" in k}
     assert ours == theirs == {"things.torus.bsdf.reflectance.value", "things.ball.bsdf.reflectance.value"}
-    with pytest.raises(SceneError, match="'b.to_world' is not a parameter.*expanded into transformed copies"):
+    with pytest.raises(SceneError, match="'b.to_world' is not a parameter.*built when the scene is loaded"):
         jaxrender.render(scene, {"b.to_world": np.eye(4, dtype=np.float32)}, spp=1)
     with pytest.raises(SceneError, match="'things.ball.to_world' is not a parameter.*geometry"):
         jaxrender.render(scene, {"things.ball.to_world": np.eye(4, dtype=np.float32)}, spp=1)
@@ -263,3 +270,177 @@ def test_instanced_bsdf_gradient_matches_finite_differences(key):
         e = jnp.zeros(3).at[c].set(h)
         fd = (float(loss(x0 + e, 7, 0)) - float(loss(x0 - e, 7, 0))) / (2 * h)
         assert abs(g[c] - fd) <= 2e-3 * abs(fd) + 1e-4, (key, c, g[c], fd)
+
+
+# ---------------------------------------------------------------------------
+# Shared shapegroups (scene/instancing.py) against the expanded copies
+# ---------------------------------------------------------------------------
+def mesh_group():
+    """The group's meshes (file, computed and face normals) without its analytic shapes."""
+    return {k: v for k, v in group(sphere=False).items() if k not in ("tube", "disk")}
+
+
+SPREAD = {"a": T().translate([0.3, -0.2, 0.1]).scale(0.6),
+          "mirrored": T().translate([-1.0, 0.5, 0.0]).rotate([0, 0, 1], 25).scale([-0.6, 0.6, 0.6]),
+          "non-uniform": T().translate([1.0, 0.8, -0.5]).rotate([0, 1, 0], 30).scale([0.7, 0.35, 0.5]),
+          "sheared-mirrored": T(np.array([[0.5, 0.2, 0.0, 0.0], [0.0, 0.45, 0.0, -1.0], [0.1, 0.0, -0.6, 0.5],
+                                          [0.0, 0.0, 0.0, 1.0]]))}
+LAYOUTS = {
+    # the scene's own primitives in the skip-link BVH (analytic shapes, expanded in both)
+    "with analytic shapes": lambda: dict(g=group(sphere=False), **{k: instance(m) for k, m in SPREAD.items()}),
+    # the scene's own triangles in the 8-wide BVH
+    "with own triangles": lambda: dict(g=mesh_group(), floor={"type": "rectangle", "to_world": T().translate(
+        [0, 0, -1.5]).scale(2.0)}, **{k: instance(m) for k, m in SPREAD.items()}),
+    "instances only": lambda: dict(g=mesh_group(), **{k: instance(m) for k, m in SPREAD.items()}),
+}
+
+
+def shared_and_expanded(shapes: dict):
+    d = scene_dict(**shapes)
+    shared, expanded = jaxrender.load_dict(d), jaxrender.load_dict(d, expand_instances=True)
+    assert shared.structure.instanced and not expanded.structure.instanced
+    return shared, expanded
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_shared_hits_equal_the_expanded_copies(layout):
+    """t, point, normals and UV of 4000 rays through mirrored, non-uniformly
+    scaled and sheared instances: the two-level hierarchy's hit (computed in
+    group space) is the copy's (computed in the world) up to float32
+    rounding of the transforms."""
+    shared, expanded = shared_and_expanded(LAYOUTS[layout]())
+    o, d = _rays(4000, seed=3, lo=-1.6, hi=1.6, dist=5.0)
+    ours, ref = our_hits(shared, o, d), our_hits(expanded, o, d)
+    hit = ref["t"] > 0
+    agree = (ours["t"] > 0) == hit
+    assert agree.mean() > 0.998 and 0.1 < hit.mean() < 0.9, (agree.mean(), hit.mean())
+    both = agree & hit & (ours["t"] > 0)
+    same_t = np.abs(ours["t"] - ref["t"]) < 1e-4 * ref["t"]
+    assert same_t[both].mean() > 0.998       # (the rest: the nearest of two surfaces within rounding)
+    both &= same_t
+    for k, tol in (("p", 1e-4), ("ng", 1e-5), ("ns", 2e-4), ("uv", 2e-4)):
+        err = np.max(np.abs(ours[k][both] - ref[k][both]))
+        assert err < tol, (k, err)
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_shared_occlusion_equals_the_expanded_copies(layout):
+    shared, expanded = shared_and_expanded(LAYOUTS[layout]())
+    o, d = _rays(4000, seed=4, lo=-1.6, hi=1.6, dist=5.0)
+    t_max = np.random.default_rng(1).uniform(3.0, 7.0, len(o)).astype(np.float32)
+    ours, ref = occluded(shared, o, d, t_max), occluded(expanded, o, d, t_max)
+    assert 0.05 < ref.mean() < 0.9
+    assert (ours == ref).mean() > 0.999
+
+
+def test_buffers_do_not_grow_with_the_instance_count():
+    """50 instances of a group keep its triangle rows once (Mitsuba's
+    sharing); the expanded scene has 50 copies."""
+    torus = {"type": "shapegroup", "torus": {"type": "ply", "filename": str(MESHES / "lowpoly_torus.ply")}}
+
+    def load(n, expand=False):
+        shapes = {f"i{k}": instance(T().translate([k % 10 - 4.5, k // 10 - 2.0, 0.0]).scale(0.3), "t")
+                  for k in range(n)}
+        return jaxrender.load_dict(scene_dict(t=torus, floor={"type": "rectangle"}, **shapes),
+                                   expand_instances=expand)
+
+    one, fifty, copies = load(1), load(50), load(50, expand=True)
+    group_rows = len(one.triangles) - 2
+    assert group_rows > 100
+    assert len(fifty.triangles) == len(one.triangles) == 2 + group_rows
+    for k in ("group_nodes", "group_leaves", "groups"):
+        assert fifty.instancing[k].shape == one.instancing[k].shape
+    assert len(fifty.instancing["instances"]) == 50 and len(one.instancing["instances"]) == 1
+    assert len(copies.triangles) == 2 + 50 * group_rows and copies.instancing is None
+
+
+def in_media(where: str) -> dict:
+    """test_media's scene with two instances (one mirrored) of a group whose
+    cube holds the medium ("holding"), or of a diffuse cube inside the
+    medium's box, its exterior that medium ("inside")."""
+    from test_media import medium_scene
+    d = medium_scene(spp=16, sigma_t=2.0 if where == "holding" else 0.4)
+    if where == "holding":
+        box = d.pop("box")
+        d["g"] = {"type": "shapegroup", "box": {**box, "to_world": T().scale(0.5)}}
+        place = (T().translate([-0.6, 0.0, 0.0]).rotate([0, 1, 0], 30), T().translate([0.7, -0.3, 0.2]).scale(
+            [-1.2, 0.8, 1.0]))
+    else:
+        d["fog"] = d["box"].pop("interior")
+        d["box"]["interior"] = {"type": "ref", "id": "fog"}
+        cube = {"type": "cube", "to_world": T().scale(0.25), "bsdf": _rgb(0.9, 0.9, 0.9),
+                "exterior": {"type": "ref", "id": "fog"}}
+        d["g"] = {"type": "shapegroup", "cube": cube}
+        place = (T().translate([-0.3, 0.1, 0.0]).rotate([0, 1, 0], 30), T().translate([0.3, -0.3, 0.1]).scale(
+            [-1.2, 0.8, 1.0]))
+    d["a"], d["b"] = (instance(m, "g") for m in place)
+    return d
+
+
+@pytest.mark.parametrize("where", ["holding", "inside"])
+def test_instances_with_media_render_as_their_copies(where):
+    """volpath: the medium rows of the group's primitives are read by row;
+    the image is the expanded scene's within noise."""
+    d = in_media(where)
+    shared, expanded = jaxrender.load_dict(d), jaxrender.load_dict(d, expand_instances=True)
+    assert shared.structure.instanced and len(shared.prim_media) == len(shared.triangles)
+
+    def renders(scene):
+        return np.stack([np.asarray(jaxrender.render(scene, seed=10 + k), np.float64) for k in range(4)])
+
+    ref = renders(expanded)
+    ref = {"mean": ref.mean(0), "stderr": ref.std(0, ddof=1) / 2.0}
+    assert disagreements(renders(shared), ref) == []
+    # control: the second instance moved onto the first is a different image
+    d["b"]["to_world"] = d["a"]["to_world"]
+    assert disagreements(renders(jaxrender.load_dict(d)), ref) != []
+
+
+def test_corrupt_instance_tables_stay_in_bounds():
+    """The kernels read the instance tables through clamped gathers and the
+    group ranges through the clamped ranged query: garbage in them gives
+    wrong hits, never a wild read."""
+    shared, _ = shared_and_expanded(LAYOUTS["with own triangles"]())
+    rng = np.random.default_rng(3)
+    tables = shared.instancing
+    tables["groups"] = rng.integers(-2 ** 31, 2 ** 31 - 1, tables["groups"].shape).astype(np.int32)
+    tables["instance_group"] = np.int32([10 ** 9, -5, 3, 0])
+    o, d = _rays(500, seed=5, lo=-1.6, hi=1.6, dist=5.0)
+    assert our_hits(shared, o, d)["t"].shape == (500,)
+
+
+def test_refit_keeps_the_shared_groups():
+    """A mesh placed by a parameter in a scene with instances: the refit
+    geometry keeps the group rows after the scene's own, and the image with
+    a moved mesh is the expanded scene's within noise."""
+    d = instanced_cbox(size=16, spp=16)
+    shared, expanded = jaxrender.load_dict(d), jaxrender.load_dict(d, expand_instances=True)
+    key = "floor.to_world"
+    moved = {key: np.asarray(T().translate([0, -0.9, 0]).rotate([1, 0, 0], -90).matrix, np.float32)}
+    out = shared.geometry_buffers({**shared.params, **moved}, moved)
+    own = int(shared.instancing["groups"][0, layout.GROUP_FIRST_ROW])
+    assert out["tris"].shape == shared.triangles.shape and 0 < own < len(shared.triangles)
+    assert np.array_equal(out["tris"][own:], shared.triangles[own:])
+    assert not np.array_equal(out["tris"][:own], shared.triangles[:own])
+
+    def renders(scene):
+        return np.stack([np.asarray(jaxrender.render(scene, moved, seed=10 + k), np.float64) for k in range(4)])
+
+    ref = renders(expanded)
+    assert disagreements(renders(shared), {"mean": ref.mean(0), "stderr": ref.std(0, ddof=1) / 2.0}) == []
+
+
+def test_only_instanced_scenes_get_the_instanced_kernels():
+    """A scene without instances of meshes (also one whose groups hold only
+    analytic shapes, which are copied) keeps the kernels it had: no
+    instance inputs, no '_instanced' variant."""
+    from jaxrender.kernels.integrators import PathIntegrator
+    plain = jaxrender.load_dict(jaxrender.cornell_box())
+    spheres = jaxrender.load_dict(scene_dict(g={"type": "shapegroup", "ball": {"type": "sphere"}}, i=instance()))
+    shared = jaxrender.load_dict(instanced_cbox(size=4, spp=1))
+    for scene in (plain, spheres):
+        assert not scene.structure.instanced and scene.instancing is None
+        kernel = PathIntegrator().primal_kernel(scene.structure)
+        assert not set(layout.instance_inputs()) & set(kernel.inputs) and "_instanced" not in kernel.name
+    kernel = PathIntegrator().primal_kernel(shared.structure)
+    assert set(layout.instance_inputs()) <= set(kernel.inputs) and kernel.name.endswith("_instanced")

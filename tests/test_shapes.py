@@ -49,7 +49,7 @@ def _scalars():
 @functools.cache
 def hit_kernel(structure: Structure) -> ir.Kernel:
     """``interaction.intersect`` of rays (pts, dirs): t, p, ng, shading normal, uv."""
-    inputs = dict(PathIntegrator().inputs(), pts=ir.In("f32", (3,)), dirs=ir.In("f32", (3,)))
+    inputs = dict(PathIntegrator().inputs(structure), pts=ir.In("f32", (3,)), dirs=ir.In("f32", (3,)))
 
     def body(**b):
         i = ir.item_index()
@@ -207,7 +207,8 @@ def test_mixed_bvh_matches_brute_force():
 
 @functools.cache
 def occluded_kernel(structure: Structure) -> ir.Kernel:
-    inputs = dict(PathIntegrator().inputs(), pts=ir.In("f32", (3,)), dirs=ir.In("f32", (3,)), tmax=ir.In("f32"))
+    inputs = dict(PathIntegrator().inputs(structure), pts=ir.In("f32", (3,)), dirs=ir.In("f32", (3,)),
+                  tmax=ir.In("f32"))
 
     def body(**b):
         i = ir.item_index()

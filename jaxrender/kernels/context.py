@@ -22,7 +22,7 @@ from .. import ir
 from . import layout, media, samplers, textures
 from .bsdfs import registry as bsdf_registry
 from .bsdfs.base import MAX_NESTING
-from .geometry import SceneGeometry
+from .geometry import Instances, SceneGeometry
 from .spectrum import RGB, SpectrumType
 
 
@@ -47,7 +47,10 @@ class Structure:
     blend of plain BSDFs; at most ``bsdfs.base.MAX_NESTING``), ``media`` and
     ``phases`` the medium kinds and phase functions of its participating
     media (``media.KINDS``, ``media.phase.NAMES``; empty: no media, and only
-    volumetric integrators read them)."""
+    volumetric integrators read them), ``instanced`` whether meshes of
+    shapegroups are shared by instances (then kernels also read
+    ``layout.instance_inputs`` and walk the instances after the scene's own
+    primitives)."""
     tex_slots: int = 0
     envmap: bool = False
     analytic: bool = False
@@ -61,6 +64,7 @@ class Structure:
     media: tuple = ()
     phases: tuple = ()
     sunsky: bool = False
+    instanced: bool = False
 
     def __post_init__(self):
         if not (isinstance(self.footprint, int) and self.footprint >= 1 and self.footprint % 2 == 1):
@@ -108,7 +112,7 @@ class Structure:
                 + "".join(f"_{t}" for t in self.textures)
                 + ("" if self.footprint == 1 else f"_splat{self.footprint}")
                 + ("" if self.sampler == "independent" else f"_{self.sampler}")
-                + "".join(f"_{m}" for m in self.media + self.phases))
+                + "".join(f"_{m}" for m in self.media + self.phases) + ("_instanced" if self.instanced else ""))
 
 
 @dataclasses.dataclass
@@ -137,11 +141,13 @@ class Context:
     @classmethod
     def create(cls, b: dict, structure: Structure = Structure(), diff: bool = False,
                spectrum: SpectrumType = RGB) -> "Context":
+        instances = Instances(b) if structure.instanced else None
         if structure.analytic:
-            geo = SceneGeometry(b["tris"], b["bvh_bounds"], b["bvh_links"], b["prim_shape"], b["shape_data"])
+            geo = SceneGeometry(b["tris"], b["bvh_bounds"], b["bvh_links"], b["prim_shape"], b["shape_data"],
+                                instances=instances)
         else:
             geo = SceneGeometry(b["tris"], b["bvh_bounds"], b["bvh_links"],
-                                wide=(b["wide_nodes"], b["wide_leaves"]))
+                                wide=(b["wide_nodes"], b["wide_leaves"]), instances=instances)
         item = ir.item_index()
         pixel = item + b["item_offset"].value
         return cls(b, geo, pixel, diff, structure, spectrum,

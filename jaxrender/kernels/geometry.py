@@ -11,6 +11,11 @@ unused); with analytic shapes ``prim_shape`` says, per leaf entry, -1 for a
 triangle or the row of ``shape_data`` (``jaxrender.scene.shapes.AnalyticShape
 .row``) of the shape, and the leaf loop branches on it. A scene without them
 passes no ``prim_shape`` and gets the triangle-only loop.
+
+In scenes whose instances share shapegroups (``Instances``,
+``jaxrender.scene.instancing``), a query then walks the skip-link BVH over
+the instances and queries each reached group's own hierarchy with the ray
+in group space; a hit reports the instance's row.
 """
 from __future__ import annotations
 
@@ -29,7 +34,7 @@ class SceneGeometry:
     """Kernel-side handles of the geometry buffers; ``prim_shape`` and
     ``shape_data`` only for scenes with analytic shapes."""
 
-    def __init__(self, tris, bvh_bounds, bvh_links, prim_shape=None, shape_data=None, wide=None):
+    def __init__(self, tris, bvh_bounds, bvh_links, prim_shape=None, shape_data=None, wide=None, instances=None):
         self.tris = tris              # (N, 9): p0, p1, p2 per triangle, in BVH leaf order
         self.bounds = bvh_bounds      # (M, 6): box min, box max
         self.links = bvh_links        # (M, 3): skip, first primitive, primitive count (0: interior)
@@ -40,6 +45,7 @@ class SceneGeometry:
         # ir.bvh_query), queried by the builtin traversal instead of the
         # skip links.
         self.wide = wide
+        self.instances = instances    # Instances, in scenes that share shapegroups
 
     def triangle(self, i) -> tuple[Vec, Vec, Vec]:
         return triangle.vertices(self.tris, i)
@@ -73,6 +79,54 @@ class SceneGeometry:
         return Vec(*(m[4 * k] * x + m[4 * k + 1] * y + m[4 * k + 3] for k in range(3)))
 
 
+class Instances:
+    """Kernel-side handles of the instance tables (``layout.instance_inputs``,
+    ``jaxrender.scene.instancing``): the shapegroups' concatenated 8-wide
+    BVHs, the group table, per instance its transforms and group, and the
+    skip-link BVH over the instances' world boxes."""
+
+    def __init__(self, b: dict):
+        self.hierarchies = (b["group_nodes"], b["group_leaves"])
+        self.groups = b["groups"]
+        self.transforms = b["instances"]
+        self.group_of = b["instance_group"]
+        self.bounds = b["instance_bounds"]
+        self.links = b["instance_links"]
+
+    def _matrix(self, i, start):
+        return [self.transforms.read(i, start + k) for k in range(12)]
+
+    def to_group(self, i, p: Vec) -> Vec:
+        return _affine(self._matrix(i, layout.INSTANCE_TO_GROUP), p, point=True)
+
+    def to_group_dir(self, i, v: Vec) -> Vec:
+        return _affine(self._matrix(i, layout.INSTANCE_TO_GROUP), v, point=False)
+
+    def to_world(self, i, p: Vec) -> Vec:
+        return _affine(self._matrix(i, layout.INSTANCE_TO_WORLD), p, point=True)
+
+    def to_world_dir(self, i, v: Vec) -> Vec:
+        return _affine(self._matrix(i, layout.INSTANCE_TO_WORLD), v, point=False)
+
+    def normal_to_world(self, i, n: Vec) -> Vec:
+        """A group-space normal in world space (by the inverse transpose of
+        to_world, i.e. the transpose of world-to-group), normalised."""
+        m = self._matrix(i, layout.INSTANCE_TO_GROUP)
+        return ir.normalize(Vec(*(m[c] * n.x + m[4 + c] * n.y + m[8 + c] * n.z for c in range(3))))
+
+    def group_range(self, i):
+        """((node start, node count, block start, block count), first primitive row) of instance i's group."""
+        g = self.group_of[i]
+        row = [self.groups.read(g, k) for k in range(layout.GROUP_ROW)]
+        return tuple(row[:layout.GROUP_FIRST_ROW]), row[layout.GROUP_FIRST_ROW]
+
+
+def _affine(m, v: Vec, point: bool):
+    """The 3 x 4 row-major ``m`` applied to the point or vector ``v``."""
+    rows = [m[4 * k] * v.x + m[4 * k + 1] * v.y + m[4 * k + 2] * v.z for k in range(3)]
+    return Vec(*(r + m[4 * k + 3] for k, r in enumerate(rows))) if point else Vec(*rows)
+
+
 def intersect_primitive(geo: SceneGeometry, idx, o: Vec, d: Vec, t_min):
     """(t, b1, b2) of leaf entry ``idx``: a triangle, or an analytic shape
     (then b1 = b2 = 0) where the scene has them."""
@@ -101,10 +155,10 @@ def _safe_inv(d: Vec) -> Vec:
     return Vec(inv(d.x), inv(d.y), inv(d.z))
 
 
-def _box_entry(o: Vec, inv_d: Vec, geo: SceneGeometry, node, t_max):
+def _box_entry(o: Vec, inv_d: Vec, bounds, node, t_max):
     """Whether the ray segment [0, t_max] meets node's box (slab test)."""
-    lo = Vec(*(geo.bounds.read(node, k) for k in range(3)))
-    hi = Vec(*(geo.bounds.read(node, k) for k in range(3, 6)))
+    lo = Vec(*(bounds.read(node, k) for k in range(3)))
+    hi = Vec(*(bounds.read(node, k) for k in range(3, 6)))
     t0 = (lo - o) * inv_d
     t1 = (hi - o) * inv_d
     near = _fmax(_fmax(_fmin(t0.x, t1.x), _fmin(t0.y, t1.y)), _fmin(t0.z, t1.z))
@@ -112,67 +166,117 @@ def _box_entry(o: Vec, inv_d: Vec, geo: SceneGeometry, node, t_max):
     return _fmax(near, 0.0) <= _fmin(far * 1.0000004, t_max)
 
 
-def closest_hit(geo: SceneGeometry, o: Vec, d: Vec, t_min, t_max):
-    """(t, primitive index in leaf order, b1, b2); t == inf and index -1 on a
-    miss. b1, b2: a triangle's barycentrics (0 for an analytic shape)."""
-    inv_d = _safe_inv(d)
-    if geo.wide is not None:
-        return ir.bvh_query.closest_hit(geo.wide, o, d, inv_d, t_min, t_max)
-    n_nodes = ir.cast(geo.bounds.len, "i32")
+def _walk_nearest(bounds, links, o: Vec, inv_d: Vec, best: tuple, test) -> tuple:
+    """Walk a skip-link BVH keeping the nearest hit: ``best`` is the state
+    (its first value the nearest t so far), ``test(entry, best)`` the state
+    after testing leaf entry ``entry``. Boxes beyond the nearest t are skipped."""
+    n_nodes = ir.cast(bounds.len, "i32")
 
     def step(s):
-        node, best_t, best_i, bu, bv = s
-        hit_box = _box_entry(o, inv_d, geo, node, best_t)
-        skip = geo.links.read(node, layout.LINK_SKIP)
-        first = geo.links.read(node, layout.LINK_FIRST)
-        count = geo.links.read(node, layout.LINK_COUNT)
+        node, best = s[0], s[1:]
+        hit_box = _box_entry(o, inv_d, bounds, node, best[0])
+        skip = links.read(node, layout.LINK_SKIP)
+        first = links.read(node, layout.LINK_FIRST)
+        count = links.read(node, layout.LINK_COUNT)
         is_leaf = count > 0
 
         def leaf():
-            def tri(k, st):
-                bt, bi, u0, v0 = st
-                idx = first + k
-                t, u, v = intersect_primitive(geo, idx, o, d, t_min)
-                closer = (t > t_min) & (t < bt)
-                return (ir.select(closer, t, bt), ir.select(closer, idx, bi),
-                        ir.select(closer, u, u0), ir.select(closer, v, v0))
-            return ir.fori_loop(ir.Int(0), count, tri, (best_t, best_i, bu, bv))
+            return ir.fori_loop(ir.Int(0), count, lambda k, st: test(first + k, st), best)
 
         visit_leaf = hit_box & is_leaf
-        best_t, best_i, bu, bv = ir.cond(visit_leaf, leaf, lambda: (best_t, best_i, bu, bv))
+        best = ir.cond(visit_leaf, leaf, lambda: best)
         nxt = ir.select(hit_box & ~is_leaf, node + 1, skip)
-        return nxt, best_t, best_i, bu, bv
+        return (nxt, *best)
 
-    _, t, idx, u, v = ir.while_loop(lambda s: s[0] < n_nodes, step,
-                                    (ir.Int(0), ir.Float(t_max) if not isinstance(t_max, ir.Var) else t_max,
-                                     ir.Int(-1), ir.Float(0.0), ir.Float(0.0)))
-    return t, idx, u, v
+    return ir.while_loop(lambda s: s[0] < n_nodes, step, (ir.Int(0), *best))[1:]
 
 
-def occluded(geo: SceneGeometry, o: Vec, d: Vec, t_min, t_max):
-    """Whether anything lies on the ray between t_min and t_max (stops at the first hit)."""
-    inv_d = _safe_inv(d)
-    if geo.wide is not None:
-        return ir.bvh_query.any_hit(geo.wide, o, d, inv_d, t_min, t_max)
-    n_nodes = ir.cast(geo.bounds.len, "i32")
+def _walk_any(bounds, links, o: Vec, inv_d: Vec, t_max, probe, accept=lambda x: x):
+    """Whether ``accept(probe(entry))`` holds for a leaf entry of a
+    skip-link BVH whose boxes the ray meets before ``t_max`` (stops at the
+    first). (Two steps, so that the scene's own walk emits its operations
+    in the order it always has: its kernels stay the same bit for bit.)"""
+    n_nodes = ir.cast(bounds.len, "i32")
 
     def step(s):
         node, _ = s
-        hit_box = _box_entry(o, inv_d, geo, node, t_max)
-        skip = geo.links.read(node, layout.LINK_SKIP)
-        first = geo.links.read(node, layout.LINK_FIRST)
-        count = geo.links.read(node, layout.LINK_COUNT)
+        hit_box = _box_entry(o, inv_d, bounds, node, t_max)
+        skip = links.read(node, layout.LINK_SKIP)
+        first = links.read(node, layout.LINK_FIRST)
+        count = links.read(node, layout.LINK_COUNT)
         is_leaf = count > 0
 
         def leaf():
-            def tri(st):
-                k, found = st
-                t, _, _ = intersect_primitive(geo, first + k, o, d, t_min)
-                return k + 1, (t > t_min) & (t < t_max)
-            return ir.while_loop(lambda st: (st[0] < count) & ~st[1], tri, (ir.Int(0), ir.Bool(False)))[1]
+            def entry(st):
+                k, _ = st
+                got = probe(first + k)
+                return k + 1, accept(got)
+            return ir.while_loop(lambda st: (st[0] < count) & ~st[1], entry, (ir.Int(0), ir.Bool(False)))[1]
 
         found = ir.cond(hit_box & is_leaf, leaf, lambda: ir.Bool(False))
         nxt = ir.select(found, n_nodes, ir.select(hit_box & ~is_leaf, node + 1, skip))
         return nxt, found
 
     return ir.while_loop(lambda s: s[0] < n_nodes, step, (ir.Int(0), ir.Bool(False)))[1]
+
+
+def _scene_closest(geo: SceneGeometry, o: Vec, d: Vec, inv_d: Vec, t_min, t_max):
+    """(t, primitive, b1, b2) of the nearest of the scene's own primitives."""
+    if geo.wide is not None:
+        return ir.bvh_query.closest_hit(geo.wide, o, d, inv_d, t_min, t_max)
+
+    def primitive(idx, st):
+        bt, bi, u0, v0 = st
+        t, u, v = intersect_primitive(geo, idx, o, d, t_min)
+        closer = (t > t_min) & (t < bt)
+        return (ir.select(closer, t, bt), ir.select(closer, idx, bi),
+                ir.select(closer, u, u0), ir.select(closer, v, v0))
+
+    return _walk_nearest(geo.bounds, geo.links, o, inv_d,
+                         (ir.Float(t_max) if not isinstance(t_max, ir.Var) else t_max,
+                          ir.Int(-1), ir.Float(0.0), ir.Float(0.0)), primitive)
+
+
+def closest_hit(geo: SceneGeometry, o: Vec, d: Vec, t_min, t_max):
+    """(t, primitive index in leaf order, b1, b2, instance); t == t_max and
+    index -1 on a miss. b1, b2: a triangle's barycentrics (0 for an analytic
+    shape). instance: the row of ``instances`` whose shapegroup holds the
+    primitive, -1 for the scene's own primitives (and in scenes without
+    instances)."""
+    inv_d = _safe_inv(d)
+    hit = _scene_closest(geo, o, d, inv_d, t_min, t_max)
+    inst = geo.instances
+    if inst is None:
+        return (*hit, ir.Int(-1))
+
+    def instance(i, st):
+        # The ray in group space, its direction not renormalised: t stays the world t.
+        og, dg = inst.to_group(i, o), inst.to_group_dir(i, d)
+        rng, first_row = inst.group_range(i)
+        t, prim, b1, b2 = ir.bvh_query.closest_hit(inst.hierarchies, og, dg, _safe_inv(dg), t_min, st[0],
+                                                   group=rng)
+        closer = prim >= 0
+        return tuple(ir.select(closer, new, old) for new, old in zip((t, first_row + prim, b1, b2, i), st))
+
+    return _walk_nearest(inst.bounds, inst.links, o, inv_d, (*hit, ir.Int(-1)), instance)
+
+
+def occluded(geo: SceneGeometry, o: Vec, d: Vec, t_min, t_max):
+    """Whether anything lies on the ray between t_min and t_max (stops at the first hit)."""
+    inv_d = _safe_inv(d)
+    if geo.wide is not None:
+        found = ir.bvh_query.any_hit(geo.wide, o, d, inv_d, t_min, t_max)
+    else:
+        found = _walk_any(geo.bounds, geo.links, o, inv_d, t_max,
+                          lambda idx: intersect_primitive(geo, idx, o, d, t_min)[0],
+                          lambda t: (t > t_min) & (t < t_max))
+    inst = geo.instances
+    if inst is None:
+        return found
+
+    def instance(i):
+        og, dg = inst.to_group(i, o), inst.to_group_dir(i, d)
+        rng, _ = inst.group_range(i)
+        return ir.bvh_query.any_hit(inst.hierarchies, og, dg, _safe_inv(dg), t_min, t_max, group=rng)
+
+    return ir.cond(found, lambda: ir.Bool(True), lambda: _walk_any(inst.bounds, inst.links, o, inv_d, t_max, instance))

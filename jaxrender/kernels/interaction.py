@@ -7,6 +7,8 @@ BSDFs see), the primitive and its barycentrics / UV parameters, the BSDF
 and emitter attached to the shape, and, in scenes with a BSDF that perturbs
 the shading frame (normalmap, bumpmap: ``Structure.tangents``), Mitsuba's
 ``dp_du`` / ``dp_dv`` (None elsewhere, so other kernels do not compute them).
+A hit on a shapegroup's triangle through an instance (``Structure.instanced``)
+is computed in group space and brought to the world (:func:`intersect`).
 """
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ class SurfaceInteraction:
     o: Vec = None     # ray origin
     dp_du: Vec = None  # position derivatives in (u, v), world (only with Structure.tangents)
     dp_dv: Vec = None
+    instance: Any = None  # row of the instance tables whose shapegroup was hit, -1: the scene's own primitive
 
     def spawn(self, w: Vec) -> Vec:
         """A ray origin just off the surface, on the side ``w`` leaves towards."""
@@ -52,23 +55,24 @@ class KnownHit:
     """A ray's first hit found by an earlier query along the same line (a
     medium's null collision moves the origin on, not the surface ahead):
     ``valid`` where it is, the hit's t from the ray's current origin, its
-    primitive (-1: none within t_max) and barycentrics."""
+    primitive (-1: none within t_max), barycentrics and instance (-1: none)."""
     valid: Any
     t: Any
     prim: Any
     b1: Any
     b2: Any
+    instance: Any
 
     @classmethod
     def none(cls) -> "KnownHit":
-        return cls(ir.Bool(False), ir.Float(0.0), ir.Int(-1), ir.Float(0.0), ir.Float(0.0))
+        return cls(ir.Bool(False), ir.Float(0.0), ir.Int(-1), ir.Float(0.0), ir.Float(0.0), ir.Int(-1))
 
     @classmethod
     def ahead(cls, valid, si: "SurfaceInteraction", t_moved) -> "KnownHit":
         """The hit ``si`` seen from ``t_moved`` further along its ray, where ``valid``."""
         # (an analytic shape's surface is recomputed from t alone: its b1, b2
         # here are its (u, v), never read back)
-        return cls(valid, si.t - t_moved, si.prim, si.b1, si.b2)
+        return cls(valid, si.t - t_moved, si.prim, si.b1, si.b2, si.instance)
 
 
 def intersect(ctx, o: Vec, d: Vec, t_min, t_max=INF, known: "KnownHit | None" = None) -> SurfaceInteraction:
@@ -76,18 +80,29 @@ def intersect(ctx, o: Vec, d: Vec, t_min, t_max=INF, known: "KnownHit | None" = 
     ``known``: where that is already known (no BVH query there)."""
     st = ctx.structure
     if known is None:
-        t, prim, b1, b2 = closest_hit(ctx.geo, o, d, t_min, t_max)
+        t, prim, b1, b2, instance = closest_hit(ctx.geo, o, d, t_min, t_max)
     else:
-        t, prim, b1, b2 = ir.cond(known.valid, lambda: (known.t, known.prim, known.b1, known.b2),
-                                  lambda: closest_hit(ctx.geo, o, d, t_min, t_max))
+        t, prim, b1, b2, instance = ir.cond(known.valid,
+                                            lambda: (known.t, known.prim, known.b1, known.b2, known.instance),
+                                            lambda: closest_hit(ctx.geo, o, d, t_min, t_max))
     normals = ctx.b["tri_normals"] if st.shading_normals else None
     tangents = st.tangents
 
-    def on_triangle():
+    def on_triangle(o=o, d=d):
         out = triangle.surface(ctx.geo.tris, normals, prim, o, d, t, b1, b2)
         if tangents:
             out += triangle.tangents(ctx.geo.tris, ctx.b["tri_uv"], prim, out[1])
         return out
+
+    def on_instance():
+        # Mitsuba's instance: the surface of the group's triangle in group
+        # space (the ray taken there, t unchanged), brought to the world by
+        # to_world: normals by its inverse transpose, so a mirroring
+        # instance keeps the group's orientation; dp_du, dp_dv as vectors.
+        inst = ctx.geo.instances
+        p, ng, ns, u, v, *dp = on_triangle(inst.to_group(instance, o), inst.to_group_dir(instance, d))
+        return (inst.to_world(instance, p), inst.normal_to_world(instance, ng), inst.normal_to_world(instance, ns),
+                u, v, *(inst.to_world_dir(instance, x) for x in dp))
 
     if st.analytic:
         s = ctx.geo.prim_shape[prim]
@@ -100,6 +115,9 @@ def intersect(ctx, o: Vec, d: Vec, t_min, t_max=INF, known: "KnownHit | None" = 
         out = ir.cond((prim >= 0) & (s >= 0), on_shape, on_triangle)
     else:
         out = on_triangle()
+    if st.instanced:
+        shown = out
+        out = ir.cond(instance >= 0, on_instance, lambda: shown)
     p, ng, ns, b1, b2 = out[:5]
     dp_du, dp_dv = out[5:] if tangents else (None, None)
     attr = ctx.b["tri_attr"]
@@ -110,4 +128,4 @@ def intersect(ctx, o: Vec, d: Vec, t_min, t_max=INF, known: "KnownHit | None" = 
     scale = 1e-4 * (1.0 + ir.maximum(ir.maximum(ir.abs(p.x), ir.abs(p.y)), ir.abs(p.z)))
     return SurfaceInteraction(t, prim, b1, b2, d, hit, p, ng, frame, frame.to_local(-d),
                               attr.read(prim, layout.ATTR_BSDF), attr_em, hit & (attr_em >= 0), -ir.dot(ng, d),
-                              scale, o, dp_du, dp_dv)
+                              scale, o, dp_du, dp_dv, instance)

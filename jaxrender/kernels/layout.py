@@ -105,6 +105,26 @@ PRIM_MEDIA_ROW = 2             # prim_media (i32, leaf order): interior, exterio
 MEDIA_INTERIOR, MEDIA_EXTERIOR = 0, 1
 
 
+# --- instanced shapegroups (scene/instancing.py; read only by instanced structures) -----
+GROUP_ROW = 5                  # groups (i32): node start, node count, block start, block count, first primitive row
+GROUP_NODES, GROUP_BLOCKS, GROUP_FIRST_ROW = 0, 2, 4
+INSTANCE_ROW = 24              # instances (f32): world-to-group 3 x 4, group-to-world 3 x 4 (row-major)
+INSTANCE_TO_GROUP, INSTANCE_TO_WORLD = 0, 12
+
+
+def instance_inputs() -> dict:
+    """The buffers a kernel of an instanced structure reads besides :func:`scene_inputs`."""
+    return {
+        "group_nodes": ir.In("i32", (NODE_WORDS,)),       # every group's 8-wide BVH (local indices)
+        "group_leaves": ir.In("i32", (LEAF_WORDS,)),
+        "groups": ir.In("i32", (GROUP_ROW,)),
+        "instances": ir.In("f32", (INSTANCE_ROW,)),        # in the leaf order of the instance BVH
+        "instance_group": ir.In("i32"),
+        "instance_bounds": ir.In("f32", (BVH_BOUNDS_ROW,)),  # skip-link BVH over the instances' world boxes
+        "instance_links": ir.In("i32", (BVH_LINKS_ROW,)),
+    }
+
+
 def media_inputs() -> dict:
     """The buffers a volumetric integrator reads besides :func:`scene_inputs`
     (no rows in a scene without media)."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from llvmlite import ir as ll
 
-from ..ir.bvh_query import ANY, CLOSEST, LEAF_WORDS, NODE_WORDS, STACK_SIZE
+from ..ir.bvh_query import ANY, CLOSEST, LEAF_WORDS, NODE_WORDS, RANGE_ARGS, RAY_ARGS, STACK_SIZE
 
 f32, i32, i64, i1, i8 = ll.FloatType(), ll.IntType(32), ll.IntType(64), ll.IntType(1), ll.IntType(8)
 ptr = ll.PointerType()
@@ -53,19 +53,47 @@ def routine(module: ll.Module, mode: int, gpu: bool = False) -> ll.Function:
     return fn
 
 
-def packet_routine(module: ll.Module, mode: int, lanes: int, declare_only: bool = False) -> ll.Function:
+def group_range(b: ll.IRBuilder, rows, start, count):
+    """(start, count) as i64 of a query's group range (i32 operands) clamped
+    to a buffer of ``rows`` rows (i64): a start outside it gives an empty
+    range, a count past its end stops there, so the routine's own clamps
+    keep every read inside both the group and the buffer."""
+    s = b.zext(start, i64)   # (a negative start is a huge unsigned one: empty)
+    inside = b.icmp_unsigned("<", s, rows)
+    s = b.select(inside, s, i64(0))
+    room = b.sub(rows, s)
+    c = b.zext(b.select(b.icmp_signed("<", count, i32(0)), i32(0), count), i64)
+    c = b.select(b.icmp_unsigned("<", c, room), c, room)
+    return s, b.select(inside, c, i64(0))
+
+
+def ranged_call(b: ll.IRBuilder, fn: ll.Function, bases: list, rows: list, ranges: list, ray: list):
+    """Call the traversal routine ``fn`` on the group sub-range ``ranges``
+    (node start, node count, block start, block count; i32) of the buffers
+    at ``bases`` with ``rows`` rows each."""
+    n_start, n_count = group_range(b, rows[0], ranges[0], ranges[1])
+    b_start, b_count = group_range(b, rows[1], ranges[2], ranges[3])
+    sub = [b.gep(base, [b.mul(start, i64(words))], inbounds=True, source_etype=i32)
+           for base, start, words in zip(bases, (n_start, b_start), (NODE_WORDS, LEAF_WORDS))]
+    return b.call(fn, sub + [n_count, b_count] + ray)
+
+
+def packet_routine(module: ll.Module, mode: int, lanes: int, declare_only: bool = False,
+                   ranged: bool = False) -> ll.Function:
     """A query for each set bit of a packet's mask (CPU): arguments are the
     two buffer pointers, node and block counts, then pointers to the lanes'
     buffer offsets (2 x lanes i32, in elements), rays (11 x lanes f32, the
     scalar routine's float arguments, argument-major), the mask bits, and
     the results (4 x lanes 32-bit words: t, prim, b1, b2; ANY: lanes i32).
+    ``ranged``: one more pointer, to the lanes' group ranges (4 x lanes
+    i32, ``ir.bvh_query``), each lane traversing its own sub-range.
     ``declare_only``: just its declaration, for a kernel linked with
     :func:`shared_module`'s object code."""
-    name = f"{NAMES[mode]}_x{lanes}"
+    name = f"{NAMES[mode]}{'_ranged' if ranged else ''}_x{lanes}"
     fn = module.globals.get(name)
     if fn is not None:
         return fn
-    ftype = ll.FunctionType(ll.VoidType(), [ptr] * 2 + [i64, i64, ptr, ptr, i32, ptr])
+    ftype = ll.FunctionType(ll.VoidType(), [ptr] * 2 + [i64, i64, ptr, ptr, i32, ptr] + [ptr] * ranged)
     if declare_only:
         return _declared_effects(ll.Function(module, ftype, name))
     one = routine(module, mode)
@@ -73,7 +101,7 @@ def packet_routine(module: ll.Module, mode: int, lanes: int, declare_only: bool 
     fn.linkage = "internal"
     fn.attributes.add("noinline")
     bufs = fn.args[:2]
-    n_nodes, n_blocks, offs, rays, bits, out = fn.args[2:]
+    n_nodes, n_blocks, offs, rays, bits, out = fn.args[2:8]
     b = ll.IRBuilder(fn.append_basic_block("entry"))
     loop, done = fn.append_basic_block("lane"), fn.append_basic_block("done")
     entry = b.block
@@ -88,7 +116,12 @@ def packet_routine(module: ll.Module, mode: int, lanes: int, declare_only: bool 
 
     bases = [b.gep(buf, [b.sext(b.load(at(offs, j, i32), typ=i32), i64)], inbounds=True, source_etype=i32)
              for j, buf in enumerate(bufs)]
-    r = b.call(one, bases + [n_nodes, n_blocks] + [b.load(at(rays, j, f32), typ=f32) for j in range(11)])
+    ray = [b.load(at(rays, j, f32), typ=f32) for j in range(RAY_ARGS)]
+    if ranged:
+        r = ranged_call(b, one, bases, [n_nodes, n_blocks],
+                        [b.load(at(fn.args[8], j, i32), typ=i32) for j in range(RANGE_ARGS)], ray)
+    else:
+        r = b.call(one, bases + [n_nodes, n_blocks] + ray)
     if mode == CLOSEST:
         for k in range(4):
             v = b.extract_value(r, k)
@@ -111,9 +144,9 @@ def _declared_effects(fn: ll.Function) -> ll.Function:
     calls as one that sees the body. Without this the PRB adjoint ran 5-8%
     slower. Callers use its calling convention, ``fastcc``."""
     fn.calling_convention = "fastcc"
-    nodes, leaves, _, _, offs, rays, _, out = fn.args
+    nodes, leaves, _, _, offs, rays, _, out = fn.args[:8]
     # set.update: valid LLVM attributes that llvmlite's lists lack.
-    for a in (nodes, leaves, offs, rays):
+    for a in (nodes, leaves, offs, rays, *fn.args[8:]):     # (a ranged one's ranges)
         set.update(a.attributes, ("readonly", "captures(none)"))
     set.update(out.attributes, ("writeonly", "captures(none)"))
     set.update(fn.attributes, ("nounwind", "norecurse", "nofree", "nosync"))
@@ -121,14 +154,15 @@ def _declared_effects(fn: ll.Function) -> ll.Function:
 
 
 def shared_module(lanes: int, triple: str) -> ll.Module:
-    """Both packet routines for ``lanes``, exported: compiled once per
+    """The packet routines for ``lanes`` (both modes, whole and ranged), exported: compiled once per
     target (and disk-cached) and linked with every CPU kernel that queries
     the BVH, instead of being compiled again inside each kernel (they are
     called, never inlined, so the kernels lose nothing)."""
     m = ll.Module(name=f"jaxrender.bvh_x{lanes}")
     m.triple = triple
     for mode in (CLOSEST, ANY):
-        packet_routine(m, mode, lanes).linkage = ""  # external
+        for ranged in (False, True):
+            packet_routine(m, mode, lanes, ranged=ranged).linkage = ""  # external
     return m
 
 

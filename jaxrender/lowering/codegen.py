@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from llvmlite import ir as ll
 
-from ..ir.bvh_query import CLOSEST
+from ..ir.bvh_query import CLOSEST, RANGE_ARGS, RAY_ARGS
 from ..ir.bvh_query import OP as BVH_QUERY
 from ..ir.graph import BOOL, F32, I32, PURE_OPS, U32, Block, Node, f32_bits, walk
 from ..ir.kernel import Kernel, _width
@@ -395,7 +395,11 @@ class ItemCodegen:
     def call_bvh_query(self, mode: int, bufs: list[int], a: list) -> list:
         b = self.b
         fn = bvh_traversal.routine(self.m, mode, self.gpu)
-        r = b.call(fn, [self.in_base[i] for i in bufs] + [self.in_rows[bufs[0]], self.in_rows[bufs[1]]] + a)
+        bases, rows = [self.in_base[i] for i in bufs], [self.in_rows[i] for i in bufs]
+        if len(a) > RAY_ARGS:      # a group's sub-range (ir.bvh_query)
+            r = bvh_traversal.ranged_call(b, fn, bases, rows, a[RAY_ARGS:], a[:RAY_ARGS])
+        else:
+            r = b.call(fn, bases + rows + a)
         return [b.extract_value(r, j) for j in range(4)] if mode == CLOSEST else [r]
 
     def lower_scatter(self, n: Node, row, value):
@@ -940,16 +944,22 @@ class PacketCodegen(ItemCodegen):
         buffer offsets and results pass through memory once per query."""
         b = self.b
         n = self.lanes
-        fn = bvh_traversal.packet_routine(self.m, mode, n, declare_only=self.shared_routines)
+        ranged = len(a) > RAY_ARGS       # a group's sub-range per lane (ir.bvh_query)
+        fn = bvh_traversal.packet_routine(self.m, mode, n, declare_only=self.shared_routines, ranged=ranged)
         vf, vi = self.T(F32), self.T(I32)
-        rays, offs, out = self.entry_alloca(vf, 11), self.entry_alloca(vi, len(bufs)), self.entry_alloca(vi, 4)
-        for j, v in enumerate(a):
+        rays, offs, out = self.entry_alloca(vf, RAY_ARGS), self.entry_alloca(vi, len(bufs)), self.entry_alloca(vi, 4)
+        for j, v in enumerate(a[:RAY_ARGS]):
             b.store(v, b.gep(rays, [i64(j)], inbounds=True, source_etype=vf), align=4)
+        extra = []
+        if ranged:
+            extra = [self.entry_alloca(vi, RANGE_ARGS)]
+            for j, v in enumerate(a[RAY_ARGS:]):
+                b.store(v, b.gep(extra[0], [i64(j)], inbounds=True, source_etype=vi), align=4)
         for j, i in enumerate(bufs):
             b.store(self.in_off[i], b.gep(offs, [i64(j)], inbounds=True, source_etype=vi), align=4)
         bits = b.zext(b.bitcast(self.mask, ll.IntType(n)), i32)
         b.call(fn, [self.in_data[i] for i in bufs] + [self.in_rows[bufs[0]], self.in_rows[bufs[1]], offs, rays,
-                                                       bits, out], cconv=fn.calling_convention)
+                                                       bits, out] + extra, cconv=fn.calling_convention)
         got = [b.load(b.gep(out, [i64(k)], inbounds=True, source_etype=vi), typ=vi, align=4)
                for k in range(4 if mode == CLOSEST else 1)]
         if mode != CLOSEST:

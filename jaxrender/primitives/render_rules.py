@@ -113,7 +113,7 @@ class RenderConfig:
 
     @property
     def input_names(self) -> tuple:
-        return tuple(self.integrator.inputs())
+        return tuple(self.integrator.inputs(self.structure))
 
 
 def _is_zero(t) -> bool:

@@ -48,7 +48,7 @@ ACCELERATION_PROPERTIES = ("allow_thread_reordering", "compact_acceleration_stru
 class SceneBuilder:
     """Collects the plugins of one scene (see the module docstring)."""
 
-    def __init__(self, named: Mapping[str, Mapping] | None = None):
+    def __init__(self, named: Mapping[str, Mapping] | None = None, expand_instances: bool = False):
         self.named: dict[str, Mapping] = dict(named or {})    # top-level plugins, for references
         self.params: dict[str, np.ndarray] = {}
         self.nondiff: dict[str, str] = {}
@@ -76,6 +76,10 @@ class SceneBuilder:
         self.media: list = []                 # loaders.media.MediumSpec per medium
         self._medium_index: dict[str, int] = {}
         self.groups: dict = {}                # shapegroup key -> loaders.shapes.ShapeGroup (group space)
+        # (shapegroup key, to_world) per instance of a group with meshes (scene/instancing.py)
+        self.instances: list[tuple[str, np.ndarray]] = []
+        # Instances' meshes copied into the scene instead (for comparisons: same image, larger buffers).
+        self.expand_instances = expand_instances
         # False while a shapegroup loads: its shapes are placed by instances, not parameters.
         self.places_shapes = True
         # Mitsuba parameter keys jaxrender does not expose (key -> why), for

@@ -15,22 +15,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..ir import bvh_query
 from ..kernels import emitters as kemitters
 from ..kernels import layout
-from .bvh import build_bvh, build_bvh_from_bounds, triangle_bounds
+from .bvh import build_bvh_from_bounds, triangle_bounds
 from .errors import SceneError
 from .refit import MovingGeometry
-from .wide_bvh import build_wide_bvh
+from .instancing import instance_tables
+from .wide_bvh import kernel_buffers, triangle_bvh
 
 if TYPE_CHECKING:
     from .builder import SceneBuilder
 
-# SAH traversal cost (relative to one triangle test) of the BVH that
-# triangle-only scenes collapse into their 8-wide BVH. Measured on a 1M
-# triangle mesh in the Cornell box (random rays): 1 -> 2 gave 8.5 -> 10.3
-# Mrays/s; 1.5 and 3 were slower than 2.
-WIDE_BVH_C_TRAV = 2.0
 # Without texture coordinates an analytic hit reports its (u, v) where a
 # triangle reports (b1, b2): its UV row is the identity map.
 _IDENTITY_UV = (0.0, 0.0, 1.0, 0.0, 0.0, 1.0)
@@ -38,38 +33,55 @@ _IDENTITY_UV = (0.0, 0.0, 1.0, 0.0, 0.0, 1.0)
 
 def scene_fields(b: SceneBuilder) -> dict:
     """The keyword arguments of ``Scene`` for everything ``b`` loaded."""
-    if not b.meshes and not b.shapes:
+    if not b.meshes and not b.shapes and not b.instances:
         raise SceneError("the scene has no shapes")
     prims, bvh = _primitives(b)
     order = bvh.prim_index
-    tri = prims["tris"][order].astype(np.float32)
-    attr = prims["attrs"][order, :layout.ATTR_ROW]
-    media = prims["attrs"][order, layout.ATTR_ROW:]
-    tri_uv = prims["uvs"][order].astype(np.float32)
-    if not np.all(np.isfinite(tri_uv)):
+    own = dict(tris=prims["tris"][order].astype(np.float32), attrs=prims["attrs"][order],
+               uvs=prims["uvs"][order].astype(np.float32),
+               normals=None if prims["normals"] is None else prims["normals"][order].astype(np.float32))
+    prim_shape = prims["prim_shape"]
+    wide = None if b.shapes else kernel_buffers(bvh, own["tris"])
+    instancing = instance_tables(b.groups, b.instances, len(order))
+    rows = own if instancing is None else _with_group_rows(own, instancing.rows)
+    if prim_shape is not None:
+        prim_shape = np.concatenate([prim_shape[order], np.full(len(rows["tris"]) - len(order), -1, np.int32)])
+    tri, attr, media = rows["tris"], rows["attrs"][:, :layout.ATTR_ROW], rows["attrs"][:, layout.ATTR_ROW:]
+    if not np.all(np.isfinite(rows["uvs"])):
         raise SceneError("scene texture coordinates have NaN or infinite values")
-    normals, prim_shape = prims["normals"], prims["prim_shape"]
+    normals = rows["normals"]
     camera_key, camera = b.sensors[0]
     emitters = _emitter_tables(b, tri, attr)
-    wide = None if b.shapes else _wide_bvh(bvh, tri)
     return dict(camera=camera, integrator=b.integrator, triangles=tri, tri_attr=attr,
                 bvh_bounds=bvh.node_bounds.astype(np.float32), bvh_links=bvh.node_links.astype(np.int32),
                 **emitters, env_emitter=b.env, camera_key=camera_key, params=b.params,
                 prim_media=media if (media >= 0).any() else np.zeros((0, layout.PRIM_MEDIA_ROW), np.int32),
                 media=b.media, bsdfs=b.bsdfs, emitter_keys=b.emitter_keys, nondifferentiable=b.nondiff, frozen=b.frozen,
                 unexposed=b.unexposed,
-                tri_uv=tri_uv, textures=b.textures, bsdf_slots=b.bsdf_slots,
+                tri_uv=rows["uvs"], textures=b.textures, bsdf_slots=b.bsdf_slots,
                 bsdf_nesting=max(b.bsdf_depth, default=0), env_texture=b.env_texture, sunsky=b.sunsky,
                 env_frame=b.env_frame.astype(np.float32),
-                tri_normals=normals[order].astype(np.float32) if normals is not None else np.zeros((0, 9), np.float32),
-                prim_shape=prim_shape[order] if prim_shape is not None else np.zeros((0,), np.int32),
+                tri_normals=normals if normals is not None else np.zeros((0, 9), np.float32),
+                prim_shape=prim_shape if prim_shape is not None else np.zeros((0,), np.int32),
                 shape_data=np.array([s.row() for s in b.shapes], np.float32).reshape(-1, layout.SHAPE_ROW),
                 shapes=b.shapes, sensors=b.sensors, wide_bvh=wide,
-                moving=_moving(b, prims, order, bvh, wide, attr, emitters["emitter_meta"]))
+                instancing=None if instancing is None else instancing.buffers,
+                moving=_moving(b, prims, order, bvh, wide, attr, emitters["emitter_meta"], rows))
+
+
+def _with_group_rows(own: dict, group: dict) -> dict:
+    """The scene's own primitive rows followed by the shapegroups' (normals
+    where either has them, zero rows elsewhere: face normals)."""
+    out = {k: np.concatenate([own[k], group[k]]) for k in ("tris", "attrs", "uvs")}
+    if own["normals"] is None and group["normals"] is None:
+        return dict(out, normals=None)
+    out["normals"] = np.concatenate([np.zeros((len(rows), 9), np.float32) if n is None else n
+                                     for n, rows in ((own["normals"], own["tris"]), (group["normals"], group["tris"]))])
+    return out
 
 
 def _moving(b: SceneBuilder, prims: dict, order: np.ndarray, bvh, wide, attr: np.ndarray,
-            meta: np.ndarray) -> MovingGeometry | None:
+            meta: np.ndarray, rows: dict) -> MovingGeometry | None:
     """The refit plan of a scene with meshes placed by parameters (None without)."""
     if not any(m[4] is not None for m in b.meshes) and not any(s.param is not None for s in b.shapes):
         return None
@@ -79,9 +91,12 @@ def _moving(b: SceneBuilder, prims: dict, order: np.ndarray, bvh, wide, attr: np
     normals = prims["normals"]
     shape_lights = [(e, int(meta[e, layout.META_FIRST])) for e in range(len(meta))
                     if meta[e, layout.META_TYPE] in _AREA_ANALYTIC]
+    # (the shapegroups' rows after the scene's own are static: instances are not parameters)
+    group_rows = {"tris": rows["tris"][len(order):],
+                  "tri_normals": None if rows["normals"] is None else rows["normals"][len(order):]}
     return MovingGeometry.plan([m[0] for m in b.meshes], [m[4] for m in b.meshes],
                                None if normals is None else normals[:n_tris].astype(np.float32), order, n_tris,
-                               b.shapes, bvh, wide, lights, shape_lights)
+                               b.shapes, bvh, wide, lights, shape_lights, group_rows)
 
 
 def _primitives(b: SceneBuilder) -> tuple[dict, object]:
@@ -92,20 +107,16 @@ def _primitives(b: SceneBuilder) -> tuple[dict, object]:
     attr = np.concatenate([m[1] for m in b.meshes]).astype(np.int32) if b.meshes else np.zeros((0, width), np.int32)
     if not np.all(np.isfinite(tri)):
         raise SceneError("scene geometry has NaN or infinite coordinates")
-    verts = tri.reshape(-1, 3).astype(np.float32)
-    faces = np.arange(len(verts), dtype=np.int32).reshape(-1, 3)
     uvs = np.concatenate([m[2] for m in b.meshes]) if b.meshes else np.zeros((0, 6))
     smooth = any(m[3] is not None for m in b.meshes)
     normals = np.concatenate([np.zeros((len(m[0]), 9)) if m[3] is None else m[3] for m in b.meshes]) \
         if smooth else None
     if not b.shapes:
-        # The kernels test a leaf's (up to 4) triangles in one 4-wide step,
-        # so a traversal step is priced at two triangle tests: fuller leaves,
-        # a smaller tree (and fewer cache misses) than the default 1:1.
-        bvh = build_bvh(verts, faces, c_trav=WIDE_BVH_C_TRAV)
+        bvh = triangle_bvh(tri)
         return dict(tris=tri, attrs=attr, uvs=uvs, normals=normals, prim_shape=None), bvh
     # Analytic shapes are BVH primitives after the triangles, boxed by their extent.
-    lo_t, hi_t = triangle_bounds(verts, faces)
+    verts = tri.reshape(-1, 3).astype(np.float32)
+    lo_t, hi_t = triangle_bounds(verts, np.arange(len(verts), dtype=np.int32).reshape(-1, 3))
     boxes = [sh.bounds() for sh in b.shapes]
     bvh = build_bvh_from_bounds(np.concatenate([lo_t, [bx[0] for bx in boxes]]),
                                 np.concatenate([hi_t, [bx[1] for bx in boxes]]))
@@ -148,19 +159,6 @@ def _emitter_tables(b: SceneBuilder, tri: np.ndarray, attr: np.ndarray) -> dict:
     return dict(light_tris=np.concatenate(light).astype(np.int32) if light else np.zeros(0, np.int32),
                 light_cdf=np.concatenate(cdf).astype(np.float32) if cdf else np.zeros(0, np.float32),
                 emitter_meta=meta, emitter_geom=geom, emitter_frame=frame)
-
-
-def _wide_bvh(bvh, tris: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The buffers of the 8-wide BVH the kernels query (ir.bvh_query),
-    checked here because the traversal routine reads its indices through
-    raw pointers."""
-    wide = build_wide_bvh(bvh, tris)
-    wide.check()
-    stack = bvh_query.STACK_SIZE      # read at each call: tests shrink it to reach this error
-    if wide.stack_need > stack:
-        raise SceneError(f"the scene's BVH needs a traversal stack of {wide.stack_need} entries, more than "
-                         f"the {stack} the kernels have: the geometry is too degenerate to build a usable BVH")
-    return wide.packed()
 
 
 _AREA = kemitters.TYPE_ID["area"]

@@ -107,6 +107,9 @@ class MovingGeometry:
     binary: dict | None                  # refit plan of the skip-link BVH
     lights: list                         # (emitter index, leaf rows of its triangles) per mesh emitter
     shape_lights: list                   # (emitter index, shape_data row) per emitter on an analytic shape
+    # The rows after the scene's own (shapegroups shared by instances,
+    # scene/instancing.py), static: "tris" and "tri_normals" (None: none).
+    group_rows: dict
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -117,7 +120,7 @@ class MovingGeometry:
 
     @classmethod
     def plan(cls, triangles, placements, loaded_normals, order, n_tris, shapes, bvh, wide_nodes,
-             emitter_rows, shape_lights) -> "MovingGeometry":
+             emitter_rows, shape_lights, group_rows) -> "MovingGeometry":
         """The refit plan of a loaded scene (see the class docstring)."""
         lo = np.array([s.bounds()[0] for s in shapes], np.float64).reshape(-1, 3)
         hi = np.array([s.bounds()[1] for s in shapes], np.float64).reshape(-1, 3)
@@ -126,7 +129,8 @@ class MovingGeometry:
                    loaded_normals, np.asarray(order, np.int64), n_tris,
                    _to_f32_conservative("lo", lo, -1), _to_f32_conservative("hi", hi, +1), list(shapes), rows,
                    _wide_plan(wide_nodes) if wide_nodes is not None else None,
-                   None if wide_nodes is not None else _binary_plan(bvh.node_links), emitter_rows, shape_lights)
+                   None if wide_nodes is not None else _binary_plan(bvh.node_links), emitter_rows, shape_lights,
+                   group_rows)
 
     # -- render time -----------------------------------------------------------------------
 
@@ -171,6 +175,9 @@ class MovingGeometry:
             emitters = np.array(list(areas))
             out["emitter_geom"] = _set(xp, xp.asarray(emitter_geom), (emitters, layout.GEOM_AREA),
                                        xp.stack(list(areas.values())).astype(_F))
+        for name, rows in self.group_rows.items():
+            if name in out and rows is not None and len(rows):
+                out[name] = _concat(xp, [out[name], rows])
         return out
 
     def _analytic(self, p, xp):

@@ -3,7 +3,8 @@
 ``Scene`` holds the static structure (which plugins, integrator settings,
 film size) and the parameter arrays under the keys ``mitsuba.traverse``
 uses (``red.reflectance.value``, ``light.emitter.radiance.value``, ...).
-Geometry is flattened to world-space triangles in BVH leaf order.
+Geometry is flattened to world-space triangles in BVH leaf order, followed
+by the rows of shapegroups shared by instances (group space, ``instancing.py``).
 
 :func:`load_dict` drives the loading: ``builder.SceneBuilder`` walks the
 dictionary and hands each plugin to its loader (``loaders/``: shapes,
@@ -11,7 +12,8 @@ emitters, BSDFs, textures, sensors, integrators, registered by Mitsuba
 type name), reading properties strictly (``properties.py``: a property no
 loader reads is an error, as in Mitsuba); ``geometry.py`` builds the
 arrays. Supported so far: shapes rectangle, cube, obj, ply, serialized, sphere, disk,
-cylinder, shapegroup and instance (expanded into copies at load time);
+cylinder, shapegroup and instance (one BVH per group shared by its
+instances: ``instancing.py``);
 the BSDFs of ``kernels.bsdfs.registry`` (also inside twosided, blendbsdf
 and mask, which are composites of that registry), with
 ``bitmap`` or ``checkerboard`` textures; area, point, spot, directional,
@@ -54,16 +56,20 @@ __all__ = ["Camera", "Scene", "SceneError", "filter_table", "load_dict"]
 EMITTER_FRAME_WIDTH = layout.EMITTER_FRAME_ROW
 
 
-def load_dict(d: Mapping) -> Scene:
+def load_dict(d: Mapping, *, expand_instances: bool = False) -> Scene:
     """Build a Scene from a ``mitsuba.load_dict``-style dictionary (or the
     dict ``xml_loader.parse_xml`` returns, whose errors then name the file
     and line).
+
+    ``expand_instances``: copy each instance's meshes into the scene
+    instead of sharing its shapegroup (the same image from larger buffers;
+    for comparisons).
 
     Example::
 
         scene = jaxrender.load_dict(jaxrender.cornell_box())
     """
-    return Scene(**scene_fields(SceneBuilder().load_scene(d)))
+    return Scene(**scene_fields(SceneBuilder(expand_instances=expand_instances).load_scene(d)))
 
 
 @dataclass
@@ -71,7 +77,8 @@ class Scene:
     """Static structure plus differentiable parameters of a loaded scene."""
     camera: Camera
     integrator: dict
-    triangles: np.ndarray                  # (N, 9) world space, leaf order (zero rows: analytic shapes)
+    # (N, 9) world space, leaf order (zero rows: analytic shapes), then the shared shapegroups' rows
+    triangles: np.ndarray
     tri_attr: np.ndarray                   # (N, 2) bsdf index, emitter index (-1: none), per primitive
     bvh_bounds: np.ndarray
     bvh_links: np.ndarray
@@ -118,6 +125,10 @@ class Scene:
     # (nodes, leaves) buffers of wide_bvh.WideBVH.packed; None with analytic
     # shapes, whose kernels walk bvh_bounds / bvh_links.
     wide_bvh: tuple | None = None
+    # Instanced shapegroups: the buffers of layout.instance_inputs
+    # (scene/instancing.py), whose primitives' rows follow the scene's own
+    # in triangles, tri_attr, ...; None without instances of meshes.
+    instancing: dict | None = None
     # Participating media: loaders.media.MediumSpec per medium; per leaf
     # entry its interior and exterior medium (-1: none; no rows without media).
     media: list = field(default_factory=list)
@@ -142,7 +153,8 @@ class Scene:
                          footprint=self.sensor(0)[1].footprint, bsdf_nesting=self.bsdf_nesting,
                          media=tuple(sorted({m.kind for m in self.media})),
                          phases=tuple(sorted({m.phase for m in self.media})),
-                         sunsky=bool(np.any(self.emitter_meta[:, layout.META_TYPE] == EMITTER_SUNSKY)))
+                         sunsky=bool(np.any(self.emitter_meta[:, layout.META_TYPE] == EMITTER_SUNSKY)),
+                         instanced=self.instancing is not None)
 
     def sensor_structure(self, index: int = 0):
         """:attr:`structure` with sensor ``index``'s type, sampler type and
@@ -248,7 +260,7 @@ class Scene:
                     shape_data=self.shape_data, **self.texture_inputs(), **self.param_buffers(p, sensor, media, params),
                     **(dict(prim_media=self.prim_media, medium_meta=self.medium_meta(),
                             camera_medium=np.int32(cam.medium)) if media else {}),
-                    **cam.sampler.kernel_inputs(), **cam.film_inputs())
+                    **cam.sampler.kernel_inputs(), **cam.film_inputs(), **(self.instancing or {}))
         buffers.update(self.geometry_buffers(p, params))
         buffers.update(self.sunsky_buffers(p, params, buffers))
         return buffers

@@ -109,8 +109,10 @@ class Integrator:
         """Floats per pixel of the image (the colour, then alpha if any)."""
         return self.spectrum.channels + int(self.alpha)
 
-    def inputs(self) -> dict:
-        return {**layout.scene_inputs(self.spectrum.channels), **self.own_inputs()}
+    def inputs(self, structure: Structure = Structure()) -> dict:
+        """Every input of this integrator's kernels for scenes of ``structure``."""
+        shared = layout.instance_inputs() if structure.instanced else {}
+        return {**layout.scene_inputs(self.spectrum.channels), **shared, **self.own_inputs()}
 
     def nondifferentiable_params(self, scene) -> dict:
         """Scene parameters (key -> why) that this integrator cannot
@@ -186,7 +188,7 @@ class Integrator:
         each sample's estimate splatted with its filter weights, and, for a
         footprint wider than one pixel, the summed ``weights`` (items,
         footprint²) that the image is normalised by."""
-        return ir.trace(functools.partial(self._primal_body, structure, False), self.inputs(),
+        return ir.trace(functools.partial(self._primal_body, structure, False), self.inputs(structure),
                         self._outputs(structure), name=self.kernel_name(structure))
 
     @_cached("weights")
@@ -216,7 +218,7 @@ class Integrator:
         each active input, same shape); output ``image`` is the image
         tangent, linear in the tangents. Sampling is detached."""
         active = self.check_active(active)
-        base = self.inputs()
+        base = self.inputs(structure)
         inputs = dict(base, **{"d_" + n: base[n] for n in active})
 
         def fwd(**b):
@@ -350,7 +352,7 @@ class ReplayIntegrator(Integrator):
         active = self.check_active(active)
         if method not in self.adjoint_methods:
             raise ValueError(f"adjoint method must be one of {self.adjoint_methods}, got {method!r}")
-        inputs = dict(self.inputs(), grad_image=ir.In("f32", (self.block_width(structure),)))
+        inputs = dict(self.inputs(structure), grad_image=ir.In("f32", (self.block_width(structure),)))
         outputs = {"grad_" + n: ir.Accum(inputs[n].dtype, inputs[n].item_shape) for n in active}
         return ir.trace(functools.partial(self._adjoint_body, active, method, structure), inputs, outputs,
                         name=f"{self.name}_adjoint_{method}_" + "_".join(active) + self._variant(structure))

@@ -15,19 +15,23 @@ keys (``<id>.vertex_positions`` of meshes, ``<id>.to_world`` of the
 rectangle and the analytic shapes), which a render may change without
 reloading (``scene/refit.py``).
 
-Instancing is done by expansion: a ``shapegroup`` is loaded once into
-group-space geometry (never rendered by itself), and each ``instance``
-adds a transformed copy of it to the scene (``shapes.instance_mesh`` and
-``shapes.instance_shape``). So the BVH, the triangle buffers and the memory
-grow with the number of instances (a 10k-triangle group instanced 50 times
-is 500k triangles), unlike Mitsuba's two-level hierarchy; the image and the
-BSDF gradients are the same. A group's shapes keep their BSDFs (one BSDF
+Instancing shares the group as Mitsuba does: a ``shapegroup`` is loaded
+once into group-space geometry (never rendered by itself); each
+``instance`` of a group with meshes adds a row to ``builder.instances``
+(the group's key and its to_world), and ``scene/instancing.py`` gives
+each group's meshes one BVH of their own and the instances a BVH of
+their world boxes, so memory grows with the instance count by a row, not
+by the group's triangles. A group's analytic shapes are one primitive each
+and are expanded: each instance adds a transformed copy
+(``shapes.instance_shape``). ``SceneBuilder(expand_instances=True)`` expands
+the meshes too (``shapes.instance_mesh``; for comparisons: the same image,
+larger buffers). A group's shapes keep their BSDFs (one BSDF
 row shared by every instance, under the key ``<group id>.<child>``, as
 ``mitsuba.traverse`` names it) and Mitsuba's rules hold: no emitters, no
 nested shapegroups or instances inside a group; one referenced shapegroup
 per instance; a sphere only under a similarity transform (see
 ``instance_shape``). An instance's ``to_world`` is not a parameter (its
-geometry is built at load time): a ``params`` key for it is an error saying
+tables are built at load time): a ``params`` key for it is an error saying
 so (``SceneBuilder.unexposed``).
 """
 from __future__ import annotations
@@ -257,14 +261,14 @@ def _add_analytic(builder: SceneBuilder, props: Properties, shape: AnalyticShape
 
 
 # ---------------------------------------------------------------------------
-# Shape groups and instances (expanded at load time, see the module docstring)
+# Shape groups and instances (see the module docstring)
 # ---------------------------------------------------------------------------
-_INSTANCE_TO_WORLD_WHY = ("an instance is expanded into transformed copies of its shapegroup when the scene is "
+_INSTANCE_TO_WORLD_WHY = ("an instance's transform and the hierarchy over the instances are built when the scene is "
                           "loaded, so its to_world cannot change (nor be differentiated) at render time: load the "
                           "scene again with the new transform (Mitsuba does not differentiate it either)")
 
-_GROUP_SHAPE_WHY = ("the geometry of a shapegroup's shapes is not a parameter (instances are expanded into "
-                    "copies when the scene is loaded)")
+_GROUP_SHAPE_WHY = ("the geometry of a shapegroup's shapes is not a parameter (its hierarchy, shared by the "
+                    "instances, is built when the scene is loaded)")
 
 
 @dataclass
@@ -318,7 +322,8 @@ def load_shapegroup(builder: SceneBuilder, props: Properties) -> None:
 
 @SHAPES.register("instance")
 def load_instance(builder: SceneBuilder, props: Properties) -> None:
-    """A copy of the referenced shapegroup's shapes under ``to_world``."""
+    """The referenced shapegroup under ``to_world``: its meshes shared (a
+    row of ``builder.instances``), its analytic shapes copied."""
     m = props.transform()
     props.float("silhouette_sampling_weight", 1.0)
     found = []
@@ -342,8 +347,11 @@ def load_instance(builder: SceneBuilder, props: Properties) -> None:
     group = builder.groups[key]
     check_instance_transform(m, props.key)
     builder.unexposed[f"{props.key}.to_world"] = _INSTANCE_TO_WORLD_WHY
-    for tris, attrs, uvs, normals, _ in group.meshes:
-        tris, uvs, normals = instance_mesh(tris, uvs, normals, m)
-        builder.add_triangles(tris, attrs, uvs, normals)
+    if builder.expand_instances:
+        for tris, attrs, uvs, normals, _ in group.meshes:
+            tris, uvs, normals = instance_mesh(tris, uvs, normals, m)
+            builder.add_triangles(tris, attrs, uvs, normals)
+    elif any(len(mesh[0]) for mesh in group.meshes):
+        builder.instances.append((key, m))
     for shape, (bsdf, emitter, *media) in group.shapes:
         builder.add_shape(instance_shape(shape, m, props.key), bsdf, emitter, tuple(media))
