@@ -224,7 +224,7 @@ def test_shapegroup_meshes_are_not_parameters():
          "group": {"type": "shapegroup", "box": {"type": "cube"}},
          "copy": {"type": "instance", "shape": {"type": "ref", "id": "group"}}}
     scene = jaxrender.load_dict(d)
-    assert scene.moving is None
+    assert scene.moving.keys == ("copy.to_world",)          # (the instance moves; its group's meshes do not)
     with pytest.raises(jaxrender.SceneError, match="shapegroup"):
         jaxrender.render(scene, {"group.box.vertex_positions": np.zeros(72, np.float32)})
 
@@ -302,3 +302,34 @@ def test_field_of_view_is_mitsubas_x_fov_parameter():
         jax.grad(lambda f: jaxrender.render(scene, {"sensor.x_fov": f}, spp=1).mean())(np.float32(50.0))
     with pytest.raises(jaxrender.SceneError, match="180"):
         jaxrender.render(scene, {"sensor.x_fov": np.float32(180.0)})
+
+
+def _instanced(to_world_b):
+    """Two instances of a shared group of meshes (the second at ``to_world_b``)."""
+    d = _cornell()
+    del d["small-box"], d["large-box"]
+    d["things"] = {"type": "shapegroup",
+                   "torus": {"type": "ply", "filename": str(MESHES / "lowpoly_torus.ply"), "to_world": T().scale(0.3),
+                             "bsdf": {"type": "diffuse", "reflectance": {"type": "rgb", "value": [0.7, 0.5, 0.2]}}}}
+    d["a"] = {"type": "instance", "shape": {"type": "ref", "id": "things"}, "to_world": T().translate([-0.4, -0.6, 0.2])}
+    d["b"] = {"type": "instance", "shape": {"type": "ref", "id": "things"}, "to_world": to_world_b}
+    return d
+
+
+def test_moved_instances_render_as_loaded_there():
+    """An instance's to_world (Mitsuba's key) moves its row and its box in
+    the hierarchy over the instances: the image of the scene loaded with
+    the instance there, concrete or under jit; its group is not copied."""
+    start = T().translate([0.3, -0.5, -0.2])
+    moved = T().translate([0.1, 0.2, 0.1]).rotate([0.2, 1.0, 0.3], 70.0).scale([1.4, 0.9, 1.1])
+    scene = jaxrender.load_dict(_instanced(start))
+    assert scene.structure.instanced and "b.to_world" in scene.params and "b.to_world" in scene.nondifferentiable
+    m = np.asarray(moved.matrix, np.float32)
+    ours = _render(scene, {"b.to_world": m})
+    want = _render(jaxrender.load_dict(_instanced(moved)))
+    np.testing.assert_allclose(ours, want, atol=2e-5)
+    assert np.abs(ours - _render(scene)).max() > 0.1
+    traced = jax.jit(lambda x: jaxrender.render(scene, {"b.to_world": x}, spp=SPP, seed=3))(m)
+    np.testing.assert_allclose(np.asarray(traced), ours, atol=2e-5)
+    with pytest.raises(jaxrender.SceneError, match="singular"):
+        jaxrender.render(scene, {"b.to_world": np.diag([1.0, 0.0, 1.0, 1.0]).astype(np.float32)})

@@ -77,7 +77,7 @@ class SceneBuilder:
         self._medium_index: dict[str, int] = {}
         self.groups: dict = {}                # shapegroup key -> loaders.shapes.ShapeGroup (group space)
         # (shapegroup key, to_world) per instance of a group with meshes (scene/instancing.py)
-        self.instances: list[tuple[str, np.ndarray]] = []
+        self.instances: list[tuple] = []     # (shapegroup key, to_world, instance key, parameter or None)
         # Instances' meshes copied into the scene instead (for comparisons: same image, larger buffers).
         self.expand_instances = expand_instances
         # False while a shapegroup loads: its shapes are placed by instances, not parameters.

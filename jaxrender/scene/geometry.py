@@ -66,7 +66,7 @@ def scene_fields(b: SceneBuilder) -> dict:
                 shape_data=np.array([s.row() for s in b.shapes], np.float32).reshape(-1, layout.SHAPE_ROW),
                 shapes=b.shapes, sensors=b.sensors, wide_bvh=wide,
                 instancing=None if instancing is None else instancing.buffers,
-                moving=_moving(b, prims, order, bvh, wide, attr, emitters["emitter_meta"], rows))
+                moving=_moving(b, prims, order, bvh, wide, attr, emitters["emitter_meta"], rows, instancing))
 
 
 def _with_group_rows(own: dict, group: dict) -> dict:
@@ -81,9 +81,11 @@ def _with_group_rows(own: dict, group: dict) -> dict:
 
 
 def _moving(b: SceneBuilder, prims: dict, order: np.ndarray, bvh, wide, attr: np.ndarray,
-            meta: np.ndarray, rows: dict) -> MovingGeometry | None:
+            meta: np.ndarray, rows: dict, instancing) -> MovingGeometry | None:
     """The refit plan of a scene with meshes placed by parameters (None without)."""
-    if not any(m[4] is not None for m in b.meshes) and not any(s.param is not None for s in b.shapes):
+    placed_instances = None if instancing is None or not instancing.placement.keys else instancing.placement
+    if (not any(m[4] is not None for m in b.meshes) and not any(s.param is not None for s in b.shapes)
+            and placed_instances is None):
         return None
     lights = [(e, np.nonzero(attr[:, layout.ATTR_EMITTER] == e)[0]) for e in range(len(meta))
               if meta[e, layout.META_TYPE] == _AREA]
@@ -91,12 +93,12 @@ def _moving(b: SceneBuilder, prims: dict, order: np.ndarray, bvh, wide, attr: np
     normals = prims["normals"]
     shape_lights = [(e, int(meta[e, layout.META_FIRST])) for e in range(len(meta))
                     if meta[e, layout.META_TYPE] in _AREA_ANALYTIC]
-    # (the shapegroups' rows after the scene's own are static: instances are not parameters)
+    # (the shapegroups' rows after the scene's own are static: instances move by their tables)
     group_rows = {"tris": rows["tris"][len(order):],
                   "tri_normals": None if rows["normals"] is None else rows["normals"][len(order):]}
     return MovingGeometry.plan([m[0] for m in b.meshes], [m[4] for m in b.meshes],
                                None if normals is None else normals[:n_tris].astype(np.float32), order, n_tris,
-                               b.shapes, bvh, wide, lights, shape_lights, group_rows)
+                               b.shapes, bvh, wide, lights, shape_lights, group_rows, placed_instances)
 
 
 def _primitives(b: SceneBuilder) -> tuple[dict, object]:

@@ -26,6 +26,8 @@ import numpy as np
 
 from ..kernels import layout
 from .bvh import build_bvh_from_bounds
+from .refit import _binary_plan, _refit_binary, _set
+from .shapes import check_instance_transform
 from .wide_bvh import kernel_buffers, triangle_bvh
 
 _F = np.float32
@@ -39,17 +41,56 @@ class InstanceTables:
     of ``layout.instance_inputs``."""
     rows: dict
     buffers: dict
+    placement: "InstancePlacement"
+
+
+@dataclass
+class InstancePlacement:
+    """How instances' ``to_world`` parameters (Mitsuba's ``<id>.to_world``)
+    rebuild the instance rows and refit the boxes of the hierarchy over them
+    (its topology kept, as ``refit.py`` refits the scene's), with numpy or
+    inside the jitted computation."""
+    params: list                 # per instance row (leaf order): its parameter key, or None
+    keys_of: list                # the owning instance's key per row (errors)
+    group_lo: np.ndarray         # (n, 3) group-space box of each row's group
+    group_hi: np.ndarray
+    plan: dict                   # refit._binary_plan of the instance hierarchy
+    instances: np.ndarray        # the loaded rows
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(k for k in self.params if k is not None)
+
+    def buffers(self, p, xp) -> dict:
+        """``instances`` and ``instance_bounds`` for the values ``p`` (rows
+        whose key ``p`` lacks keep their loaded transform)."""
+        loaded = np.concatenate([self.instances[:, 12:].reshape(-1, 3, 4),
+                                 np.tile(np.array([[[0, 0, 0, 1]]], _F), (len(self.instances), 1, 1))], axis=1)
+        moved = [i for i, key in enumerate(self.params) if key is not None and key in p]
+        mats = [xp.reshape(xp.asarray(p[self.params[i]], _F), (4, 4)) if i in moved else loaded[i]
+                for i in range(len(loaded))]
+        if xp is np:
+            for i in moved:
+                check_instance_transform(np.asarray(mats[i], np.float64), self.keys_of[i])
+        m = xp.stack(mats)
+        idx = np.array(moved, np.int64)
+        new_rows = xp.concatenate([xp.linalg.inv(m[idx])[:, :3].reshape(-1, 12), m[idx, :3].reshape(-1, 12)], axis=1)
+        rows = _set(xp, self.instances, idx, new_rows.astype(_F))
+        w_lo, w_hi = _world_boxes(self.group_lo, self.group_hi, m, xp)
+        bounds = _refit_binary(self.plan, (w_lo.astype(_F), w_hi.astype(_F)), xp)
+        return dict(instances=rows, instance_bounds=bounds)
 
 
 def instance_tables(groups: dict, instances: list, first_row: int) -> InstanceTables | None:
-    """The tables of ``instances`` ((shapegroup key, 4 x 4 to_world) per
-    instance of a group with meshes) of the loaded ``groups`` (key ->
+    """The tables of ``instances`` ((shapegroup key, 4 x 4 to_world, its
+    instance's key, its to_world parameter or None) per instance of a group
+    with meshes) of the loaded ``groups`` (key ->
     ``loaders.shapes.ShapeGroup``), the group rows numbered from
     ``first_row`` (the scene's own primitives come first); None without
     instances."""
     if not instances:
         return None
-    used = list(dict.fromkeys(key for key, _ in instances))
+    used = list(dict.fromkeys(inst[0] for inst in instances))
     rows = {k: [] for k in ("tris", "attrs", "uvs", "normals")}
     nodes, leaves, table, boxes = [], [], [], {}
     smooth = any(m[3] is not None for key in used for m in groups[key].meshes)
@@ -73,10 +114,12 @@ def instance_tables(groups: dict, instances: list, first_row: int) -> InstanceTa
                                                    for m in meshes]).astype(_F)[order])
         pts = tris.reshape(-1, 3)
         boxes[key] = (pts.min(0), pts.max(0))
-    lo, hi = zip(*(_world_box(*boxes[key], m) for key, m in instances))
-    top = build_bvh_from_bounds(np.array(lo), np.array(hi))
+    lo, hi = _world_boxes(np.array([boxes[inst[0]][0] for inst in instances]),
+                          np.array([boxes[inst[0]][1] for inst in instances]),
+                          np.array([inst[1] for inst in instances], np.float64))
+    top = build_bvh_from_bounds(lo, hi)
     leaf = top.prim_index
-    to_world = np.array([m for _, m in instances], np.float64)[leaf]
+    to_world = np.array([inst[1] for inst in instances], np.float64)[leaf]
     to_group = np.linalg.inv(to_world)
     index = {key: g for g, key in enumerate(used)}
     buffers = dict(group_nodes=np.concatenate(nodes), group_leaves=np.concatenate(leaves),
@@ -85,12 +128,21 @@ def instance_tables(groups: dict, instances: list, first_row: int) -> InstanceTa
                                             axis=1).astype(_F),
                    instance_group=np.array([index[instances[i][0]] for i in leaf], np.int32),
                    instance_bounds=top.node_bounds.astype(_F), instance_links=top.node_links.astype(np.int32))
-    return InstanceTables({k: np.concatenate(v) if v else None for k, v in rows.items()}, buffers)
+    placement = InstancePlacement([instances[i][3] for i in leaf], [instances[i][2] for i in leaf],
+                                  np.array([boxes[instances[i][0]][0] for i in leaf]),
+                                  np.array([boxes[instances[i][0]][1] for i in leaf]),
+                                  _binary_plan(top.node_links), buffers["instances"])
+    return InstanceTables({k: np.concatenate(v) if v else None for k, v in rows.items()}, buffers, placement)
 
 
-def _world_box(lo: np.ndarray, hi: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The world box of the group-space box [lo, hi] under to_world ``m``
-    (the box of its eight transformed corners)."""
-    corners = np.array([[(lo, hi)[(k >> a) & 1][a] for a in range(3)] for k in range(8)])
-    world = corners @ m[:3, :3].T + m[:3, 3]
-    return world.min(0), world.max(0)
+def _world_boxes(lo: np.ndarray, hi: np.ndarray, m, xp=np):
+    """World boxes of the group-space boxes [lo, hi] (n, 3) under the
+    to_world matrices ``m`` (n, 4, 4): the boxes of their eight transformed
+    corners, widened by a relative 1e-6 so that float32 rounding never
+    shrinks one past a hit."""
+    corners = np.stack([[[(a, b)[(k >> axis) & 1][axis] for axis in range(3)] for k in range(8)]
+                        for a, b in zip(lo, hi)])                                # (n, 8, 3)
+    world = xp.einsum("nkc,nrc->nkr", corners, m[:, :3, :3]) + m[:, None, :3, 3]
+    w_lo, w_hi = world.min(axis=1), world.max(axis=1)
+    pad = 1e-6 * (1.0 + xp.maximum(xp.abs(w_lo), xp.abs(w_hi)))
+    return w_lo - pad, w_hi + pad

@@ -110,17 +110,25 @@ class MovingGeometry:
     # The rows after the scene's own (shapegroups shared by instances,
     # scene/instancing.py), static: "tris" and "tri_normals" (None: none).
     group_rows: dict
+    # Instances of shared shapegroups placed by their to_world
+    # (instancing.InstancePlacement), or None.
+    instances: object = None
+
+    @property
+    def own_keys(self) -> tuple[str, ...]:
+        """The parameters that place the scene's own meshes and shapes."""
+        return (tuple(p.key for p in self.placements if p is not None)
+                + tuple(s.param for s in self.shapes if s.param is not None))
 
     @property
     def keys(self) -> tuple[str, ...]:
-        return (tuple(p.key for p in self.placements if p is not None)
-                + tuple(s.param for s in self.shapes if s.param is not None))
+        return self.own_keys + (self.instances.keys if self.instances is not None else ())
 
     # -- load time -------------------------------------------------------------------------
 
     @classmethod
     def plan(cls, triangles, placements, loaded_normals, order, n_tris, shapes, bvh, wide_nodes,
-             emitter_rows, shape_lights, group_rows) -> "MovingGeometry":
+             emitter_rows, shape_lights, group_rows, instances=None) -> "MovingGeometry":
         """The refit plan of a loaded scene (see the class docstring)."""
         lo = np.array([s.bounds()[0] for s in shapes], np.float64).reshape(-1, 3)
         hi = np.array([s.bounds()[1] for s in shapes], np.float64).reshape(-1, 3)
@@ -130,7 +138,7 @@ class MovingGeometry:
                    _to_f32_conservative("lo", lo, -1), _to_f32_conservative("hi", hi, +1), list(shapes), rows,
                    _wide_plan(wide_nodes) if wide_nodes is not None else None,
                    None if wide_nodes is not None else _binary_plan(bvh.node_links), emitter_rows, shape_lights,
-                   group_rows)
+                   group_rows, instances)
 
     # -- render time -----------------------------------------------------------------------
 
@@ -139,7 +147,14 @@ class MovingGeometry:
         ``bvh_bounds``), ``tri_normals``, and the mesh emitters' ``light_cdf``
         and areas in ``emitter_geom`` (the loaded one, updated), for the
         parameter values ``p``; a mesh whose key ``p`` does not have keeps
-        its loaded vertices."""
+        its loaded vertices. Moved instances: ``instances`` and
+        ``instance_bounds`` too."""
+        out = self._own_buffers(p, xp, emitter_geom) if any(k in p for k in self.own_keys) else {}
+        if self.instances is not None and any(k in p for k in self.instances.keys):
+            out.update(self.instances.buffers(p, xp))
+        return out
+
+    def _own_buffers(self, p, xp, emitter_geom: np.ndarray) -> dict:
         world, normal_rows = [], []
         for loaded, placement in zip(self.triangles, self.placements):
             moved = placement is not None and placement.key in p

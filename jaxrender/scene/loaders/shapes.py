@@ -30,9 +30,11 @@ row shared by every instance, under the key ``<group id>.<child>``, as
 ``mitsuba.traverse`` names it) and Mitsuba's rules hold: no emitters, no
 nested shapegroups or instances inside a group; one referenced shapegroup
 per instance; a sphere only under a similarity transform (see
-``instance_shape``). An instance's ``to_world`` is not a parameter (its
-tables are built at load time): a ``params`` key for it is an error saying
-so (``SceneBuilder.unexposed``).
+``instance_shape``). An instance's ``to_world`` is a parameter when its
+group holds meshes only (its row and box move, ``instancing.InstancePlacement``);
+where its shapes are copied (analytic shapes in the group, or
+``expand_instances``) a ``params`` key for it is an error saying why
+(``SceneBuilder.unexposed``).
 """
 from __future__ import annotations
 
@@ -263,9 +265,9 @@ def _add_analytic(builder: SceneBuilder, props: Properties, shape: AnalyticShape
 # ---------------------------------------------------------------------------
 # Shape groups and instances (see the module docstring)
 # ---------------------------------------------------------------------------
-_INSTANCE_TO_WORLD_WHY = ("an instance's transform and the hierarchy over the instances are built when the scene is "
-                          "loaded, so its to_world cannot change (nor be differentiated) at render time: load the "
-                          "scene again with the new transform (Mitsuba does not differentiate it either)")
+_INSTANCE_TO_WORLD_WHY = ("this instance's shapes are copied into the scene when it is loaded (its shapegroup holds "
+                          "analytic shapes, or the scene was loaded with expand_instances), so its to_world cannot "
+                          "change at render time: load the scene again with the new transform")
 
 _GROUP_SHAPE_WHY = ("the geometry of a shapegroup's shapes is not a parameter (its hierarchy, shared by the "
                     "instances, is built when the scene is loaded)")
@@ -346,12 +348,19 @@ def load_instance(builder: SceneBuilder, props: Properties) -> None:
         load_plugin(SHAPES, builder, target, key)
     group = builder.groups[key]
     check_instance_transform(m, props.key)
-    builder.unexposed[f"{props.key}.to_world"] = _INSTANCE_TO_WORLD_WHY
+    shared = not builder.expand_instances and any(len(mesh[0]) for mesh in group.meshes)
+    if shared and not group.shapes:
+        # Mitsuba's key; the instance's row and box follow it (instancing.InstancePlacement)
+        param = f"{props.key}.to_world"
+        builder.add_param(param, m.astype(np.float32), nondiff=_GEOMETRY_WHY)
+    else:
+        param = None
+        builder.unexposed[f"{props.key}.to_world"] = _INSTANCE_TO_WORLD_WHY
     if builder.expand_instances:
         for tris, attrs, uvs, normals, _ in group.meshes:
             tris, uvs, normals = instance_mesh(tris, uvs, normals, m)
             builder.add_triangles(tris, attrs, uvs, normals)
-    elif any(len(mesh[0]) for mesh in group.meshes):
-        builder.instances.append((key, m))
+    elif shared:
+        builder.instances.append((key, m, props.key, param))
     for shape, (bsdf, emitter, *media) in group.shapes:
         builder.add_shape(instance_shape(shape, m, props.key), bsdf, emitter, tuple(media))
