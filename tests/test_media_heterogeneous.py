@@ -3,6 +3,7 @@ and ``constvolume``) under volpath, against Mitsuba and a closed form; the
 ``.vol`` file format; keys and errors."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -252,3 +253,19 @@ def test_heterogeneous_and_homogeneous_media_in_one_scene(tmp_path):
     d["ball"] = {"type": "sphere", "center": [0.0, -0.7, 1.4], "radius": 0.3, "bsdf": {"type": "null"},
                  "interior": {"type": "homogeneous", "sigma_t": 3.0, "albedo": rgb(0.2, 0.9, 0.2)}}
     assert disagreements(our_renders(d), mitsuba_renders(d)) == []
+
+
+def test_grid_media_kernels_prefer_one_lane_packets(monkeypatch, tmp_path):
+    """Delta tracking diverges per lane: volpath asks for one-lane code in
+    scenes with a grid medium (the host's width elsewhere), and
+    $JAXRENDER_SIMD_LANES still decides when set."""
+    from jaxrender.kernels import integrators
+    from jaxrender.lowering import cpu
+    monkeypatch.delenv("JAXRENDER_SIMD_LANES", raising=False)
+    scene = jaxrender.load_dict(hetero_scene(CASES["smoke-file"](tmp_path)))
+    volpath = integrators.create(scene.integrator)
+    assert volpath.simd_lanes(scene.structure) == 1 and cpu.simd_lanes(1) == 1
+    homogeneous = dataclasses.replace(scene.structure, media=("homogeneous",))
+    assert volpath.simd_lanes(homogeneous) is None
+    monkeypatch.setenv("JAXRENDER_SIMD_LANES", "4")
+    assert cpu.simd_lanes(1) == 4

@@ -96,13 +96,16 @@ def num_threads() -> int:
         return os.cpu_count() or 1
 
 
-def simd_lanes() -> int:
-    """Work items per SIMD packet: ``$JAXRENDER_SIMD_LANES`` or what the
-    host's widest float vectors hold (16 with AVX-512, 8 with AVX2, else 4).
+def simd_lanes(preferred: int | None = None) -> int:
+    """Work items per SIMD packet: ``$JAXRENDER_SIMD_LANES``, else a
+    kernel's ``preferred`` width (at most the host's), else what the host's
+    widest float vectors hold (16 with AVX-512, 8 with AVX2, else 4).
     1 selects the one-lane code generator (real branches, no masks)."""
     env = os.environ.get("JAXRENDER_SIMD_LANES")
     if env:
         return check_lanes(env, "JAXRENDER_SIMD_LANES")
+    if preferred is not None:
+        return min(check_lanes(preferred, "preferred lanes"), simd_lanes())
     feats = llvm.get_host_cpu_features()
     if feats.get("avx512f"):
         return 16

@@ -122,7 +122,7 @@ def _validate(kernel: Kernel, launch_shape, accum_rows: Mapping[str, int], input
 
 
 def launch(kernel: Kernel, launch_shape: tuple[int, ...], accum_rows: Mapping[str, int] | None = None,
-           *, num_threads: int | None = None, simd_lanes: int | None = None,
+           *, num_threads: int | None = None, simd_lanes: int | None = None, preferred_lanes: int | None = None,
            **inputs: Any) -> dict[str, jax.Array]:
     """Run ``kernel`` over ``launch_shape`` work items; returns its outputs by name.
 
@@ -132,12 +132,13 @@ def launch(kernel: Kernel, launch_shape: tuple[int, ...], accum_rows: Mapping[st
     results ``(accum_rows[name],) + item_shape``. ``num_threads`` defaults to
     ``$JAXRENDER_NUM_THREADS`` or the usable cores; per-item outputs do not
     depend on it, nor on ``simd_lanes`` (work items per SIMD packet; default
-    from the host CPU or ``$JAXRENDER_SIMD_LANES``, 1 = one-lane code)."""
+    from ``$JAXRENDER_SIMD_LANES``, else ``preferred_lanes``, else the host
+    CPU; 1 = one-lane code)."""
     from ..lowering import cpu
     threads = cpu.num_threads() if num_threads is None else int(num_threads)
     if threads < 1:
         raise ValueError(f"num_threads must be >= 1, got {num_threads!r}")
-    lanes = cpu.simd_lanes() if simd_lanes is None else cpu.check_lanes(simd_lanes, "simd_lanes")
+    lanes = cpu.simd_lanes(preferred_lanes) if simd_lanes is None else cpu.check_lanes(simd_lanes, "simd_lanes")
     launch_shape = tuple(int(d) for d in launch_shape) if isinstance(launch_shape, (tuple, list)) else launch_shape
     arrays, rows = _validate(kernel, launch_shape, accum_rows or {}, inputs)
     outs = kernel_call_p.bind(*arrays, kernel=KernelHandle(kernel), launch_shape=launch_shape,
@@ -147,7 +148,7 @@ def launch(kernel: Kernel, launch_shape: tuple[int, ...], accum_rows: Mapping[st
     return dict(zip(names, outs))
 
 
-def prefetch(kernel: Kernel, *, simd_lanes: int | None = None) -> None:
+def prefetch(kernel: Kernel, *, simd_lanes: int | None = None, preferred_lanes: int | None = None) -> None:
     """Start compiling ``kernel`` for an unbatched launch on JAX's default
     backend in the background, where that backend can (the CPU: see
     ``lowering.cpu.prefetch``); a later :func:`launch` of it then waits for
@@ -156,7 +157,8 @@ def prefetch(kernel: Kernel, *, simd_lanes: int | None = None) -> None:
     start = getattr(lowering.backend(platform), "prefetch", None) if platform in lowering.BACKENDS else None
     if start is not None:
         from ..lowering import cpu
-        start(kernel, 0, cpu.simd_lanes() if simd_lanes is None else cpu.check_lanes(simd_lanes, "simd_lanes"))
+        start(kernel, 0, cpu.simd_lanes(preferred_lanes) if simd_lanes is None
+              else cpu.check_lanes(simd_lanes, "simd_lanes"))
 
 
 # ---------------------------------------------------------------------------

@@ -112,6 +112,11 @@ class RenderConfig:
         return (self.film.items,)
 
     @property
+    def lanes(self) -> int | None:
+        """The integrator's preferred SIMD packet width for these kernels."""
+        return self.integrator.simd_lanes(self.structure)
+
+    @property
     def input_names(self) -> tuple:
         return tuple(self.integrator.inputs(self.structure))
 
@@ -135,7 +140,8 @@ def _launch(config: RenderConfig, kernel, inputs: Mapping[str, Any], accum_rows=
     split = config.split
     inputs = {k: inputs[k] for k in kernel.inputs if k not in (per_item or {})}
     if split.shards == 1:
-        return launch(kernel, (config.film.items,), accum_rows, **inputs, **(per_item or {}))
+        return launch(kernel, (config.film.items,), accum_rows, preferred_lanes=config.lanes, **inputs,
+                      **(per_item or {}))
     n = split.items_per_launch(config.film.grid)
     total = n * split.shards
     first = inputs.pop("item_offset")
@@ -146,7 +152,8 @@ def _launch(config: RenderConfig, kernel, inputs: Mapping[str, Any], accum_rows=
     rows = {k: split.rows(v) for k, v in rows.items()}
 
     def one(offset, item_rows):
-        return launch(kernel, (n,), accum_rows, **inputs, item_offset=offset, **item_rows)
+        return launch(kernel, (n,), accum_rows, preferred_lanes=config.lanes, **inputs, item_offset=offset,
+                      **item_rows)
 
     out = jax.vmap(one)(offsets, rows)
     per_item_out = set(kernel.item_outputs)
@@ -188,7 +195,8 @@ def _over_tiles(config: RenderConfig, kernel, inputs: Mapping[str, Any], accum_r
             zeros = jnp.zeros((rows * gw, width), band.dtype)
             extra[name] = jax.linear_transpose(lambda b: splat(b, t), zeros)(band)[0].reshape(rows * gw, width)
         offset = first + (t * rows * gw).astype(jnp.uint32)
-        out = launch(kernel, (rows * gw,), accum_rows, **inputs, item_offset=offset, **extra)
+        out = launch(kernel, (rows * gw,), accum_rows, preferred_lanes=config.lanes, **inputs, item_offset=offset,
+                     **extra)
         new = {}
         for n, c in canvases.items():
             band = jax.lax.dynamic_slice_in_dim(c, t * rows, rows + k - 1) + splat(out[n], t)
@@ -249,12 +257,12 @@ def _prefetch_derivative_kernel(config: RenderConfig, inputs, tin) -> None:
     if not active or any(isinstance(x, BatchTracer) for x in (*inputs.values(), *tin.values())):
         return
     if config.film.footprint > 1:  # the tangent's film weights (_film_weights)
-        prefetch(integrator.weights_kernel(config.structure))
+        prefetch(integrator.weights_kernel(config.structure), preferred_lanes=config.lanes)
     if any(isinstance(tin[n], pe.JaxprTracer) for n in active):
         if config.method in integrator.adjoint_methods:  # (else the transpose will say why)
-            prefetch(integrator.adjoint_kernel(active, config.method, config.structure))
+            prefetch(integrator.adjoint_kernel(active, config.method, config.structure), preferred_lanes=config.lanes)
     else:
-        prefetch(integrator.forward_kernel(active, config.structure))
+        prefetch(integrator.forward_kernel(active, config.structure), preferred_lanes=config.lanes)
 
 
 def _render_jvp(config: RenderConfig, primals, tangents):

@@ -99,6 +99,13 @@ class Integrator:
         """Inputs beyond ``layout.scene_inputs`` (name -> ir.In / ir.Scalar)."""
         return {}
 
+    def simd_lanes(self, structure: Structure) -> int | None:
+        """The SIMD packet width this integrator's CPU kernels run best at for
+        ``structure`` (None: the host's widest; ``$JAXRENDER_SIMD_LANES``
+        overrides either). Where a packet's lanes diverge for long (each
+        following its own number of steps), narrower packets waste less."""
+        return None
+
     def settings(self, props: Mapping[str, Any]) -> dict:
         """Runtime values of :meth:`own_inputs` from the scene's integrator
         settings (``Scene.integrator``)."""
