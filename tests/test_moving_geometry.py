@@ -39,7 +39,8 @@ def hits(scene, o, d, params=None) -> dict:
     """Closest hits of rays (o, d) through the kernels' own intersection."""
     structure = dataclasses.replace(scene.structure, tex_slots=1)
     inputs = kernel_inputs(scene, params)
-    inputs["tri_uv"] = scene.tri_uv
+    if not len(inputs["tri_uv"]):
+        inputs["tri_uv"] = scene.tri_uv       # (UVs even without textures)
     out = launch(hit_kernel(structure), (len(o),), **inputs, **_scalars(), pts=np.asarray(o, np.float32),
                  dirs=np.asarray(d, np.float32))
     return {k: np.asarray(v, np.float64) for k, v in out.items()}
@@ -108,14 +109,51 @@ def _assert_hits_agree(ours, ref, d, shading):
         np.testing.assert_allclose(ours["ns"][both], ref["ns"][both], atol=1e-4)
 
 
+def test_vertex_normals_and_texcoords_are_mitsubas_parameters():
+    """A textured smooth mesh's ``vertex_normals`` and ``vertex_texcoords``
+    (Mitsuba's keys and values), written with or without new positions:
+    shading normals and UVs of hits equal Mitsuba's after the same update."""
+    mi = pytest.importorskip("mitsuba")
+    mi.set_variant("scalar_rgb")
+    spec = {"type": "obj", "filename": str(MESHES / "lowpoly_sphere.obj"), "to_world": T().scale(0.8),
+            "bsdf": {"type": "diffuse", "reflectance": {"type": "checkerboard"}}}
+    scene = jaxrender.load_dict({"type": "scene", "sensor": _sensor(), "ball": spec})
+    ref_scene = mi.load_dict({"type": "scene", "ball": _to_mitsuba(mi, spec)})
+    params = mi.traverse(ref_scene)
+    keys = ["ball.vertex_positions", "ball.vertex_normals", "ball.vertex_texcoords"]
+    for k in keys:
+        np.testing.assert_allclose(scene.params[k], np.array(params[k]), atol=1e-6)
+    rng = np.random.default_rng(5)
+
+    def normals():
+        n = scene.params[keys[1]].reshape(-1, 3) + rng.normal(0.0, 0.3, (len(scene.params[keys[1]]) // 3, 3))
+        return (n / np.linalg.norm(n, axis=1, keepdims=True)).astype(np.float32).reshape(-1)
+    o, d = _rays(400, seed=3)
+    # (Mitsuba's update skips keys written with their current value: each write is new)
+    for written in ([keys[1], keys[2]], [keys[0], keys[1], keys[2]]):
+        values = {keys[0]: scene.params[keys[0]] * np.float32(1.05), keys[1]: normals(),
+                  keys[2]: (scene.params[keys[2]] * rng.uniform(1.2, 1.8) + 0.2).astype(np.float32)}
+        values = {k: values[k] for k in written}
+        ours = hits(scene, o, d, values)
+        for k in written:
+            params[k] = type(params[k])(values[k].tolist())
+        params.update()
+        ref = _mitsuba_hits_of(mi, ref_scene, o, d)
+        _assert_hits_agree(ours, ref, d, shading=True)
+        hit = (ref["t"] > 0) & (ours["t"] > 0)
+        np.testing.assert_allclose(ours["uv"][hit], ref["uv"][hit], atol=1e-4)
+    assert np.abs(hits(scene, o, d)["ns"] - ours["ns"]).max() > 0.1
+
+
 def _mitsuba_hits_of(mi, scene, o, d):
     # (test_shapes.mitsuba_hits loads its own scene; this one was updated)
-    out = {k: [] for k in ("t", "ng", "ns")}
+    out = {k: [] for k in ("t", "ng", "ns", "uv")}
     for oo, dd in zip(o, d):
         si = scene.ray_intersect(mi.Ray3f(mi.Point3f(*map(float, oo)), mi.Vector3f(*map(float, dd))))
         out["t"].append(float(si.t) if si.is_valid() else -1.0)
         out["ng"].append(np.array(si.n))
         out["ns"].append(np.array(si.sh_frame.n))
+        out["uv"].append(np.array(si.uv))
     return {k: np.array(v, np.float64) for k, v in out.items()}
 
 

@@ -94,10 +94,11 @@ def _moving(b: SceneBuilder, prims: dict, order: np.ndarray, bvh, wide, attr: np
     shape_lights = [(e, int(meta[e, layout.META_FIRST])) for e in range(len(meta))
                     if meta[e, layout.META_TYPE] in _AREA_ANALYTIC]
     # (the shapegroups' rows after the scene's own are static: instances move by their tables)
-    group_rows = {"tris": rows["tris"][len(order):],
+    group_rows = {"tris": rows["tris"][len(order):], "tri_uv": rows["uvs"][len(order):],
                   "tri_normals": None if rows["normals"] is None else rows["normals"][len(order):]}
     return MovingGeometry.plan([m[0] for m in b.meshes], [m[4] for m in b.meshes],
-                               None if normals is None else normals[:n_tris].astype(np.float32), order, n_tris,
+                               None if normals is None else normals[:n_tris].astype(np.float32), prims["uvs"],
+                               order, n_tris,
                                b.shapes, bvh, wide, lights, shape_lights, group_rows, placed_instances)
 
 

@@ -44,12 +44,37 @@ class MeshPlacement:
     (the value is the (3V,) world positions) or ``"to_world"`` (the value is
     a 4x4 matrix applied to the object-space ``local`` vertices); its
     ``faces`` (F, 3) and whether its vertex normals are recomputed from the
-    positions (``smooth``; else it shades with face normals)."""
+    positions (``smooth``; else it shades with face normals); the keys of
+    its ``vertex_normals`` (smooth meshes) and ``vertex_texcoords`` (meshes
+    with texture coordinates), None where it has none."""
     key: str
     kind: str
     faces: np.ndarray
     smooth: bool
     local: np.ndarray | None = None
+    normals_key: str | None = None
+    uv_key: str | None = None
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(k for k in (self.key, self.normals_key, self.uv_key) if k is not None)
+
+    def normal_rows(self, p, v, xp):
+        """(F, 9) shading-normal rows for the values ``p``: the given
+        ``vertex_normals``, else (new positions ``v``) recomputed as Mitsuba
+        does when ``vertex_positions`` alone is written, else None (keep)."""
+        f = self.faces
+        if self.normals_key is not None and self.normals_key in p:
+            return xp.reshape(xp.asarray(p[self.normals_key], _F), (-1, 3))[f].reshape(-1, 9)
+        if v is not None and self.smooth:
+            return vertex_normals(v, f, xp)[f].reshape(-1, 9).astype(_F)
+        return None
+
+    def uv_rows(self, p, xp):
+        """(F, 6) texture-coordinate rows for the given ``vertex_texcoords``, or None."""
+        if self.uv_key is None or self.uv_key not in p:
+            return None
+        return xp.reshape(xp.asarray(p[self.uv_key], _F), (-1, 2))[self.faces].reshape(-1, 6)
 
     def positions(self, value, xp):
         """The mesh's (V, 3) float32 world-space vertices for parameter value ``value``."""
@@ -97,6 +122,7 @@ class MovingGeometry:
     triangles: list                      # (F, 9) float32 loaded world triangles per mesh (load order)
     placements: list                     # MeshPlacement or None per mesh
     loaded_normals: np.ndarray | None    # (T, 9) load-order normal rows (zero: face normals), None: none
+    loaded_uvs: np.ndarray               # (T + S, 6) load-order texture-coordinate rows (analytic shapes' too)
     order: np.ndarray                    # leaf row -> load-order primitive (triangles first)
     n_tris: int
     analytic_lo: np.ndarray              # (S, 3) float32 boxes of the analytic shapes (load order)
@@ -117,7 +143,7 @@ class MovingGeometry:
     @property
     def own_keys(self) -> tuple[str, ...]:
         """The parameters that place the scene's own meshes and shapes."""
-        return (tuple(p.key for p in self.placements if p is not None)
+        return (tuple(k for p in self.placements if p is not None for k in p.keys)
                 + tuple(s.param for s in self.shapes if s.param is not None))
 
     @property
@@ -127,14 +153,14 @@ class MovingGeometry:
     # -- load time -------------------------------------------------------------------------
 
     @classmethod
-    def plan(cls, triangles, placements, loaded_normals, order, n_tris, shapes, bvh, wide_nodes,
+    def plan(cls, triangles, placements, loaded_normals, loaded_uvs, order, n_tris, shapes, bvh, wide_nodes,
              emitter_rows, shape_lights, group_rows, instances=None) -> "MovingGeometry":
         """The refit plan of a loaded scene (see the class docstring)."""
         lo = np.array([s.bounds()[0] for s in shapes], np.float64).reshape(-1, 3)
         hi = np.array([s.bounds()[1] for s in shapes], np.float64).reshape(-1, 3)
         rows = np.array([s.row() for s in shapes], _F).reshape(-1, layout.SHAPE_ROW)
         return cls([np.asarray(t, _F) for t in triangles], placements,
-                   loaded_normals, np.asarray(order, np.int64), n_tris,
+                   loaded_normals, np.asarray(loaded_uvs, _F), np.asarray(order, np.int64), n_tris,
                    _to_f32_conservative("lo", lo, -1), _to_f32_conservative("hi", hi, +1), list(shapes), rows,
                    _wide_plan(wide_nodes) if wide_nodes is not None else None,
                    None if wide_nodes is not None else _binary_plan(bvh.node_links), emitter_rows, shape_lights,
@@ -155,17 +181,17 @@ class MovingGeometry:
         return out
 
     def _own_buffers(self, p, xp, emitter_geom: np.ndarray) -> dict:
-        world, normal_rows = [], []
+        world, normal_rows, uv_rows = [], [], []
         for loaded, placement in zip(self.triangles, self.placements):
-            moved = placement is not None and placement.key in p
-            if not moved:
+            if placement is None:
                 world.append(loaded)
                 normal_rows.append(None)
+                uv_rows.append(None)
                 continue
-            v, faces = placement.positions(p[placement.key], xp), placement.faces
-            world.append(v[faces].reshape(-1, 9))
-            normal_rows.append(vertex_normals(v, faces, xp)[faces].reshape(-1, 9).astype(_F)
-                               if placement.smooth else None)
+            v = placement.positions(p[placement.key], xp) if placement.key in p else None
+            world.append(loaded if v is None else v[placement.faces].reshape(-1, 9))
+            normal_rows.append(placement.normal_rows(p, v, xp))
+            uv_rows.append(placement.uv_rows(p, xp))
         tris_load = _concat(xp, world + [np.zeros((len(self.analytic_lo), 9), _F)])
         tris = tris_load[self.order]
         out = dict(tris=tris)
@@ -173,12 +199,11 @@ class MovingGeometry:
         if analytic is not None:
             out["shape_data"] = analytic[0]
         if self.loaded_normals is not None:
-            start, rows = 0, []
-            for loaded, moved in zip(self.triangles, normal_rows):
-                rows.append(self.loaded_normals[start:start + len(loaded)] if moved is None else moved)
-                start += len(loaded)
-            rows.append(np.zeros((len(self.analytic_lo), 9), _F))
-            out["tri_normals"] = _concat(xp, rows)[self.order]
+            rows = self._rows(self.loaded_normals, normal_rows, xp)
+            out["tri_normals"] = _concat(xp, rows + [np.zeros((len(self.analytic_lo), 9), _F)])[self.order]
+        if any(r is not None for r in uv_rows):
+            rows = self._rows(self.loaded_uvs, uv_rows, xp)
+            out["tri_uv"] = _concat(xp, rows + [self.loaded_uvs[self.n_tris:]])[self.order]
         if self.wide is not None:
             out["wide_nodes"], out["wide_leaves"] = _refit_wide(self.wide, tris, xp)
         else:
@@ -194,6 +219,14 @@ class MovingGeometry:
             if name in out and rows is not None and len(rows):
                 out[name] = _concat(xp, [out[name], rows])
         return out
+
+    def _rows(self, loaded, new, xp) -> list:
+        """Each mesh's load-order rows of ``loaded``, or its ``new`` ones."""
+        start, rows = 0, []
+        for tris, moved in zip(self.triangles, new):
+            rows.append(loaded[start:start + len(tris)] if moved is None else moved)
+            start += len(tris)
+        return rows
 
     def _analytic(self, p, xp):
         """(shape_data, box lo, box hi) of the analytic shapes for the values

@@ -261,7 +261,10 @@ class Scene:
                     **(dict(prim_media=self.prim_media, medium_meta=self.medium_meta(),
                             camera_medium=np.int32(cam.medium)) if media else {}),
                     **cam.sampler.kernel_inputs(), **cam.film_inputs(), **(self.instancing or {}))
-        buffers.update(self.geometry_buffers(p, params))
+        geometry = self.geometry_buffers(p, params)
+        if not len(buffers["tri_uv"]):
+            geometry.pop("tri_uv", None)      # (the kernels read no UVs: nothing textured)
+        buffers.update(geometry)
         buffers.update(self.sunsky_buffers(p, params, buffers))
         return buffers
 

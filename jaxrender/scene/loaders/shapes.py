@@ -186,27 +186,42 @@ def _add_mesh(builder: SceneBuilder, props: Properties, m: np.ndarray, v: np.nda
     builder.add_triangles(vw[f].reshape(-1, 9), np.tile(attrs, (len(f), 1)),
                           uv[f].reshape(-1, 6) if uv is not None else np.tile(_BARYCENTRIC_UV, (len(f), 1)),
                           nw[f].reshape(-1, 9) if nw is not None else None,
-                          _placement(builder, props, m, v, vw, f, smooth=not isinstance(normals, str)))
+                          _placement(builder, props, m, v, vw, f, uv, nw))
 
 
 def _placement(builder: SceneBuilder, props: Properties, m: np.ndarray, v: np.ndarray, vw: np.ndarray,
-               f: np.ndarray, smooth: bool) -> MeshPlacement | None:
-    """The parameter that moves the mesh, under Mitsuba 3.9.1's key: a
-    rectangle's ``to_world``, any other mesh's world-space
-    ``vertex_positions`` (flat, 3 floats a vertex). Moving a mesh recomputes
-    its vertex normals from the new positions, as Mitsuba does when
-    ``vertex_positions`` is written (also for normals from a file)."""
+               f: np.ndarray, uv: np.ndarray | None, nw: np.ndarray | None) -> MeshPlacement | None:
+    """The parameters that place the mesh, under Mitsuba 3.9.1's keys: a
+    rectangle's ``to_world``; any other mesh's world-space
+    ``vertex_positions`` (flat, 3 floats a vertex), with its
+    ``vertex_normals`` (smooth-shaded meshes: world space, 3 floats a
+    vertex) and ``vertex_texcoords`` (meshes with texture coordinates, 2
+    floats a vertex). Writing new positions without normals recomputes them,
+    as Mitsuba does (also for normals from a file)."""
     if not builder.places_shapes:
         builder.unexposed[f"{props.key}.vertex_positions"] = _GROUP_SHAPE_WHY
         return None
     why = _GEOMETRY_WHY
+    smooth = nw is not None
     if props.plugin == "rectangle":
         placement = MeshPlacement(f"{props.key}.to_world", "to_world", f.astype(np.int32), smooth,
                                   local=v.astype(np.float32))
         builder.add_param(placement.key, m.astype(np.float32), nondiff=why)
+        return placement
+    placement = MeshPlacement(f"{props.key}.vertex_positions", "vertex_positions", f.astype(np.int32), smooth,
+                              normals_key=f"{props.key}.vertex_normals" if smooth else None,
+                              uv_key=f"{props.key}.vertex_texcoords" if uv is not None else None)
+    builder.add_param(placement.key, vw.astype(np.float32).reshape(-1), nondiff=why)
+    attribute_why = ("derivatives with respect to vertex normals and texture coordinates are not implemented "
+                     "(the kernels read them without derivatives); the value can change between renders")
+    if smooth:
+        builder.add_param(placement.normals_key, nw.astype(np.float32).reshape(-1), nondiff=attribute_why)
     else:
-        placement = MeshPlacement(f"{props.key}.vertex_positions", "vertex_positions", f.astype(np.int32), smooth)
-        builder.add_param(placement.key, vw.astype(np.float32).reshape(-1), nondiff=why)
+        builder.unexposed[f"{props.key}.vertex_normals"] = (
+            "this mesh shades with its face normals (face_normals, or Mitsuba's rectangle and cube), a kernel "
+            "variant without vertex normals; load it with smooth normals to change them")
+    if uv is not None:
+        builder.add_param(placement.uv_key, uv.astype(np.float32).reshape(-1), nondiff=attribute_why)
     return placement
 
 
