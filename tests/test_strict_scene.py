@@ -340,9 +340,6 @@ def test_every_property_mitsuba_reads_is_honoured_or_refused_as_not_supported(pl
     (lambda d: d["floor"].update(bsdf={"type": "twosided", "front": {"type": "diffuse"},
                                        "back": {"type": "hair"}}),
      "floor.bsdf.brdf_1: bsdf type 'hair' is not supported yet"),
-    (lambda d: d["floor"].update(bsdf={"type": "twosided", "allow_transmission": True, "a": {
-        "type": "blendbsdf", "weight": 0.5, "b": {"type": "diffuse"}, "c": {"type": "dielectric"}}}),
-     "floor.bsdf: twosided with a transmissive BSDF (dielectric) is not supported yet"),
     (lambda d: d["floor"].update(bsdf={"type": "twosided", "a": {"type": "mask", "b": {"type": "diffuse"}}}),
      "floor.bsdf: twosided cannot hold a transmissive BSDF (mask) unless allow_transmission is set"),
     (lambda d: d["floor"].update(bsdf={"type": "blendbsdf", "weight": 0.5, "b": {"type": "diffuse"}}),
@@ -358,8 +355,6 @@ def test_every_property_mitsuba_reads_is_honoured_or_refused_as_not_supported(pl
      "loop: the BSDF contains itself"),
     (lambda d: d["floor"].update(bsdf={"type": "twosided", "a": {"type": "dielectric"}}),
      "floor.bsdf: twosided cannot hold a transmissive BSDF (dielectric) unless allow_transmission is set"),
-    (lambda d: d["floor"].update(bsdf={"type": "twosided", "a": {"type": "dielectric"}, "allow_transmission": True}),
-     "floor.bsdf: twosided with a transmissive BSDF (dielectric) is not supported yet"),
     (lambda d: d["floor"].update(bsdf={"type": "twosided", "a": {"type": "principled", "spec_trans": 0.4}}),
      "floor.bsdf: twosided cannot hold a transmissive BSDF (principled) unless allow_transmission is set"),
     (lambda d: d["floor"].update(bsdf={"type": "principled", "eta": 1.4, "specular": 0.5}),

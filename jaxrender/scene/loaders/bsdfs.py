@@ -309,9 +309,8 @@ def load_twosided(builder: SceneBuilder, props: Properties, twosided: bool = Fal
         if transmits and not allow:
             raise props.error(f"twosided cannot hold a transmissive BSDF ({transmits[0]}) unless "
                               "allow_transmission is set, as in Mitsuba")
-        solid = [name for name in transmits if name != "mask"]
-        if solid:
-            raise props.error(f"twosided with a transmissive BSDF ({solid[0]}) is not supported yet")
+    # (with allow_transmission a transmissive child is seen from behind as
+    # from its front, both directions' z flipped, as Mitsuba's twosided does)
     _, inner, inner_key = nested[0]
     if len(nested) == 2 and (nested[1][2] != inner_key or nested[1][1] is not inner):
         return load_registered(builder, props)
