@@ -134,7 +134,7 @@ class MovingGeometry:
     lights: list                         # (emitter index, leaf rows of its triangles) per mesh emitter
     shape_lights: list                   # (emitter index, shape_data row) per emitter on an analytic shape
     # The rows after the scene's own (shapegroups shared by instances,
-    # scene/instancing.py), static: "tris" and "tri_normals" (None: none).
+    # scene/instancing.py), static: "tris", "tri_uv" and "tri_normals" (None: none).
     group_rows: dict
     # Instances of shared shapegroups placed by their to_world
     # (instancing.InstancePlacement), or None.
@@ -192,18 +192,20 @@ class MovingGeometry:
             world.append(loaded if v is None else v[placement.faces].reshape(-1, 9))
             normal_rows.append(placement.normal_rows(p, v, xp))
             uv_rows.append(placement.uv_rows(p, xp))
-        tris_load = _concat(xp, world + [np.zeros((len(self.analytic_lo), 9), _F)])
-        tris = tris_load[self.order]
-        out = dict(tris=tris)
-        analytic = self._analytic(p, xp)
-        if analytic is not None:
-            out["shape_data"] = analytic[0]
-        if self.loaded_normals is not None:
+        out = {}
+        if self.loaded_normals is not None and any(r is not None for r in normal_rows):
             rows = self._rows(self.loaded_normals, normal_rows, xp)
             out["tri_normals"] = _concat(xp, rows + [np.zeros((len(self.analytic_lo), 9), _F)])[self.order]
         if any(r is not None for r in uv_rows):
             rows = self._rows(self.loaded_uvs, uv_rows, xp)
             out["tri_uv"] = _concat(xp, rows + [self.loaded_uvs[self.n_tris:]])[self.order]
+        analytic = self._analytic(p, xp)
+        if analytic is None and all(w is loaded for w, loaded in zip(world, self.triangles)):
+            return self._with_group_rows(out, xp)     # (only normals or UVs: the BVH and lights stand)
+        tris = _concat(xp, world + [np.zeros((len(self.analytic_lo), 9), _F)])[self.order]
+        out["tris"] = tris
+        if analytic is not None:
+            out["shape_data"] = analytic[0]
         if self.wide is not None:
             out["wide_nodes"], out["wide_leaves"] = _refit_wide(self.wide, tris, xp)
         else:
@@ -215,6 +217,10 @@ class MovingGeometry:
             emitters = np.array(list(areas))
             out["emitter_geom"] = _set(xp, xp.asarray(emitter_geom), (emitters, layout.GEOM_AREA),
                                        xp.stack(list(areas.values())).astype(_F))
+        return self._with_group_rows(out, xp)
+
+    def _with_group_rows(self, out: dict, xp) -> dict:
+        """``out`` with the shared shapegroups' static rows after each rebuilt row buffer."""
         for name, rows in self.group_rows.items():
             if name in out and rows is not None and len(rows):
                 out[name] = _concat(xp, [out[name], rows])

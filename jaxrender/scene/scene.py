@@ -323,20 +323,26 @@ class Scene:
         if not moved:
             return {}
         values = {k: p[k] for k in moved}
+        out = self._built(("geometry", moved), lambda v, xp: g.buffers(v, xp, self.emitter_geom), values)
         if not any(is_traced(v) for v in values.values()):
-            out = g.buffers(values, np, self.emitter_geom)
             area = out.get("emitter_geom", self.emitter_geom)[:, layout.GEOM_AREA]
             for e, _ in g.lights + g.shape_lights:
                 if not (np.isfinite(area[e]) and area[e] > 0):
                     raise SceneError(f"{self.emitter_keys[e].rsplit('.emitter', 1)[0]}: the new geometry gives the "
                                      f"emitting shape zero area (or one too large for float32: {area[e]})")
-            return out
-        fn = self._jitted_param_buffers.get(("geometry", moved))
+        return out
+
+    def _built(self, key: tuple, build, values: Mapping[str, Any]):
+        """``build(values, xp)`` with numpy where every value is concrete,
+        else as one jitted jax.numpy function cached under ``key`` (why:
+        :meth:`param_buffers`)."""
+        if not any(is_traced(v) for v in values.values()):
+            return build(values, np)
+        fn = self._jitted_param_buffers.get(key)
         if fn is None:
             import jax
             import jax.numpy as jnp
-            fn = self._jitted_param_buffers["geometry", moved] = jax.jit(
-                functools.partial(g.buffers, xp=jnp, emitter_geom=self.emitter_geom))
+            fn = self._jitted_param_buffers[key] = jax.jit(functools.partial(build, xp=jnp))
         return fn(values)
 
     def param_buffers(self, p: Mapping[str, Any], sensor: int = 0, media: bool = False,
@@ -357,16 +363,7 @@ class Scene:
         for name, (keys, build) in self._param_buffer_builders(sensor, given or {}).items():
             if name == "medium_data" and not media:
                 continue
-            values = {k: p[k] for k in keys}
-            if not any(is_traced(v) for v in values.values()):
-                out[name] = build(values, np)
-                continue
-            fn = self._jitted_param_buffers.get((name, sensor, tuple(keys)))
-            if fn is None:
-                import jax
-                import jax.numpy as jnp
-                fn = self._jitted_param_buffers[name, sensor, tuple(keys)] = jax.jit(functools.partial(build, xp=jnp))
-            out[name] = fn(values)
+            out[name] = self._built((name, sensor, tuple(keys)), build, {k: p[k] for k in keys})
         return out
 
     def _param_buffer_builders(self, sensor: int, given: Mapping[str, Any]) -> dict:
