@@ -42,11 +42,9 @@ def tilt(p: BumpmapParams, nested, wi: Vec) -> Tilt:
     dv = si.dp_dv + n * (gv * p.scale - ir.dot(n, si.dp_dv))
     m = ir.normalize(ir.cross(du, dv))
     m = m * ir.select(ir.dot(si.ng, m) < 0.0, -1.0, 1.0)
-    rot = nested.tangent()
-    frame = Tilt(None, None, None, rot)
-    m = flip_invalid(frame.to_mitsuba(si.frame.to_local(m)), frame.to_mitsuba(wi), p.flip_invalid_normals)
+    m = flip_invalid(si.frame.to_local(m), wi, p.flip_invalid_normals)
     s = ir.normalize(si.dp_du - m * ir.dot(m, si.dp_du))
-    return Tilt(s, ir.cross(m, s), m, rot)
+    return Tilt(s, ir.cross(m, s), m)
 
 
 def query(p: BumpmapParams, nested, wi: Vec, wos: list, u):

@@ -13,11 +13,10 @@ sides of the shading and the tilted normal; with
 by the microfacet shadowing term of Estevez et al. 2019. The albedo is the
 nested BSDF's, unperturbed.
 
-Directions arrive in jaxrender's local frame (its tangent is the normal's
-coordinate system, not dp_du); ``Nested.tangent`` gives Mitsuba's tangent
-there, so the frame is built in Mitsuba's coordinates, and nested
-children see their own perturbed frame (``Nested.within``). In
-differentiable form the sampled direction is held fixed in the surface's
+Directions arrive in the hit's local frame, which in scenes with this BSDF
+is Mitsuba's (``Structure.tangents``: its first axis along dp_du), so the
+tilted frame is built in Mitsuba's coordinates and nested children see it
+as theirs. In differentiable form the sampled direction is held fixed in the surface's
 frame, not the tilted one: a smooth sample's weight is this BSDF's value
 towards it over its (detached) pdf, so the normal map's derivative goes
 through the value; a delta sample keeps the child's weight.
@@ -41,34 +40,25 @@ class NormalmapParams:
 
 
 class Tilt:
-    """A perturbed frame (s, t, n), in Mitsuba's shading coordinates, and
-    the rotation (cos, sin) from jaxrender's local frame into those."""
+    """A perturbed frame (s, t, n) in the hit's shading coordinates (in
+    scenes with a frame-perturbing BSDF, Mitsuba's: its first axis along
+    dp_du, ``sampling.Frame.along``)."""
 
-    def __init__(self, s: Vec, t: Vec, n: Vec, rot):
-        self.s, self.t, self.n, self.rot = s, t, n, rot
-
-    def to_mitsuba(self, v: Vec) -> Vec:
-        c, s = self.rot
-        return Vec(c * v.x + s * v.y, c * v.y - s * v.x, v.z)
-
-    def from_mitsuba(self, v: Vec) -> Vec:
-        c, s = self.rot
-        return Vec(c * v.x - s * v.y, s * v.x + c * v.y, v.z)
+    def __init__(self, s: Vec, t: Vec, n: Vec):
+        self.s, self.t, self.n = s, t, n
 
     def to_tilted(self, v: Vec) -> Vec:
         """A local direction in the tilted frame."""
-        m = self.to_mitsuba(v)
-        return Vec(ir.dot(m, self.s), ir.dot(m, self.t), ir.dot(m, self.n))
+        return Vec(ir.dot(v, self.s), ir.dot(v, self.t), ir.dot(v, self.n))
 
     def from_tilted(self, v: Vec) -> Vec:
-        return self.from_mitsuba(self.s * v.x + self.t * v.y + self.n * v.z)
+        return self.s * v.x + self.t * v.y + self.n * v.z
 
 
-def flip_invalid(n: Vec, wi_m: Vec, flag) -> Vec:
+def flip_invalid(n: Vec, wi: Vec, flag) -> Vec:
     """Mitsuba's ``flip_invalid_normals``: the normal's tangential part
-    mirrored where ``wi`` (Mitsuba's coordinates) sees it from the other
-    side than the surface."""
-    flip = (flag > 0.5) & (wi_m.z * ir.dot(wi_m, n) <= 0.0)
+    mirrored where ``wi`` sees it from the other side than the surface."""
+    flip = (flag > 0.5) & (wi.z * ir.dot(wi, n) <= 0.0)
     return Vec(ir.select(flip, -n.x, n.x), ir.select(flip, -n.y, n.y), n.z)
 
 
@@ -88,32 +78,30 @@ def tilted_query(nested, child, tilt: Tilt, shadow_flag, wi: Vec, wos: list, u):
     """What normalmap and bumpmap share: the nested BSDF ``child`` queried
     in the tilted frame, its answers taken back to the local frame."""
     S = nested.spectrum
-    inner = nested.within((ir.Float(1.0), ir.Float(0.0)))
     use_shadow = shadow_flag > 0.5
 
-    def term(wo_m: Vec):
-        return ir.select(use_shadow, shadowing(tilt.n, wo_m), 1.0)
+    def term(w: Vec):
+        return ir.select(use_shadow, shadowing(tilt.n, w), 1.0)
 
     def evaluate(dirs: list, extra_u=None):
         tilted = [tilt.to_tilted(w) for w in dirs]
-        evals, s = inner.query(child, tilt.to_tilted(wi), tilted, extra_u)
+        evals, s = nested.query(child, tilt.to_tilted(wi), tilted, extra_u)
         out = []
         for w, wt, (f, pdf) in zip(dirs, tilted, evals):
             ok = w.z * wt.z > 0.0
-            out.append((ir.select(ok, f * term(tilt.to_mitsuba(w)), S.zero()), ir.select(ok, pdf, 0.0)))
+            out.append((ir.select(ok, f * term(w), S.zero()), ir.select(ok, pdf, 0.0)))
         return out, s
 
     evals, s = evaluate(wos, u)
     if s is None:
         return evals, None
-    wo_m = tilt.s * s.wo.x + tilt.t * s.wo.y + tilt.n * s.wo.z
-    wo = tilt.from_mitsuba(wo_m)
-    ok = s.wo.z * wo_m.z > 0.0
+    wo = tilt.from_tilted(s.wo)
+    ok = s.wo.z * wo.z > 0.0
     nonzero = ir.Bool(False)
     for c in s.weight:
         nonzero = nonzero | (c != 0.0)
     ok = ok & nonzero
-    weight = s.weight * term(wo_m)
+    weight = s.weight * term(wo)
     if nested.diff:
         wo_d = nested.detach(wo)
         (f_d, _), = evaluate([wo_d])[0]
@@ -126,12 +114,10 @@ def tilted_query(nested, child, tilt: Tilt, shadow_flag, wi: Vec, wos: list, u):
 
 
 def tilt(p: NormalmapParams, nested, wi: Vec) -> Tilt:
-    rot = nested.tangent()
-    frame = Tilt(None, None, None, rot)
     n = Vec(*(2.0 * c - 1.0 for c in tuple(p.normalmap)[:3]))
-    n = ir.normalize(flip_invalid(n, frame.to_mitsuba(wi), p.flip_invalid_normals))
+    n = ir.normalize(flip_invalid(n, wi, p.flip_invalid_normals))
     s = ir.normalize(Vec(1.0 - n.x * n.x, -n.y * n.x, -n.z * n.x))
-    return Tilt(s, ir.cross(n, s), n, rot)
+    return Tilt(s, ir.cross(n, s), n)
 
 
 def query(p: NormalmapParams, nested, wi: Vec, wos: list, u):

@@ -119,21 +119,6 @@ class SurfaceBsdf:
         sz = _side(self.row, wi)
         return Vec(wi.x, wi.y, wi.z * sz), sz
 
-    def tangent(self):
-        """(cos, sin) of Mitsuba's shading tangent (dp_du made orthogonal to
-        the shading normal; the normal's coordinate system where dp_du is
-        zero) in the local frame: the frame a normal map is relative to.
-        Needs the hit's dp_du (``Structure.tangents``)."""
-        si = self.si
-        n, dp_du = si.frame.n, si.dp_du
-        v = dp_du - n * ir.dot(n, dp_du)
-        x, y = ir.dot(v, si.frame.s), ir.dot(v, si.frame.t)
-        l2 = x * x + y * y
-        ok = l2 > 0.0
-        inv = ir.rsqrt(ir.select(ok, l2, 1.0))
-        # (a zero dp_du: Mitsuba's coordinate_system(n), our frame's own s)
-        return ir.select(ok, x * inv, 1.0), ir.select(ok, y * inv, 0.0)
-
     def leaf(self, t, params, wi: Vec, wos: list, u):
         """A plain BSDF's (value, pdf) towards each of ``wos`` and, given
         ``u`` = (u1, u2), a :class:`Sample` (None without)."""
@@ -233,27 +218,16 @@ class Nested:
     each read (textures applied) and evaluated through the same dispatch over
     the scene's types. ``level``: the nesting depth of the children; at the
     scene's deepest level (``Structure.bsdf_nesting``) composites are not
-    traced again. ``frame``: the (cos, sin) of Mitsuba's shading tangent in
-    the children's local frame, None for the hit's (``SurfaceBsdf.tangent``);
-    a frame-perturbing composite hands its children their own (``within``)."""
+    traced again."""
 
-    def __init__(self, surface: SurfaceBsdf, level: int, frame=None):
-        self.surface, self.level, self.frame = surface, level, frame
+    def __init__(self, surface: SurfaceBsdf, level: int):
+        self.surface, self.level = surface, level
         self.diff = surface.ctx.diff
         self.detach = surface.ctx.detach
         self.spectrum = surface.ctx.spectrum
 
     def _traced(self, t) -> bool:
         return not t.composite or self.level < self.surface.ctx.structure.bsdf_nesting
-
-    def tangent(self):
-        """(cos, sin) of Mitsuba's shading tangent in the local frame of the
-        directions this composite sees."""
-        return self.surface.tangent() if self.frame is None else self.frame
-
-    def within(self, frame) -> "Nested":
-        """These children seen in a perturbed frame whose tangent is ``frame``."""
-        return Nested(self.surface, self.level, frame)
 
     def query(self, bsdf, wi: Vec, wos: list, u=None):
         """BSDF ``bsdf``'s (value, pdf) towards each of ``wos`` and, given
@@ -270,7 +244,7 @@ class Nested:
                     return self._nothing(len(wos), u)
                 params = sf.params(t, row, table)
                 if t.composite:
-                    return t.query(params, Nested(sf, self.level + 1, self.frame), wi_f, wos_f, u)
+                    return t.query(params, Nested(sf, self.level + 1), wi_f, wos_f, u)
                 return sf.leaf(t, params, wi_f, wos_f, u)
             return run
 
@@ -291,7 +265,7 @@ class Nested:
                     return self.spectrum.zero()
                 params = sf.params(t, row, table)
                 if t.composite:
-                    return t.mix_albedo(params, Nested(sf, self.level + 1, self.frame), wi_f)
+                    return t.mix_albedo(params, Nested(sf, self.level + 1), wi_f)
                 return sf.leaf_albedo(t, row, params, wi_f)
             return run
 
@@ -302,7 +276,7 @@ class Nested:
         sf = self.surface
         row, kind, table = sf.read(bsdf)
         wi_f = _flip(wi, _side(row, wi))
-        nested = Nested(sf, self.level + 1, self.frame)
+        nested = Nested(sf, self.level + 1)
 
         def branch(t):
             if not self._traced(t):
