@@ -59,19 +59,19 @@ class SceneGeometry:
     def center(self, s) -> Vec:
         return Vec(*(self.shape_value(s, layout.SHAPE_TO_WORLD + 4 * k + 3) for k in range(3)))
 
+    def _shape_matrix(self, s, start):
+        return [self.shape_value(s, start + k) for k in range(12)]
+
     def to_object(self, s, p: Vec) -> Vec:
         """Object-space coordinates of the world point ``p``."""
-        m = [self.shape_value(s, layout.SHAPE_TO_OBJECT + k) for k in range(12)]
-        return Vec(*(m[4 * k] * p.x + m[4 * k + 1] * p.y + m[4 * k + 2] * p.z + m[4 * k + 3] for k in range(3)))
+        return _affine(self._shape_matrix(s, layout.SHAPE_TO_OBJECT), p, point=True)
 
     def to_object_dir(self, s, d: Vec) -> Vec:
-        m = [self.shape_value(s, layout.SHAPE_TO_OBJECT + k) for k in range(12)]
-        return Vec(*(m[4 * k] * d.x + m[4 * k + 1] * d.y + m[4 * k + 2] * d.z for k in range(3)))
+        return _affine(self._shape_matrix(s, layout.SHAPE_TO_OBJECT), d, point=False)
 
     def to_world_dir(self, s, v: Vec) -> Vec:
         """World vector of the object-space vector ``v``."""
-        m = [self.shape_value(s, layout.SHAPE_TO_WORLD + k) for k in range(12)]
-        return Vec(*(m[4 * k] * v.x + m[4 * k + 1] * v.y + m[4 * k + 2] * v.z for k in range(3)))
+        return _affine(self._shape_matrix(s, layout.SHAPE_TO_WORLD), v, point=False)
 
     def to_world(self, s, x, y) -> Vec:
         """World point of the object-space point (x, y, 0)."""
