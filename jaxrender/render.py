@@ -10,11 +10,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from .kernels import integrators
+from .kernels.bsdfs.surface import samples_null
 from .kernels.integrators import ADJOINT_METHODS
 from .kernels.integrators.aov import channel_names, parse_aovs
+from .primitives.boundary import edge_topology as boundary_topology
 from .primitives.bsdf_tables import bsdf_table
 from .primitives.film import FilmGeometry, has_alpha, to_pixel_format
 from .primitives.render_rules import PixelSplit, RenderConfig, nondifferentiable, render_image
+from .scene.camera import fov_key
 from .scene.errors import SceneError
 
 _GEOMETRY_WHY = ("gradients with respect to scene geometry need the reparameterized (geometry) "
@@ -236,17 +239,58 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     seed = _offset(_seed(seed, "seed"), cam.seed)
     seed_grad = _decorrelated(seed) if seed_grad is None else _offset(_seed(seed_grad, "seed_grad"), cam.seed)
     scene.check_params(params)
+    camera_keys = [k for k in (cam_key, fov_key(cam_key)) if params and k in params]
     if params:
         nondiff = {**scene.nondifferentiable, **integrator.nondifferentiable_params(scene)}
+        why_camera = _camera_why(scene, cam, integrator, settings, structure, split) if camera_keys else None
+        if why_camera is not None:
+            nondiff.update({k: f"{k}: {why_camera}" for k in camera_keys if k not in nondiff})
         params = {k: nondifferentiable(v, nondiff[k]) if k in nondiff else v for k, v in params.items()}
     inputs = kernel_inputs(scene, params, sensor, media="medium_data" in integrator.inputs())
     inputs.update(settings, spp=np.uint32(spp), seed=seed, seed_grad=seed_grad, spp_grad=np.uint32(spp_grad))
+    if camera_keys and cam_key not in scene.nondifferentiable:
+        inputs["edge_topology"] = edge_topology(scene)
     # The camera's reason is the scene's, for its to_world parameter.
-    why = (("camera", scene.nondifferentiable[cam_key]), ("tris", _GEOMETRY_WHY),
+    why = (("camera", scene.nondifferentiable.get(cam_key, "")), ("tris", _GEOMETRY_WHY),
            ("shape_data", _GEOMETRY_WHY), ("tri_normals", _GEOMETRY_WHY))
     film = FilmGeometry(grid=cam.grid_size[::-1], border=cam.border, footprint=cam.footprint)
     config = RenderConfig(film, method, why, structure, integrator, split)
     return to_pixel_format(render_image(config, inputs), cam.pixel_format)
+
+
+def _camera_why(scene, cam, integrator, settings, structure, split) -> str | None:
+    """Why this render cannot differentiate its camera, or None."""
+    if "camera" not in integrator.differentiable:
+        return (f"camera derivatives are implemented for the path and direct integrators, not "
+                f"{scene.integrator['type']!r}")
+    if structure.footprint == 1:
+        return ("camera derivatives need a reconstruction filter wider than a pixel (gaussian, tent, ...): "
+                "the box filter's pixel edges would need a boundary term of their own")
+    if structure.analytic or structure.instanced:
+        return ("camera derivatives sample the silhouettes of triangles only: spheres, disks, cylinders and "
+                "instances are not supported yet")
+    if any(t.delta for t in structure.bsdf_types):
+        return ("the scene has BSDFs with Dirac lobes (" + ", ".join(t.name for t in structure.bsdf_types if t.delta)
+                + "): what they reflect moves with the camera, a derivative detached sampling cannot take")
+    if samples_null(structure):
+        return "camera derivatives of scenes with pass-through (null, mask) BSDFs are not supported yet"
+    if int(settings.get("hide_emitters", 0)):
+        return "camera derivatives with hide_emitters are not supported yet"
+    if integrator.alpha:
+        return "camera derivatives of a film with an alpha channel are not supported yet"
+    if split.tiles > 1 or split.shards > 1:
+        return "camera derivatives of an image split into tiles or shards are not supported yet"
+    return None
+
+
+def edge_topology(scene):
+    """The welded edges of the scene's triangles (``primitives.boundary
+    .edge_topology``), computed once per scene."""
+    topo = scene.__dict__.get("_edge_topology")
+    if topo is None:
+        topo = boundary_topology(kernel_inputs(scene)["tris"])
+        scene.__dict__["_edge_topology"] = topo
+    return topo
 
 
 def aov_names(scene) -> list[str]:

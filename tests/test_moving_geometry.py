@@ -336,8 +336,9 @@ def test_field_of_view_is_mitsubas_x_fov_parameter():
     np.testing.assert_allclose(_render(scene, {"sensor.x_fov": np.float32(60.0)}), want, atol=1e-5)
     traced = jax.jit(lambda f: jaxrender.render(scene, {"sensor.x_fov": f}, spp=SPP, seed=3))(np.float32(60.0))
     np.testing.assert_allclose(np.asarray(traced), want, atol=1e-5)
-    with pytest.raises(jaxrender.NotDifferentiableError, match="x_fov"):
-        jax.grad(lambda f: jaxrender.render(scene, {"sensor.x_fov": f}, spp=1).mean())(np.float32(50.0))
+    # (its derivative: tests/test_camera_gradients.py)
+    assert np.isfinite(float(jax.grad(lambda f: jaxrender.render(scene, {"sensor.x_fov": f}, spp=1).mean())(
+        np.float32(50.0))))
     with pytest.raises(jaxrender.SceneError, match="180"):
         jaxrender.render(scene, {"sensor.x_fov": np.float32(180.0)})
 

@@ -137,6 +137,11 @@ class Block:
             hit = b._table.get(key)
             if hit is not None:
                 return hit
+            # A buffer read inside a function being differentiated is the
+            # function's own read (a derivative flows from it), never one
+            # the enclosing code made before.
+            if key[0] == "gather" and b.kind == "function":
+                return None
             b = b.parent
         return None
 

@@ -128,7 +128,9 @@ class Context:
     outside the film like any other; their outputs are dropped.
     ``diff``: traced for derivatives (forward mode, adjoint replay): then
     sampling is detached (:meth:`detach`) so that only BSDF values and
-    emitted radiance carry derivatives (Zeltner et al. 2021)."""
+    emitted radiance carry derivatives (Zeltner et al. 2021).
+    ``camera_motion``: the camera's buffer carries derivatives, so the
+    primary vertex sees it move (``sensors/motion.py``)."""
     b: dict                  # input name -> ir Buffer
     geo: SceneGeometry
     pixel: Any
@@ -137,6 +139,7 @@ class Context:
     spectrum: SpectrumType = RGB
     sampler: samplers.Sampler | None = None
     item: Any = None
+    camera_motion: bool = False
 
     @classmethod
     def create(cls, b: dict, structure: Structure = Structure(), diff: bool = False,

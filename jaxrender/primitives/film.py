@@ -68,13 +68,15 @@ def overlap_add(blocks, geom: FilmGeometry, channels: int):
     return crop_canvas(splat_canvas(blocks, *geom.grid, geom.footprint, channels), geom)
 
 
-def develop(blocks, weights, geom: FilmGeometry, channels: int, rows: int | None = None):
+def develop(blocks, weights, geom: FilmGeometry, channels: int, rows: int | None = None, extra=None):
     """The image: the overlap-added sample sums over the overlap-added
     filter weights (``weights``: a scalar, every pixel's total weight, or
     the weight kernel's blocks (items, footprint²)). A pixel that no sample
     reached with a nonzero weight is zero, as in Mitsuba. ``rows``: grid
     rows the blocks cover when launches ran past the grid's end (devices'
-    equal bands); the rows past it are dropped."""
+    equal bands); the rows past it are dropped. ``extra``: a canvas of the
+    whole grid (``splat_canvas``'s shape) added to the sums before they are
+    divided (the camera's boundary term)."""
     (gh, gw), k = geom.grid, geom.footprint
     rows = gh if rows is None else rows
 
@@ -84,7 +86,8 @@ def develop(blocks, weights, geom: FilmGeometry, channels: int, rows: int | None
         return crop_canvas(splat_canvas(x, rows, gw, k, width), geom)
 
     w = weights if jnp.ndim(weights) == 0 else total(weights, 1)
-    return normalize(total(blocks, channels), w)
+    sums = total(blocks, channels)
+    return normalize(sums if extra is None else sums + crop_canvas(extra, geom), w)
 
 
 def normalize(total, weights):

@@ -30,11 +30,10 @@ from typing import Any, Mapping
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax._src import dispatch as jax_dispatch
 from jax.custom_derivatives import SymbolicZero
 from jax.extend.core import Primitive
 from jax._src.interpreters.batching import BatchTracer
-from jax.interpreters import ad, batching, mlir
+from jax.interpreters import ad
 from jax.interpreters import partial_eval as pe
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -42,8 +41,10 @@ from jax.sharding import PartitionSpec as P
 from ..kernels.context import Structure
 from ..kernels.integrators import Integrator, PathIntegrator
 from ..ir.graph import NUMPY_DTYPE
+from .boundary import boundary_tangent, canvas_shape, film_segments
 from .film import FilmGeometry, crop_canvas, develop, normalize, splat_canvas
 from .kernel_call import launch, prefetch
+from .levels import register, vmap_levels
 
 
 class NotDifferentiableError(ValueError):
@@ -220,10 +221,16 @@ def _film_weights(config: RenderConfig, inputs: Mapping[str, Any]):
     return _launch(config, kernel, inputs)["weights"]
 
 
-def _develop(config: RenderConfig, blocks, weights):
+def _develop(config: RenderConfig, blocks, weights, extra=None):
     """The image from the kernels' blocks, or, for a tiled render, from
-    the canvases they were splatted onto (and the weights' canvas)."""
+    the canvases they were splatted onto (and the weights' canvas);
+    ``extra``: a canvas added to the sums (one launch only)."""
     split = config.split
+    if extra is not None:
+        if split.tiles > 1 or split.shards > 1:
+            raise NotDifferentiableError("camera derivatives of an image split into tiles or shards are not "
+                                         "supported yet")
+        return _develop_jit(blocks, weights, config.film, config.integrator.channels, None, extra)
     if split.tiles > 1:
         w = weights if jnp.ndim(weights) == 0 else crop_canvas(weights, config.film)
         return normalize(crop_canvas(blocks, config.film), w)
@@ -288,9 +295,25 @@ def _render_jvp(config: RenderConfig, primals, tangents):
     args = [jnp.asarray(prim[k]) for k in config.input_names] + [tin[n] for n in active]
     t_blocks = render_jvp_p.bind(*args, config=config, active=active, batch_shape=(),
                                  in_batch=tuple(() for _ in args))
+    extra = _camera_boundary(config, inputs, prim, tin["camera"]) if "camera" in active else None
     # The tangent's samples are seed_grad's, so are its weights (constants:
     # JAX transposes the develop step for the adjoint).
-    return out, _develop(config, t_blocks, jax.lax.stop_gradient(_film_weights(config, prim)))
+    return out, _develop(config, t_blocks, jax.lax.stop_gradient(_film_weights(config, prim)), extra)
+
+
+def _camera_boundary(config: RenderConfig, inputs, prim, d_camera):
+    """The camera tangent's boundary term (``primitives/boundary.py``) on
+    the film canvas, scaled as the image kernels' sums are (spp samples
+    per pixel)."""
+    if "edge_topology" not in inputs:
+        raise NotDifferentiableError("camera derivatives need the scene's edge topology (jaxrender.render passes it)")
+    segments, cdf = film_segments(prim["tris"], inputs["edge_topology"], prim["camera"],
+                                  (prim["film_width"], prim["film_height"]), (prim["grid_x0"], prim["grid_y0"]),
+                                  config.film.grid)
+    seed = (jnp.asarray(prim["seed"], jnp.uint32) * jnp.uint32(747796405) + jnp.uint32(2891336453)).astype(jnp.uint32)
+    kw = dict(prim, segments=segments, segment_cdf=cdf, canvas_width=np.uint32(canvas_shape(config)[1]), seed=seed)
+    spp = jnp.asarray(prim["spp"], jnp.float32)
+    return boundary_tangent(config, kw, d_camera) * spp
 
 
 render_image.defjvp(_render_jvp, symbolic_zeros=True)
@@ -302,14 +325,6 @@ render_image.defjvp(_render_jvp, symbolic_zeros=True)
 render_jvp_p = Primitive("jaxrender_render_jvp")
 
 
-def _vmap_levels(fn, in_batch, n_levels: int, out_axes=0):
-    """``fn`` over unbatched arguments, vmapped over each batch level
-    (outermost first in ``in_batch`` flags, as in kernel_call_p)."""
-    for k in reversed(range(n_levels)):
-        fn = jax.vmap(fn, in_axes=[0 if flags[k] else None for flags in in_batch], out_axes=out_axes)
-    return fn
-
-
 def _forward_unbatched(config, active, *args):
     names = config.input_names
     kw = dict(zip(names, args[:len(names)]))
@@ -319,7 +334,7 @@ def _forward_unbatched(config, active, *args):
 
 
 def _jvp_impl_fn(*args, config, active, batch_shape, in_batch):
-    fn = _vmap_levels(functools.partial(_forward_unbatched, config, active), in_batch, len(batch_shape))
+    fn = vmap_levels(functools.partial(_forward_unbatched, config, active), in_batch, len(batch_shape))
     return fn(*args)
 
 
@@ -336,30 +351,7 @@ def _jvp_abstract(*args, config, active, batch_shape, in_batch):
     return jax.core.ShapedArray(batch_shape + shape, np.float32)
 
 
-def _jvp_impl(*args, **params):
-    from jax._src import dispatch
-    return dispatch.apply_primitive(render_jvp_p, *args, **params)
-
-
-render_jvp_p.def_impl(_jvp_impl)
-render_jvp_p.def_abstract_eval(_jvp_abstract)
-mlir.register_lowering(render_jvp_p, mlir.lower_fun(_jvp_impl_fn, multiple_results=False))
-# It lowers to kernel launches, which are partitioned for the computation's devices.
-jax_dispatch.prim_requires_devices_during_lowering.add(render_jvp_p)
-
-
-def _jvp_batch(args, dims, *, config, active, batch_shape, in_batch):
-    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-    new_args, new_flags = [], []
-    for a, d, flags in zip(args, dims, in_batch):
-        new_args.append(a if d is None else jnp.moveaxis(a, d, 0))
-        new_flags.append((d is not None,) + flags)
-    out = render_jvp_p.bind(*new_args, config=config, active=active, batch_shape=(size,) + batch_shape,
-                            in_batch=tuple(new_flags))
-    return out, 0
-
-
-batching.primitive_batchers[render_jvp_p] = _jvp_batch
+register(render_jvp_p, _jvp_impl_fn, _jvp_abstract)
 
 
 def _jvp_of_jvp(primals, tangents, *, config, active, batch_shape, in_batch):
@@ -399,7 +391,7 @@ def _jvp_transpose(ct, *args, config, active, batch_shape, in_batch):
     nb = len(batch_shape)
     # The cotangent carries every batch level; each gradient comes back per
     # batch element and is summed over the levels its tangent is not mapped in.
-    fn = _vmap_levels(functools.partial(_adjoint_unbatched, config, active),
+    fn = vmap_levels(functools.partial(_adjoint_unbatched, config, active),
                       list(in_batch[:n]) + [(True,) * nb], nb)
     grads = fn(*primals, ct)
     out = []

@@ -69,6 +69,9 @@ class BsdfType:
     if it is ``null``, else none.
     ``frame``: a composite that perturbs the shading frame (normalmap,
     bumpmap): scenes with it compute the hit's dp_du / dp_dv.
+    ``delta``: it has a Dirac lobe (a smooth conductor, dielectric or
+    plastic coating): what it reflects moves with the direction it is seen
+    from, a derivative detached sampling cannot take (camera motion).
     ``anisotropic``: its lobes may depend on the azimuth in the shading
     frame (alpha_u != alpha_v, principled's anisotropic): scenes with it
     build Mitsuba's frame, whose first axis follows dp_du."""
@@ -91,6 +94,7 @@ class BsdfType:
     frame: bool = False
     anisotropic: bool = False
     null_transmission: Callable | None = None
+    delta: bool = False
 
     @property
     def composite(self) -> bool:

@@ -44,4 +44,4 @@ def sample(params: ConductorParams, wi: Vec, u1, u2: Vec):
 # Mitsuba's default material "none": eta = 0, k = 1, a perfect mirror.
 PARAMS = (Param("eta", COLOR, 0.0), Param("k", COLOR, 1.0), Param("specular_reflectance", COLOR, 1.0))
 TYPE = BsdfType("conductor", "conductor", PARAMS, lambda p: ConductorParams(p.eta, p.k, p.specular_reflectance),
-                eval, pdf, sample)
+                eval, pdf, sample, delta=True)

@@ -62,4 +62,4 @@ GLASS_PARAMS = (Param("specular_reflectance", COLOR, 1.0), Param("specular_trans
                 Param("eta", IOR, "bk7", nondiff=REFRACTION_NONDIFF))
 TYPE = BsdfType("dielectric", "dielectric", GLASS_PARAMS,
                 lambda p: DielectricParams(p.eta, p.specular_reflectance, p.specular_transmittance),
-                eval, pdf, sample, eta="eta", transmissive=True)
+                eval, pdf, sample, eta="eta", transmissive=True, delta=True)

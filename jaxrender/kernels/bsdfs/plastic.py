@@ -133,7 +133,8 @@ def _type(nonlinear: bool) -> BsdfType:
         (Param("diffuse_reflectance", COLOR, 0.5), Param("specular_reflectance", COLOR, 1.0),
          Param("eta", IOR, "polypropylene"), Param("nonlinear", OPTION, False, choices=(False, True))),
         lambda p: PlasticParams(p.eta, p.diffuse_reflectance, p.specular_reflectance, nonlinear=nonlinear),
-        eval, pdf, sample, options=(("nonlinear", nonlinear),), albedo="diffuse_reflectance")
+        eval, pdf, sample, options=(("nonlinear", nonlinear),), albedo="diffuse_reflectance",
+        delta=True)
 
 
 TYPES = (_type(False), _type(True))

@@ -61,4 +61,4 @@ def sample(params: ThinDielectricParams, wi: Vec, u1, u2: Vec):
 
 TYPE = BsdfType("thindielectric", "thindielectric", GLASS_PARAMS,
                 lambda p: ThinDielectricParams(p.eta, p.specular_reflectance, p.specular_transmittance),
-                eval, pdf, sample, transmissive=True)
+                eval, pdf, sample, transmissive=True, delta=True)

@@ -43,7 +43,7 @@ from ...ir import Vec, tree_flatten, tree_unflatten
 from .. import layout, textures
 from .. import sensors
 from ..geometry import closest_hit
-from ..sensors import film
+from ..sensors import film, motion
 from ..bsdfs import registry as bsdf_registry
 from ..context import Context, Structure
 from ..spectrum import RGB, SpectrumType
@@ -71,6 +71,13 @@ def _cached(kind: str):
 
 def _zeros(n: int) -> Vec:
     return Vec(*(ir.Float(0.0) for _ in range(n)))
+
+
+def _dot(a: Vec, b: Vec):
+    out = a[0] * b[0]
+    for x, y in zip(list(a)[1:], list(b)[1:]):
+        out = out + x * y
+    return out
 
 
 def _nonzero(cotangent):
@@ -166,18 +173,28 @@ class Integrator:
         of each pixel of the film's splat footprint."""
         return structure.footprint ** 2 * self.channels
 
-    def _primal_body(self, structure: Structure, diff: bool, **b):
+    def _primal_body(self, structure: Structure, diff: bool, camera_motion: bool = False, **b):
         """The sample sums of the item's splat footprint (``film.py``);
-        normalising by the summed filter weights happens in JAX."""
-        ctx = Context.create(b, structure, diff, self.spectrum)
+        normalising by the summed filter weights happens in JAX.
+        ``camera_motion``: the camera buffer carries derivatives (a
+        splatting film only)."""
+        camera = camera_motion
+        ctx = dataclasses.replace(Context.create(b, structure, diff, self.spectrum), camera_motion=camera)
         spp = b["spp"].value
         zero = _zeros(self.block_width(structure))
         if structure.footprint == 1:
+            if camera:
+                raise ValueError("camera derivatives need a splatting film (footprint > 1)")
             return {"image": ir.fori_loop(ir.UInt(0), spp, lambda s, acc: acc + self._value(ctx, s), zero)}
 
         def splat(s, acc):
             value = self._value(ctx, s)
             weights = film.splat_weights(ctx, s, structure.footprint)
+            if camera:
+                # the summed weights stay the camera-independent ones: they
+                # estimate the filter's integral, which does not move
+                attached = motion.attached_weights(ctx, s, structure.footprint)
+                return (acc[0] + Vec(*(w * v for w in attached for v in value)), acc[1] + Vec(*weights))
             return (acc[0] + Vec(*(w * v for w in weights for v in value)), acc[1] + Vec(*weights))
 
         image, weights = ir.fori_loop(ir.UInt(0), spp, splat, (zero, _zeros(structure.footprint ** 2)))
@@ -230,7 +247,8 @@ class Integrator:
 
         def fwd(**b):
             prim = {k: b[k] for k in base}
-            _, tangent = ir.jvp(lambda: self._primal_body(structure, True, **prim), (), (),
+            camera = "camera" in active
+            _, tangent = ir.jvp(lambda: self._primal_body(structure, True, camera, **prim), (), (),
                                 buffer_tangents={b[n]: b["d_" + n] for n in active})
             return {"image": tangent["image"]}
 
@@ -290,7 +308,8 @@ class ReplayIntegrator(Integrator):
     def _adjoint_body(self, active: tuple, method: str, structure: Structure, **b):
         """Accumulates into ``grad_<name>`` the image cotangent ``grad_image``
         pulled back through the differentiable estimate with the same seed."""
-        ctx = Context.create(b, structure, True, self.spectrum)
+        ctx = dataclasses.replace(Context.create(b, structure, True, self.spectrum),
+                                  camera_motion="camera" in active)
         # Passes that need radiance only (PRB's first pass, RB's
         # re-estimates) run the plain form: the same values without
         # evaluating every BSDF once more per vertex.
@@ -314,10 +333,19 @@ class ReplayIntegrator(Integrator):
                     d_l = d_l + S.read(b["grad_image"], ctx.item, k * stride) * w
             state0 = self.start(ctx, s)
             gated = self.kept(state0) is not None
-            final = self.run(plain, s, state0) if method == "prb" or gated else None
+            camera = ctx.camera_motion
+            final = self.run(plain, s, state0) if method == "prb" or gated or camera else None
             total = final.radiance if method == "prb" else S.zero()
             if gated:   # a path that does not count has no derivative
                 d_l = ir.select(self.kept(final), d_l, S.zero())
+            if camera:
+                # The splat weights move with the camera (sensors/motion.py):
+                # their cotangents are the footprint's pixel cotangents
+                # times the sample's whole estimate.
+                estimate = final.radiance if not gated else ir.select(self.kept(final), final.radiance, S.zero())
+                _, weights_pullback = ir.vjp(lambda: motion.attached_weights(ctx, s, footprint), buffer_grads=grads)
+                weights_pullback([_dot(S.read(b["grad_image"], ctx.item, k * stride), estimate)
+                                  for k in range(footprint * footprint)])
 
             def replay(state):
                 shaded = []

@@ -26,6 +26,7 @@ from ..bsdfs.surface import SurfaceBsdf, sampled_eta, samples_null
 from ..geometry import INF, occluded
 from ..interaction import intersect
 from ..sampling import mis_weight
+from ..sensors import motion
 from .base import ReplayIntegrator
 
 
@@ -72,7 +73,7 @@ class Vertex:
 @dataclasses.dataclass(frozen=True)
 class PathIntegrator(ReplayIntegrator):
     name = "path"
-    differentiable = ("bsdf_data", "emitter_radiance", "texels")
+    differentiable = ("bsdf_data", "emitter_radiance", "texels", "camera")
 
     def own_inputs(self) -> dict:
         return {"max_depth": ir.Scalar("i32"),     # -1: unbounded
@@ -93,7 +94,11 @@ class PathIntegrator(ReplayIntegrator):
         return (ctx.b["env_emitter"].value >= 0) & (ctx.b["hide_emitters"].value == 0)
 
     def start(self, ctx, s) -> PathState:
-        o, d, t_min, t_max = sensors.sample_ray(ctx, s)
+        # (detached: a moving camera moves the points its rays see in sensors/motion.py's form only)
+        return self.start_ray(ctx, *(ctx.detach(v) for v in sensors.sample_ray(ctx, s)))
+
+    def start_ray(self, ctx, o, d, t_min, t_max) -> PathState:
+        """The loop state of a path whose camera ray is (o, d) from t_min to t_max."""
         S = self.spectrum
         valid = self.camera_sees_environment(ctx) if samples_null(ctx.structure) else None
         return PathState(ir.Int(0), o, d, t_min, t_max, S.one(), S.zero(), ir.Float(1.0), ir.Bool(True),
@@ -116,6 +121,8 @@ class PathIntegrator(ReplayIntegrator):
     def shade(self, ctx, si, es, u, depth, prev_pdf, prev_delta, show_emitters) -> Shading:
         """Everything at a vertex that reads differentiable parameters;
         multiplying by the path throughput is left to the caller."""
+        if ctx.camera_motion:
+            si = motion.attach_primary_wi(ctx, si, depth == 0)
         # Emission seen along the ray, weighted against emitter sampling.
         le, env_pdf = emitters.eval_hit(ctx, si)
         light_pdf = emitters.pdf(ctx, si, env_pdf)

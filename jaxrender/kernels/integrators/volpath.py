@@ -106,7 +106,8 @@ class Event:
 @dataclasses.dataclass(frozen=True)
 class VolpathIntegrator(PathIntegrator):
     name = "volpath"
-    differentiable: ClassVar[tuple] = PathIntegrator.differentiable + ("medium_data",)
+    # (not the camera: a sample's first vertex may be in a medium, which sensors/motion.py does not follow)
+    differentiable: ClassVar[tuple] = ("bsdf_data", "emitter_radiance", "texels", "medium_data")
 
     def own_inputs(self) -> dict:
         return {**super().own_inputs(), **layout.media_inputs()}

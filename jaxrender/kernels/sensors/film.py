@@ -58,7 +58,12 @@ def filter_weight(ctx, d):
 def splat_weights(ctx, s, footprint: int):
     """The weights of sample ``s`` for the ``footprint`` x ``footprint``
     pixels centred on the item's pixel: a flat list, row (y) major."""
-    ux, uy = sample_offset(ctx, s)
+    return weights_at(ctx, *sample_offset(ctx, s), footprint)
+
+
+def weights_at(ctx, ux, uy, footprint: int):
+    """The splat weights of a sample at offset (ux, uy) within the item's
+    pixel (``splat_weights``)."""
     n = footprint // 2
     # Pixel q = p + k - n has its centre at distance (k - n) + 0.5 - u from
     # the sample: the weights depend on the offset within the pixel only.
