@@ -160,3 +160,17 @@ def test_smoke_scene_rays_leaving_the_medium_escape():
     view = smoke_reconstruction.camera_views(4)[2]
     img = np.asarray(jaxrender.render(scene, {"sensor.to_world": view}, spp=64, seed=12345))
     assert np.all(np.isfinite(img)) and img.mean() > 0.0
+
+
+def test_camera_pose_example_runs_and_moves_towards_the_truth(tmp_path):
+    import camera_pose
+    r = camera_pose.run(steps=40, res=16, spp=4, target_spp=32, out=tmp_path, progress=False)
+    for name in ("target.png", "initial.png", "final.png", "convergence.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    m = r["matrix"]
+    assert np.all(np.isfinite(m))
+    np.testing.assert_allclose(m[:3, :3] @ m[:3, :3].T, np.eye(3), atol=1e-5)   # still rigid
+    loss = np.asarray(r["history"]["loss"])
+    assert loss[-5:].mean() < 0.5 * loss[:5].mean(), loss
+    assert r["mse_final"] < 0.5 * r["mse_initial"]
+    assert r["history"]["rot_err_deg"][-1] < r["history"]["rot_err_deg"][0]
