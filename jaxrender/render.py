@@ -263,12 +263,8 @@ def _camera_why(scene, cam, integrator, settings, structure, split) -> str | Non
     if "camera" not in integrator.differentiable:
         return (f"camera derivatives are implemented for the path and direct integrators, not "
                 f"{scene.integrator['type']!r}")
-    if structure.footprint == 1:
-        return ("camera derivatives need a reconstruction filter wider than a pixel (gaussian, tent, ...): "
-                "the box filter's pixel edges would need a boundary term of their own")
-    if structure.analytic or structure.instanced:
-        return ("camera derivatives sample the silhouettes of triangles only: spheres, disks, cylinders and "
-                "instances are not supported yet")
+    if structure.instanced:
+        return "camera derivatives of scenes with instances (shapegroups) are not supported yet"
     if any(t.delta for t in structure.bsdf_types):
         return ("the scene has BSDFs with Dirac lobes (" + ", ".join(t.name for t in structure.bsdf_types if t.delta)
                 + "): what they reflect moves with the camera, a derivative detached sampling cannot take")

@@ -73,6 +73,10 @@ class SceneGeometry:
         """World vector of the object-space vector ``v``."""
         return _affine(self._shape_matrix(s, layout.SHAPE_TO_WORLD), v, point=False)
 
+    def to_world_point(self, s, p: Vec) -> Vec:
+        """World point of the object-space point ``p``."""
+        return _affine(self._shape_matrix(s, layout.SHAPE_TO_WORLD), p, point=True)
+
     def to_world(self, s, x, y) -> Vec:
         """World point of the object-space point (x, y, 0)."""
         m = [self.shape_value(s, layout.SHAPE_TO_WORLD + k) for k in range(12)]

@@ -92,8 +92,10 @@ CAMERA_APERTURE, CAMERA_FOCUS = 20, 21
 SEGMENT_ROW = 12               # segments: ends on the film (grid pixels), their world points, side, kind
 SEG_S0, SEG_S1, SEG_P0, SEG_P1 = 0, 2, 4, 7
 SEG_SIDE = 10                  # +1 / -1: the region lies towards side * (-e.y, e.x), e = s1 - s0
-SEG_KIND = 11                  # SEG_SILHOUETTE: moves with its world points; SEG_FILM_EDGE: fixed on the film
-SEG_SILHOUETTE, SEG_FILM_EDGE = 0.0, 1.0
+SEG_KIND = 11                  # SEG_SILHOUETTE: moves with its world points; SEG_FILM_EDGE: fixed on the film;
+                               # SEG_CURVE_KIND: an analytic shape's silhouette or rim, a curve in angle
+SEG_SILHOUETTE, SEG_FILM_EDGE, SEG_CURVE_KIND = 0.0, 1.0, 2.0
+SEG_SHAPE, SEG_CURVE = 4, 5    # a curve's shape_data row and which curve (integrators/boundary.curve_point)
 
 # --- participating media (read by volumetric integrators only: media_inputs) ------------
 MEDIUM_ROW = 8                 # medium_data: sigma_t (scale applied), albedo, phase parameter, sample_emitters

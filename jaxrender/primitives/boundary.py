@@ -27,6 +27,7 @@ from jax.interpreters import ad
 
 from ..kernels import layout
 from ..kernels.integrators import boundary as kernels
+from ..kernels.shapes import KIND as SHAPE_KIND
 from .kernel_call import launch
 from .levels import register, vmap_levels
 
@@ -72,11 +73,71 @@ def _vertex(tris, tri, slot):
     return jnp.take_along_axis(tris[tri], cols, axis=1)
 
 
-def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_origin: tuple, grid: tuple):
+def _rows(matrix_block, n):
+    """A (shapes, 12) block of 3x4 matrices as (shapes, 3, 4)."""
+    return matrix_block.reshape(n, 3, 4)
+
+
+def _apply(m, p):
+    """Affine 3x4 matrices ``m`` (n, 3, 4) applied to points ``p`` (n, ..., 3)."""
+    return jnp.einsum("nij,n...j->n...i", m[:, :, :3], p) + m[:, None, :, 3] if p.ndim == 3 else \
+        jnp.einsum("nij,nj->ni", m[:, :, :3], p) + m[:, :, 3]
+
+
+def _curve_points(shape_data, which, origin, phi):
+    """World points (n, k, 3) of curve records (``kernels/integrators/
+    boundary.curve_point``) at angles ``phi`` (k,)."""
+    n = shape_data.shape[0]
+    to_world = _rows(shape_data[:, layout.SHAPE_TO_WORLD:layout.SHAPE_TO_WORLD + 12], n)
+    c = to_world[:, :, 3]
+    r = shape_data[:, layout.SHAPE_RADIUS]
+    axis = origin[None, :] - c
+    d2 = jnp.maximum(jnp.sum(axis * axis, axis=1), 1e-30)
+    k = r * r / d2
+    rho = r * jnp.sqrt(jnp.maximum(1.0 - k, 0.0))
+    a = axis / jnp.sqrt(d2)[:, None]
+    helper = jnp.where(jnp.abs(a[:, :1]) > 0.9, jnp.array([[0.0, 1.0, 0.0]]), jnp.array([[1.0, 0.0, 0.0]]))
+    e1 = jnp.cross(a, helper)
+    e1 = e1 / jnp.linalg.norm(e1, axis=1, keepdims=True)
+    e2 = jnp.cross(a, e1)
+    cos, sin = jnp.cos(phi)[None, :, None], jnp.sin(phi)[None, :, None]
+    sphere = (c + axis * k[:, None])[:, None, :] + (e1[:, None, :] * cos + e2[:, None, :] * sin) * rho[:, None, None]
+    z = jnp.where(which == 3, 1.0, 0.0)[:, None, None] * jnp.ones_like(cos)
+    rim = _apply(to_world, jnp.concatenate([cos * jnp.ones((n, 1, 1)), sin * jnp.ones((n, 1, 1)), z], axis=2))
+    return jnp.where((which == 0)[:, None, None], sphere, rim)
+
+
+def _cylinder_lines(shape_data, origin):
+    """A cylinder's two silhouette lines (the tube's tangent planes through
+    the camera touch it along lines parallel to its axis): (v0, v1, a
+    point of the tube's side, valid), each (n, 2, ...)."""
+    n = shape_data.shape[0]
+    to_world = _rows(shape_data[:, layout.SHAPE_TO_WORLD:layout.SHAPE_TO_WORLD + 12], n)
+    to_object = _rows(shape_data[:, layout.SHAPE_TO_OBJECT:layout.SHAPE_TO_OBJECT + 12], n)
+    o = _apply(to_object, jnp.broadcast_to(origin, (n, 3)))
+    r2 = o[:, 0] ** 2 + o[:, 1] ** 2
+    valid = r2 > 1.0
+    base = jnp.arctan2(o[:, 1], o[:, 0])
+    delta = jnp.arccos(jnp.clip(1.0 / jnp.sqrt(jnp.maximum(r2, 1.0)), -1.0, 1.0))
+    phi = jnp.stack([base + delta, base - delta], axis=1)
+    ring = jnp.stack([jnp.cos(phi), jnp.sin(phi)], axis=2)
+    v0 = _apply(to_world, jnp.concatenate([ring, jnp.zeros((n, 2, 1))], axis=2))
+    v1 = _apply(to_world, jnp.concatenate([ring, jnp.ones((n, 2, 1))], axis=2))
+    axis_point = _apply(to_world, jnp.broadcast_to(jnp.array([0.0, 0.0, 0.5]), (n, 1, 3)))
+    return v0, v1, jnp.broadcast_to(axis_point, (n, 2, 3)), jnp.broadcast_to(valid[:, None], (n, 2))
+
+
+CURVE_POINTS = 64      # the polygon whose film length apportions samples to a curve record
+
+
+def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_origin: tuple, grid: tuple,
+                  shape_data=None):
     """(segments (m, layout.SEGMENT_ROW), cumulative film lengths (m,)) of
     the silhouettes seen by ``camera`` (its kernel row) and the four sides
     of the sample grid (``grid``: (height, width) pixels, its first pixel
-    at ``grid_origin`` on a film of ``film_size`` (width, height))."""
+    at ``grid_origin`` on a film of ``film_size`` (width, height)).
+    ``shape_data``: the analytic shapes' rows (their silhouettes and rims
+    are curve records; a cylinder's silhouette lines are straight)."""
     f32 = jnp.float32
     cam = jax.lax.stop_gradient(jnp.asarray(camera, f32).reshape(-1))
     tris = jax.lax.stop_gradient(jnp.asarray(tris, f32))
@@ -84,23 +145,50 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     sides = jnp.array([[0, 0, gw, 0], [gw, 0, gw, gh], [gw, gh, 0, gh], [0, gh, 0, 0]], f32)
     film_rows = jnp.concatenate([sides, jnp.zeros((4, 6), f32), jnp.ones((4, 1), f32),
                                  jnp.full((4, 1), layout.SEG_FILM_EDGE, f32)], axis=1)
-    if len(topology) == 0:
-        return film_rows, jnp.cumsum(jnp.array([gw, gh, gw, gh], f32))
     m = cam[layout.CAMERA_TO_WORLD:layout.CAMERA_TO_WORLD + 16].reshape(4, 4)
     rot, origin = m[:3, :3], m[:3, 3]
     tan_x, tan_y, near = cam[layout.CAMERA_TAN_X], cam[layout.CAMERA_TAN_Y], cam[layout.CAMERA_NEAR_CLIP]
-    topo = jnp.asarray(topology)
-    boundary = topo[:, 4] < 0
+    fw, fh = film_size
+
+    def to_cam(p):
+        return (p - origin) @ rot          # R^T (p - o) for rows p
+
+    def project(c):
+        z = jnp.where(c[..., 2] > 0, c[..., 2], 1.0)
+        x = 0.5 * (1.0 - c[..., 0] / (z * tan_x)) * fw - grid_origin[0]
+        y = 0.5 * (1.0 - c[..., 1] / (z * tan_y)) * fh - grid_origin[1]
+        return jnp.stack([x, y], axis=-1)
+
+    # straight edges: the triangles' welded edges, then cylinders' silhouette lines
+    topo = jnp.asarray(topology).reshape(-1, 6)
     v0 = _vertex(tris, topo[:, 0], topo[:, 1])
     v1 = _vertex(tris, topo[:, 0], topo[:, 2])
     a3 = _vertex(tris, topo[:, 0], topo[:, 3])
     b3 = _vertex(tris, jnp.maximum(topo[:, 4], 0), topo[:, 5])
+    boundary = topo[:, 4] < 0
+    usable = jnp.ones(len(topology), bool)
+    curves = []
+    if shape_data is not None and shape_data.shape[0] > 0:
+        shape_data = jax.lax.stop_gradient(jnp.asarray(shape_data, f32))
+        kind = shape_data[:, layout.SHAPE_KIND].astype(jnp.int32)
+        cyl = kind == SHAPE_KIND["cylinder"]
+        l0, l1, la, lok = _cylinder_lines(shape_data, origin)
+        v0 = jnp.concatenate([v0, l0.reshape(-1, 3)])
+        v1 = jnp.concatenate([v1, l1.reshape(-1, 3)])
+        a3 = jnp.concatenate([a3, la.reshape(-1, 3)])
+        b3 = jnp.concatenate([b3, la.reshape(-1, 3)])
+        boundary = jnp.concatenate([boundary, jnp.ones(2 * len(kind), bool)])
+        usable = jnp.concatenate([usable, (lok & cyl[:, None]).reshape(-1)])
+        idx = jnp.arange(len(kind))
+        # curve records: (shape row, which curve) for each sphere, disk, cylinder rim
+        for which, wanted in ((0, "sphere"), (1, "disk"), (2, "cylinder"), (3, "cylinder")):
+            curves.append((idx, jnp.full(len(kind), which), kind == SHAPE_KIND[wanted]))
+    n_edges = v0.shape[0]
+
     normal = jnp.cross(v0 - origin, v1 - origin)
     sa = jnp.sum(normal * (a3 - origin), axis=1)
     sb = jnp.sum(normal * (b3 - origin), axis=1)
-    silhouette = (sa != 0) & (boundary | (sa * sb > 0))
-
-    to_cam = lambda p: (p - origin) @ rot          # noqa: E731 - R^T (p - o) for rows p
+    silhouette = usable & (sa != 0) & (boundary | (sa * sb > 0))
     c0, c1 = to_cam(v0), to_cam(v1)
     # clip to the near plane
     z0, z1 = c0[:, 2], c1[:, 2]
@@ -111,14 +199,6 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     hi = jnp.where(z1 < near, tn, 1.0)
     w0, w1 = v0 + (v1 - v0) * lo[:, None], v0 + (v1 - v0) * hi[:, None]
     c0, c1 = to_cam(w0), to_cam(w1)
-    fw, fh = film_size
-
-    def project(c):
-        z = jnp.where(c[:, 2] > 0, c[:, 2], 1.0)
-        x = 0.5 * (1.0 - c[:, 0] / (z * tan_x)) * fw - grid_origin[0]
-        y = 0.5 * (1.0 - c[:, 1] / (z * tan_y)) * fh - grid_origin[1]
-        return jnp.stack([x, y], axis=1)
-
     s0, s1 = project(c0), project(c1)
     e = s1 - s0
     # which side of the projected edge the first triangle lies on: a point
@@ -152,10 +232,32 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     keep = silhouette & front & inside & (side != 0) & jnp.all(jnp.isfinite(s0c) & jnp.isfinite(s1c), axis=1)
     length = jnp.where(keep, jnp.linalg.norm(s1c - s0c, axis=1), 0.0)
     rows = jnp.concatenate([s0c, s1c, p0, p1, side[:, None],
-                            jnp.full((len(topology), 1), layout.SEG_SILHOUETTE, f32)], axis=1)
-    rows = jnp.where(keep[:, None], rows, 0.0)
-    segments = jnp.concatenate([rows, film_rows]).astype(f32)
-    lengths = jnp.concatenate([length, jnp.array([gw, gh, gw, gh], f32)])
+                            jnp.full((n_edges, 1), layout.SEG_SILHOUETTE, f32)], axis=1)
+    parts, lengths = [jnp.where(keep[:, None], rows, 0.0)], [length]
+
+    phi = jnp.linspace(0.0, 2.0 * np.pi, CURVE_POINTS + 1)
+    for idx, which, present in curves:
+        pts = _curve_points(shape_data, which, origin, phi)
+        c = to_cam(pts)
+        s = project(c)
+        ok = (c[..., 2] > near)
+        seg_ok = ok[:, 1:] & ok[:, :-1]
+        inside = lambda v: (v[..., 0] >= 0) & (v[..., 0] <= gw) & (v[..., 1] >= 0) & (v[..., 1] <= gh)  # noqa: E731
+        seg_ok &= inside(s[:, 1:]) | inside(s[:, :-1])
+        seg_len = jnp.where(seg_ok, jnp.linalg.norm(s[:, 1:] - s[:, :-1], axis=-1), 0.0)
+        valid_curve = present & jnp.all(jnp.isfinite(seg_len), axis=1)
+        if which[0] == 0:      # the camera inside a sphere sees no silhouette
+            r = shape_data[:, layout.SHAPE_RADIUS]
+            centre = shape_data[:, layout.SHAPE_TO_WORLD + 3:layout.SHAPE_TO_WORLD + 12:4]
+            valid_curve &= jnp.sum((origin - centre) ** 2, axis=1) > r * r * (1.0 + 1e-4)
+        curve_len = jnp.where(valid_curve, jnp.sum(jnp.where(jnp.isfinite(seg_len), seg_len, 0.0), axis=1), 0.0)
+        record = jnp.zeros((len(idx), layout.SEGMENT_ROW), f32)
+        record = record.at[:, layout.SEG_SHAPE].set(idx.astype(f32)).at[:, layout.SEG_CURVE].set(which.astype(f32))
+        record = record.at[:, layout.SEG_SIDE].set(1.0).at[:, layout.SEG_KIND].set(layout.SEG_CURVE_KIND)
+        parts.append(record)
+        lengths.append(curve_len)
+    segments = jnp.concatenate(parts + [film_rows]).astype(f32)
+    lengths = jnp.concatenate(lengths + [jnp.array([gw, gh, gw, gh], f32)])
     return segments, jnp.cumsum(lengths).astype(f32)
 
 

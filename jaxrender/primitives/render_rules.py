@@ -309,7 +309,7 @@ def _camera_boundary(config: RenderConfig, inputs, prim, d_camera):
         raise NotDifferentiableError("camera derivatives need the scene's edge topology (jaxrender.render passes it)")
     segments, cdf = film_segments(prim["tris"], inputs["edge_topology"], prim["camera"],
                                   (prim["film_width"], prim["film_height"]), (prim["grid_x0"], prim["grid_y0"]),
-                                  config.film.grid)
+                                  config.film.grid, prim.get("shape_data"))
     seed = (jnp.asarray(prim["seed"], jnp.uint32) * jnp.uint32(747796405) + jnp.uint32(2891336453)).astype(jnp.uint32)
     kw = dict(prim, segments=segments, segment_cdf=cdf, canvas_width=np.uint32(canvas_shape(config)[1]), seed=seed)
     spp = jnp.asarray(prim["spp"], jnp.float32)

@@ -176,16 +176,17 @@ class Integrator:
     def _primal_body(self, structure: Structure, diff: bool, camera_motion: bool = False, **b):
         """The sample sums of the item's splat footprint (``film.py``);
         normalising by the summed filter weights happens in JAX.
-        ``camera_motion``: the camera buffer carries derivatives (a
-        splatting film only)."""
+        ``camera_motion``: the camera buffer carries derivatives."""
         camera = camera_motion
         ctx = dataclasses.replace(Context.create(b, structure, diff, self.spectrum), camera_motion=camera)
         spp = b["spp"].value
         zero = _zeros(self.block_width(structure))
         if structure.footprint == 1:
-            if camera:
-                raise ValueError("camera derivatives need a splatting film (footprint > 1)")
-            return {"image": ir.fori_loop(ir.UInt(0), spp, lambda s, acc: acc + self._value(ctx, s), zero)}
+            def add(s, acc):
+                value = self._value(ctx, s)
+                # the box filter's weight is 1 within the pixel: only the film density moves
+                return acc + (value * motion.attached_weights(ctx, s, 1)[0] if camera else value)
+            return {"image": ir.fori_loop(ir.UInt(0), spp, add, zero)}
 
         def splat(s, acc):
             value = self._value(ctx, s)

@@ -34,7 +34,7 @@ from .. import layout
 from ..context import Context, Structure
 from ..geometry import occluded
 from ..interaction import intersect
-from ..sampling import sample_cdf
+from ..sampling import coordinate_system, sample_cdf
 from ..sensors import film, motion, perspective
 from .base import _KERNELS
 
@@ -47,6 +47,36 @@ SEGMENT_DIM = 0
 def inputs(integrator, structure: Structure) -> dict:
     return dict(integrator.inputs(structure), segments=ir.In("f32", (layout.SEGMENT_ROW,)),
                 segment_cdf=ir.In("f32"), canvas_width=ir.Scalar("u32"))
+
+
+def _project(cam, b, p: Vec) -> Vec:
+    """Grid-pixel position of world point ``p`` seen by the (detached) camera."""
+    c = motion.camera_space(cam, p, True)
+    fx = 0.5 * (1.0 - c.x / (c.z * cam.tan_x))
+    fy = 0.5 * (1.0 - c.y / (c.z * cam.tan_y))
+    return Vec(fx * b["film_width"].value - b["grid_x0"].value, fy * b["film_height"].value - b["grid_y0"].value)
+
+
+def curve_point(geo, shape, which, origin: Vec, phi, outward=0.0):
+    """The point at angle ``phi`` of an analytic shape's silhouette or rim
+    (``which``: 0 a sphere's circle of tangency from ``origin``, 1 a disk's
+    rim, 2 / 3 a cylinder's rim at z = 0 / 1), moved ``outward`` (a
+    fraction of its radius) off the surface, away from the shape: on the
+    side its boundary region lies."""
+    cos, sin = ir.cos(phi), ir.sin(phi)
+    # a sphere: the circle where rays from the origin graze it
+    c, r = geo.center(shape), geo.shape_value(shape, layout.SHAPE_RADIUS)
+    axis = origin - c
+    d2 = ir.maximum(ir.dot(axis, axis), 1e-30)
+    k = r * r / d2
+    rho = r * ir.safe_sqrt(1.0 - k) * (1.0 + outward)
+    e1, e2 = coordinate_system(axis * (1.0 / ir.sqrt(d2)))
+    on_sphere = c + axis * k + (e1 * cos + e2 * sin) * rho
+    # a rim, in object space
+    z = ir.select(which == 3, 1.0 + outward, ir.select(which == 2, -outward, 0.0))
+    radial = ir.select(which == 1, 1.0 + outward, 1.0)
+    on_rim = geo.to_world_point(shape, Vec(cos * radial, sin * radial, z))
+    return Vec(*(ir.select(which == 0, a, b) for a, b in zip(on_sphere, on_rim)))
 
 
 def _sample(integrator, ctx: Context, s):
@@ -69,7 +99,8 @@ def _sample(integrator, ctx: Context, s):
     p0 = Vec(*(segs.read(i, layout.SEG_P0 + k) for k in range(3)))
     p1 = Vec(*(segs.read(i, layout.SEG_P1 + k) for k in range(3)))
     side = segs.read(i, layout.SEG_SIDE)
-    moving = segs.read(i, layout.SEG_KIND) == 0.0
+    kind = segs.read(i, layout.SEG_KIND)
+    moving = kind != layout.SEG_FILM_EDGE
     e = s1 - s0
     e_len = ir.sqrt(e.x * e.x + e.y * e.y)
     inward = Vec(-e.y, e.x) * (side / ir.select(e_len > 0.0, e_len, 1.0))     # into the region
@@ -77,18 +108,44 @@ def _sample(integrator, ctx: Context, s):
 
     cam = perspective.CameraRow(b["camera"])
     origin = ir.detach(Vec(cam.m[3], cam.m[7], cam.m[11]))
-    # The edge's point seen at sp (perspective-correct along the edge), and
-    # whether nothing hides it.
+    # The edge's point seen at sp (perspective-correct along the edge)
     z0 = ir.detach(motion.camera_space(cam, p0, True).z)
     z1 = ir.detach(motion.camera_space(cam, p1, True).z)
     den = (1.0 - tau) * z1 + tau * z0
     t = ir.select(den != 0.0, tau * z0 / ir.select(den != 0.0, den, 1.0), 0.0)
     p = p0 + (p1 - p0) * t
+    # Film length per sampled length: 1 on straight segments; on a curve
+    # record (an analytic shape's), tau is its angle over 2 pi, and the
+    # record's share of the total is its approximate length.
+    density = ir.Float(1.0)
+    inside_grid = ir.Bool(True)
+    if ctx.structure.analytic:
+        def on_curve():
+            shape = ir.cast(segs.read(i, layout.SEG_SHAPE), "i32")
+            which = ir.cast(segs.read(i, layout.SEG_CURVE), "i32")
+            phi = tau * (2.0 * 3.141592653589793)
+            point = curve_point(ctx.geo, shape, which, origin, phi)
+            spc, ds = ir.jvp(lambda a: _project(cam, b, curve_point(ctx.geo, shape, which, origin, a)),
+                             (phi,), (1.0,))
+            out = _project(cam, b, curve_point(ctx.geo, shape, which, origin, phi, 1e-3)) - spc
+            out_len = ir.sqrt(out.x * out.x + out.y * out.y)
+            ds_len = ir.sqrt(ds.x * ds.x + ds.y * ds.y) * (2.0 * 3.141592653589793)
+            front = motion.camera_space(cam, point, True).z > ir.detach(cam.near)
+            ok = front & (spc.x >= 0.0) & (spc.y >= 0.0) & (spc.x <= ir.cast(b["width"].value, "f32")) \
+                & (spc.y <= ir.cast(b["height"].value, "f32")) & (out_len > 0.0)
+            return (point, spc, out * (1.0 / ir.select(out_len > 0.0, out_len, 1.0)),
+                    ir.select(ok, ds_len / ir.select(length > 0.0, length, 1.0), 0.0), ok)
+
+        curve = kind == layout.SEG_CURVE_KIND
+        p, sp, inward, density, inside_grid = ir.cond(curve, on_curve, lambda: (p, sp, inward, density, inside_grid))
     to_p = p - origin
     dist = ir.maximum(ir.sqrt(ir.dot(to_p, to_p)), 1e-30)
     near = ir.detach(cam.near) * dist / ir.maximum(ir.detach(motion.camera_space(cam, p, True).z), 1e-30)
-    seen = ir.cond(moving, lambda: ~occluded(ctx.geo, origin, to_p / dist, near, dist * (1.0 - 1e-4)),
-                   lambda: ir.Bool(True))
+    # whether nothing hides the edge's point (a grazing ray's hit on a
+    # curved silhouette lies within float error of it: a margin of 1e-3)
+    seen = ir.cond(moving & inside_grid,
+                   lambda: ~occluded(ctx.geo, origin, to_p / dist, near, dist * (1.0 - 1e-3)),
+                   lambda: inside_grid)
 
     # The region's side: a camera ray through a point just inside it.
     q = sp + inward * INSIDE
@@ -97,7 +154,7 @@ def _sample(integrator, ctx: Context, s):
     o, d, t_min, t_max = (ir.detach(v) for v in perspective.sample_ray(ctx, fx, fy))
     si = intersect(plain, o, d, t_min, t_max)
     behind = ~moving | ~si.hit | (si.t * ir.dot(d, to_p / dist) > dist * (1.0 - 1e-3))
-    valid = seen & behind & (length > 0.0) & (total > 0.0)
+    valid = seen & behind & (length > 0.0) & (total > 0.0) & (density > 0.0)
     radiance = ir.cond(valid, lambda: integrator.trace(plain, s, integrator.start_ray(plain, o, d, t_min, t_max)),
                        integrator.spectrum.zero)
     x_point = ir.select(si.hit, si.p, d)
@@ -119,13 +176,49 @@ def _sample(integrator, ctx: Context, s):
     weights = film.weights_at(ctx, sp.x - ir.cast(ix, "f32"), sp.y - ir.cast(iy, "f32"), k)
     cw = b["canvas_width"].value
     rows = [(iy + dy) * cw + ix + dx for dy in range(k) for dx in range(k)]
-    scale = ir.select(valid, total / (ir.cast(b["spp"].value, "f32") * ir.cast(ir.launch_size(), "f32")), 0.0)
+    scale = ir.select(valid, total * density / (ir.cast(b["spp"].value, "f32") * ir.cast(ir.launch_size(), "f32")),
+                      0.0)
     return rows, weights, radiance, velocity, scale
 
 
-def _check(structure: Structure) -> None:
-    if structure.footprint == 1:
-        raise ValueError("the camera's boundary term needs a splatting film (footprint > 1)")
+def _pixel_edge_sample(integrator, ctx: Context, s):
+    """With the box filter, a pixel's value changes where the points seen
+    cross its edges, its neighbour's by the opposite: sample ``s`` of the
+    item picks its pixel's right or bottom edge (the grid's own sides are
+    segments) and a point on it, in the shape of :func:`_sample`."""
+    b = ctx.b
+    plain = ctx.primal()
+    _, _, pick, along = ctx.rand(s, SEGMENT_DIM)
+    width, height = b["width"].value, b["height"].value
+    ix, iy = ctx.pixel % width, ctx.pixel // width
+    right = pick < 0.5
+    valid = ir.select(right, ix + 1 < width, iy + 1 < height) & (ctx.pixel < width * height)
+    fx = ir.cast(ix, "f32") + ir.select(right, 1.0, along)
+    fy = ir.cast(iy, "f32") + ir.select(right, along, 1.0)
+    o, d, t_min, t_max = (ir.detach(v) for v in perspective.sample_ray(
+        ctx, (fx + b["grid_x0"].value) / b["film_width"].value, (fy + b["grid_y0"].value) / b["film_height"].value))
+    si = intersect(plain, o, d, t_min, t_max)
+    radiance = ir.cond(valid, lambda: integrator.trace(plain, s, integrator.start_ray(plain, o, d, t_min, t_max)),
+                       integrator.spectrum.zero)
+    x_point = ir.select(si.hit, si.p, d)
+
+    def velocity():
+        """Minus the seen point's film velocity along the edge's normal out of the item's pixel."""
+        sx, sy = motion.film_position(ctx, x_point, si.hit)
+        return -ir.select(right, sx, sy)
+
+    cw = b["canvas_width"].value
+    row = iy * cw + ix
+    rows = [row, ir.select(right, row + 1, row + cw)]
+    return rows, [1.0, -1.0], radiance, velocity, ir.select(valid, 2.0 / ir.cast(b["spp"].value, "f32"), 0.0)
+
+
+def _samples(integrator, ctx: Context, s) -> list:
+    """The boundary samples an item draws as its sample ``s``."""
+    out = [_sample(integrator, ctx, s)]
+    if ctx.structure.footprint == 1:
+        out.append(_pixel_edge_sample(integrator, ctx, s))
+    return out
 
 
 def forward_kernel(integrator, structure: Structure) -> ir.Kernel:
@@ -135,7 +228,6 @@ def forward_kernel(integrator, structure: Structure) -> ir.Kernel:
     pixels, the colour channels)."""
     key = (integrator, "boundary_forward", structure)
     if key not in _KERNELS:
-        _check(structure)
         base = inputs(integrator, structure)
         ins = dict(base, d_camera=base["camera"])
         C = integrator.spectrum.channels
@@ -144,11 +236,11 @@ def forward_kernel(integrator, structure: Structure) -> ir.Kernel:
             ctx = Context.create({k: b[k] for k in base}, structure, True, integrator.spectrum)
 
             def one(s, carry):
-                rows, weights, radiance, velocity, scale = _sample(integrator, ctx, s)
-                _, dv = ir.jvp(velocity, (), (), buffer_tangents={b["camera"]: b["d_camera"]})
-                for row, w in zip(rows, weights):
-                    for c in range(C):
-                        ir.scatter_add(b["canvas"], row, w * radiance[c] * dv * scale, c)
+                for rows, weights, radiance, velocity, scale in _samples(integrator, ctx, s):
+                    _, dv = ir.jvp(velocity, (), (), buffer_tangents={b["camera"]: b["d_camera"]})
+                    for row, w in zip(rows, weights):
+                        for c in range(C):
+                            ir.scatter_add(b["canvas"], row, w * radiance[c] * dv * scale, c)
                 return carry
 
             ir.fori_loop(ir.UInt(0), b["spp"].value, one, ir.Int(0))
@@ -166,7 +258,6 @@ def adjoint_kernel(integrator, structure: Structure) -> ir.Kernel:
     :func:`forward_kernel` for the same seed."""
     key = (integrator, "boundary_adjoint", structure)
     if key not in _KERNELS:
-        _check(structure)
         base = inputs(integrator, structure)
         C = integrator.spectrum.channels
         ins = dict(base, ct_canvas=ir.In("f32", (C,)))
@@ -176,13 +267,13 @@ def adjoint_kernel(integrator, structure: Structure) -> ir.Kernel:
             grads = {b["camera"]: b["grad_camera"]}
 
             def one(s, carry):
-                rows, weights, radiance, velocity, scale = _sample(integrator, ctx, s)
-                ct = ir.Float(0.0)
-                for row, w in zip(rows, weights):
-                    for c in range(C):
-                        ct = ct + w * radiance[c] * b["ct_canvas"].read(row, c)
-                _, pullback = ir.vjp(velocity, buffer_grads=grads)
-                pullback(ct * scale)
+                for rows, weights, radiance, velocity, scale in _samples(integrator, ctx, s):
+                    ct = ir.Float(0.0)
+                    for row, w in zip(rows, weights):
+                        for c in range(C):
+                            ct = ct + w * radiance[c] * b["ct_canvas"].read(row, c)
+                    _, pullback = ir.vjp(velocity, buffer_grads=grads)
+                    pullback(ct * scale)
                 return carry
 
             ir.fori_loop(ir.UInt(0), b["spp"].value, one, ir.Int(0))
