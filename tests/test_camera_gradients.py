@@ -14,6 +14,7 @@ import jax.numpy as jnp
 
 import jaxrender
 from jaxrender import NotDifferentiableError
+from jaxrender.kernels.integrators import boundary as boundary_kernels
 from jaxrender.primitives import render_rules
 from jaxrender.primitives.boundary import edge_topology
 from jaxrender.render import kernel_inputs
@@ -59,17 +60,37 @@ def _loss(scene, key, value, seed, spp):
 
 
 def _fd(scene, key, value, tangent, h, seeds, spp):
-    return np.array([(float(_loss(scene, key, value + h * tangent, s, spp))
-                      - float(_loss(scene, key, value - h * tangent, s, spp))) / (2 * h) for s in seeds])
+    """Central differences with common random numbers, one per seed."""
+    loss = jax.jit(lambda v, s: _loss(scene, key, v, s, spp))
+    return np.array([(float(loss(value + h * tangent, jnp.uint32(s))) - float(loss(value - h * tangent, jnp.uint32(s))))
+                     / (2 * h) for s in seeds])
 
 
 def _forward(scene, key, value, tangent, seeds, spp):
-    return np.array([float(jax.jvp(lambda v: _loss(scene, key, v, s, spp), (value,), (tangent,))[1]) for s in seeds])
+    jvp = jax.jit(lambda v, s: jax.jvp(lambda x: _loss(scene, key, x, s, spp), (v,), (tangent,))[1])
+    return np.array([float(jvp(value, jnp.uint32(s))) for s in seeds])
 
 
 def _reverse(scene, key, value, tangent, seeds, spp):
-    return np.array([float(jnp.sum(jax.grad(lambda v: _loss(scene, key, v, s, spp))(value) * tangent))
-                     for s in seeds])
+    grad = jax.jit(lambda v, s: jnp.sum(jax.grad(lambda x: _loss(scene, key, x, s, spp))(v) * tangent))
+    return np.array([float(grad(value, jnp.uint32(s))) for s in seeds])
+
+
+def _interior_only(estimate, *args):
+    """``estimate`` (``_forward`` / ``_reverse``) without the boundary term."""
+    original = render_rules._camera_boundary
+    render_rules._camera_boundary = lambda *a: None
+    try:
+        return estimate(*args)
+    finally:
+        render_rules._camera_boundary = original
+
+
+# Finite differences of these losses converge slowly in the step (the
+# image's filter footprint is a fraction of a pixel's motion away from a
+# kink): steps of 0.02 (0.01 with the box filter) are within noise of the
+# limit, with 128 seeds of 64 samples; the estimates use 64 seeds.
+FD_SEEDS, SEEDS = range(1000, 1128), range(64)
 
 
 def _z(a, b):
@@ -90,17 +111,11 @@ def test_translation_matches_finite_differences(front, tangent):
     scene = jaxrender.load_dict(_scene(front))
     key = scene.camera_key
     m = jnp.asarray(scene.params[key])
-    seeds = range(6)
-    fd = _fd(scene, key, m, tangent, 0.03, [100 + s for s in seeds], 256)
-    rev = _reverse(scene, key, m, tangent, seeds, 64)
+    fd = _fd(scene, key, m, tangent, 0.02, FD_SEEDS, 64)
+    rev = _reverse(scene, key, m, tangent, SEEDS, 64)
     assert abs(_z(rev, fd)) < 4.0, (rev.mean(), fd.mean())
-    original = render_rules._camera_boundary
-    render_rules._camera_boundary = lambda *a: None
-    try:
-        interior = _reverse(scene, key, m, tangent, seeds[:3], 64)
-    finally:
-        render_rules._camera_boundary = original
-    assert abs(_z(interior, fd)) > 5.0, (interior.mean(), fd.mean())
+    interior = _interior_only(_reverse, scene, key, m, tangent, range(16), 64)
+    assert abs(_z(interior, fd)) > 6.0, (interior.mean(), fd.mean())
 
 
 ANALYTIC = {
@@ -122,17 +137,12 @@ def test_analytic_silhouettes_match_finite_differences(front):
     scene = jaxrender.load_dict(d)
     key = scene.camera_key
     m = jnp.asarray(scene.params[key])
-    fd = _fd(scene, key, m, TRANSLATE_X, 0.03, range(100, 108), 256)
-    rev = _reverse(scene, key, m, TRANSLATE_X, range(8), 64)
+    fd = _fd(scene, key, m, TRANSLATE_X, 0.02, FD_SEEDS, 64)
+    rev = _reverse(scene, key, m, TRANSLATE_X, SEEDS, 64)
     assert abs(_z(rev, fd)) < 4.0, (rev.mean(), fd.mean())
-    if front != "cylinder":
-        original = render_rules._camera_boundary
-        render_rules._camera_boundary = lambda *a: None
-        try:
-            interior = _reverse(scene, key, m, TRANSLATE_X, range(4), 64)
-        finally:
-            render_rules._camera_boundary = original
-        assert abs(_z(interior, fd)) > 5.0, (interior.mean(), fd.mean())
+    interior = _interior_only(_reverse, scene, key, m, TRANSLATE_X, range(16), 64)
+    # (the cylinder's terms are smaller against this loss's noise: 4.6 standard errors)
+    assert abs(_z(interior, fd)) > (4.0 if front == "cylinder" else 6.0), (interior.mean(), fd.mean())
 
 
 def test_box_filter_matches_finite_differences():
@@ -141,24 +151,27 @@ def test_box_filter_matches_finite_differences():
     scene = jaxrender.load_dict(_scene("cube", filt="box"))
     key = scene.camera_key
     m = jnp.asarray(scene.params[key])
-    fd = _fd(scene, key, m, TRANSLATE_X, 0.03, range(100, 106), 256)
-    fwd = _forward(scene, key, m, jnp.asarray(TRANSLATE_X), range(6), 64)
+    fd = _fd(scene, key, m, TRANSLATE_X, 0.01, FD_SEEDS, 64)
+    fwd = _forward(scene, key, m, jnp.asarray(TRANSLATE_X), SEEDS, 64)
     assert abs(_z(fwd, fd)) < 4.0, (fwd.mean(), fd.mean())
-    original = render_rules._camera_boundary
-    render_rules._camera_boundary = lambda *a: None
+    # (here the pixel edges' term and the silhouettes' nearly cancel: drop the former alone)
+    samples = boundary_kernels._samples
+    boundary_kernels._samples = lambda integrator, ctx, s: samples(integrator, ctx, s)[:1]
+    boundary_kernels._KERNELS.clear()
     try:
-        interior = _forward(scene, key, m, jnp.asarray(TRANSLATE_X), range(3), 64)
+        without = _forward(scene, key, m, jnp.asarray(TRANSLATE_X), range(16), 64)
     finally:
-        render_rules._camera_boundary = original
-    assert abs(_z(interior, fd)) > 5.0, (interior.mean(), fd.mean())
+        boundary_kernels._samples = samples
+        boundary_kernels._KERNELS.clear()
+    assert abs(_z(without, fd)) > 6.0, (without.mean(), fd.mean())
 
 
 def test_field_of_view_matches_finite_differences():
     scene = jaxrender.load_dict(_scene())
     key = "sensor.x_fov"
     v = jnp.float32(scene.params[key])
-    fd = _fd(scene, key, v, 1.0, 0.05, range(100, 106), 256)
-    fwd = _forward(scene, key, v, jnp.float32(1.0), range(6), 64)
+    fd = _fd(scene, key, v, 1.0, 0.05, FD_SEEDS, 64)
+    fwd = _forward(scene, key, v, jnp.float32(1.0), SEEDS, 64)
     assert abs(_z(fwd, fd)) < 4.0, (fwd.mean(), fd.mean())
 
 

@@ -182,7 +182,7 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
         idx = jnp.arange(len(kind))
         # curve records: (shape row, which curve) for each sphere, disk, cylinder rim
         for which, wanted in ((0, "sphere"), (1, "disk"), (2, "cylinder"), (3, "cylinder")):
-            curves.append((idx, jnp.full(len(kind), which), kind == SHAPE_KIND[wanted]))
+            curves.append((idx, which, kind == SHAPE_KIND[wanted]))
     n_edges = v0.shape[0]
 
     normal = jnp.cross(v0 - origin, v1 - origin)
@@ -237,7 +237,7 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
 
     phi = jnp.linspace(0.0, 2.0 * np.pi, CURVE_POINTS + 1)
     for idx, which, present in curves:
-        pts = _curve_points(shape_data, which, origin, phi)
+        pts = _curve_points(shape_data, jnp.full(len(idx), which), origin, phi)
         c = to_cam(pts)
         s = project(c)
         ok = (c[..., 2] > near)
@@ -246,13 +246,13 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
         seg_ok &= inside(s[:, 1:]) | inside(s[:, :-1])
         seg_len = jnp.where(seg_ok, jnp.linalg.norm(s[:, 1:] - s[:, :-1], axis=-1), 0.0)
         valid_curve = present & jnp.all(jnp.isfinite(seg_len), axis=1)
-        if which[0] == 0:      # the camera inside a sphere sees no silhouette
+        if which == 0:         # the camera inside a sphere sees no silhouette
             r = shape_data[:, layout.SHAPE_RADIUS]
             centre = shape_data[:, layout.SHAPE_TO_WORLD + 3:layout.SHAPE_TO_WORLD + 12:4]
             valid_curve &= jnp.sum((origin - centre) ** 2, axis=1) > r * r * (1.0 + 1e-4)
         curve_len = jnp.where(valid_curve, jnp.sum(jnp.where(jnp.isfinite(seg_len), seg_len, 0.0), axis=1), 0.0)
         record = jnp.zeros((len(idx), layout.SEGMENT_ROW), f32)
-        record = record.at[:, layout.SEG_SHAPE].set(idx.astype(f32)).at[:, layout.SEG_CURVE].set(which.astype(f32))
+        record = record.at[:, layout.SEG_SHAPE].set(idx.astype(f32)).at[:, layout.SEG_CURVE].set(float(which))
         record = record.at[:, layout.SEG_SIDE].set(1.0).at[:, layout.SEG_KIND].set(layout.SEG_CURVE_KIND)
         parts.append(record)
         lengths.append(curve_len)
