@@ -153,7 +153,7 @@ def gradient_comparison(gpu, cpu, size=8, spp=4):
     """jax.grad of a weighted image loss (PRB adjoint, forward mode through
     jvp) on both backends, against the spread between two seeds."""
     scene = jaxrender.load_dict(cbox(size))
-    keys = ("red.reflectance.value", "light.emitter.radiance.value")
+    keys = ("red.reflectance.value", "light.emitter.radiance.value", "sensor.to_world")
     w = jnp.asarray(np.random.default_rng(0).uniform(0.5, 1.5, (size, size, 3)), jnp.float32)
 
     def loss(p, seed):
