@@ -232,3 +232,26 @@ def test_unsupported_camera_derivatives_raise(change, message):
     m = jnp.asarray(scene.params[key])
     with pytest.raises(NotDifferentiableError, match=message):
         jax.grad(lambda v: jnp.sum(jaxrender.render(scene, {key: v}, spp=1)))(m)
+
+
+def test_degenerate_and_grazing_geometry_gives_finite_derivatives(tmp_path):
+    """A zero-area face (collinear vertices), a collapsed one (two equal
+    vertices) and a rectangle seen edge-on: camera derivatives stay finite."""
+    obj = tmp_path / "degenerate.obj"
+    obj.write_text("v -0.5 -0.5 0\nv 0.5 -0.5 0\nv 0.5 0.5 0\nv -0.5 0.5 0\n"
+                   "v -0.2 0 0.3\nv 0 0 0.3\nv 0.2 0 0.3\nv 0.3 0.3 0.4\n"
+                   "f 1 2 3\nf 1 3 4\nf 5 6 7\nf 8 8 6\n")
+    d = _scene()
+    d["front"] = {"type": "obj", "filename": str(obj), "bsdf": d["front"]["bsdf"]}
+    # in the plane x = 0.3, which holds the camera's position: seen exactly edge-on
+    d["edge_on"] = {"type": "rectangle", "bsdf": {"type": "diffuse"},
+                    "to_world": np.array([[0, 0, 1, 0.3], [0, 0.3, 0, 0.2], [-0.3, 0, 0, 2.0], [0, 0, 0, 1]],
+                                         np.float32)}
+    scene = jaxrender.load_dict(d)
+    key = scene.camera_key
+    m = jnp.asarray(scene.params[key])
+    for method in ("prb", "rb"):
+        g = jax.grad(lambda v: jnp.sum(jaxrender.render(scene, {key: v}, spp=4, method=method) * WEIGHTS))(m)
+        assert np.all(np.isfinite(np.asarray(g))), g
+    _, t = jax.jvp(lambda v: jaxrender.render(scene, {key: v}, spp=4), (m,), (jnp.asarray(TRANSLATE_X),))
+    assert np.all(np.isfinite(np.asarray(t)))
