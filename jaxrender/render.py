@@ -20,8 +20,8 @@ from .primitives.render_rules import PixelSplit, RenderConfig, nondifferentiable
 from .scene.camera import fov_key
 from .scene.errors import SceneError
 
-_GEOMETRY_WHY = ("gradients with respect to scene geometry need the reparameterized (geometry) "
-                 "integrator, which jaxrender does not have yet")
+_GEOMETRY_WHY = ("gradients with respect to scene geometry are implemented for meshes under the path tracer's "
+                 "direct form (the direct integrator) so far")
 
 
 # A launch's per-item buffers (splat blocks, weights) above this many bytes
@@ -240,16 +240,24 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     seed_grad = _decorrelated(seed) if seed_grad is None else _offset(_seed(seed_grad, "seed_grad"), cam.seed)
     scene.check_params(params)
     camera_keys = [k for k in (cam_key, fov_key(cam_key)) if params and k in params]
+    geometry_keys = [k for k in _mesh_keys(scene) if params and k in params]
     if params:
         nondiff = {**scene.nondifferentiable, **integrator.nondifferentiable_params(scene)}
         why_camera = _camera_why(scene, cam, integrator, settings, structure, split) if camera_keys else None
         if why_camera is not None:
             nondiff.update({k: f"{k}: {why_camera}" for k in camera_keys if k not in nondiff})
+        if geometry_keys:
+            why_geometry = _geometry_why(cam, integrator, settings, structure, split)
+            for k in geometry_keys:
+                if why_geometry is None:
+                    nondiff.pop(k, None)
+                else:
+                    nondiff[k] = f"{k}: {why_geometry}"
         params = {k: nondifferentiable(v, nondiff[k]) if k in nondiff else v for k, v in params.items()}
     inputs = kernel_inputs(scene, params, sensor, media="medium_data" in integrator.inputs())
     inputs.update(settings, spp=np.uint32(spp), seed=seed, seed_grad=seed_grad, spp_grad=np.uint32(spp_grad))
-    if camera_keys and cam_key not in scene.nondifferentiable:
-        inputs["edge_topology"] = edge_topology(scene)
+    if (camera_keys and cam_key not in scene.nondifferentiable) or geometry_keys:
+        inputs["edge_topology"] = inputs["edges"] = edge_topology(scene)
     # The camera's reason is the scene's, for its to_world parameter.
     why = (("camera", scene.nondifferentiable.get(cam_key, "")), ("tris", _GEOMETRY_WHY),
            ("shape_data", _GEOMETRY_WHY), ("tri_normals", _GEOMETRY_WHY))
@@ -258,25 +266,51 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     return to_pixel_format(render_image(config, inputs), cam.pixel_format)
 
 
+def _moving_why(what: str, moves: str, integrator, settings, structure, split) -> str | None:
+    """What stops derivatives of ``what`` (the camera's, the meshes') in
+    every form this renderer takes them (``moves``: what a reflection moves
+    with), or None."""
+    if any(t.delta for t in structure.bsdf_types):
+        return ("the scene has BSDFs with Dirac lobes (" + ", ".join(t.name for t in structure.bsdf_types if t.delta)
+                + f"): what they reflect moves with {moves}, a derivative detached sampling cannot take")
+    for bad, why in ((structure.instanced, "scenes with instances (shapegroups)"),
+                     (samples_null(structure), "scenes with pass-through (null, mask) BSDFs"),
+                     (int(settings.get("hide_emitters", 0)), "hide_emitters"),
+                     (integrator.alpha, "a film with an alpha channel"),
+                     (split.tiles > 1 or split.shards > 1, "an image split into tiles or shards")):
+        if bad:
+            return f"{what} derivatives of {why} are not supported yet"
+    return None
+
+
 def _camera_why(scene, cam, integrator, settings, structure, split) -> str | None:
     """Why this render cannot differentiate its camera, or None."""
     if "camera" not in integrator.differentiable:
         return (f"camera derivatives are implemented for the path and direct integrators, not "
                 f"{scene.integrator['type']!r}")
-    if structure.instanced:
-        return "camera derivatives of scenes with instances (shapegroups) are not supported yet"
-    if any(t.delta for t in structure.bsdf_types):
-        return ("the scene has BSDFs with Dirac lobes (" + ", ".join(t.name for t in structure.bsdf_types if t.delta)
-                + "): what they reflect moves with the camera, a derivative detached sampling cannot take")
-    if samples_null(structure):
-        return "camera derivatives of scenes with pass-through (null, mask) BSDFs are not supported yet"
-    if int(settings.get("hide_emitters", 0)):
-        return "camera derivatives with hide_emitters are not supported yet"
-    if integrator.alpha:
-        return "camera derivatives of a film with an alpha channel are not supported yet"
-    if split.tiles > 1 or split.shards > 1:
-        return "camera derivatives of an image split into tiles or shards are not supported yet"
-    return None
+    return _moving_why("camera", "the camera", integrator, settings, structure, split)
+
+
+def _mesh_keys(scene) -> list:
+    """The parameters that move a mesh's triangles (``vertex_positions``, a
+    rectangle's ``to_world``) of flat-shaded meshes."""
+    g = scene.moving
+    if g is None:
+        return []
+    return [p.key for p in g.placements if p is not None and not p.smooth]
+
+
+def _geometry_why(cam, integrator, settings, structure, split) -> str | None:
+    """Why this render cannot differentiate its meshes' vertices, or None."""
+    if "tris" not in integrator.differentiable or int(settings.get("max_depth", -1)) not in (1, 2):
+        return ("derivatives with respect to mesh vertices are implemented for the direct integrator (paths of "
+                "at most two vertices) so far: longer paths need boundary terms at every vertex")
+    if structure.analytic or structure.shading_normals or structure.tangents:
+        return ("derivatives with respect to mesh vertices need scenes of flat-shaded meshes only (no spheres, "
+                "disks, cylinders, vertex normals, normal / bump maps or anisotropic BSDFs) so far")
+    if cam.kind != "perspective":
+        return "geometry derivatives are implemented for the perspective sensor only"
+    return _moving_why("geometry", "their surface", integrator, settings, structure, split)
 
 
 def edge_topology(scene):

@@ -78,12 +78,12 @@ def _reverse(scene, key, value, tangent, seeds, spp):
 
 def _interior_only(estimate, *args):
     """``estimate`` (``_forward`` / ``_reverse``) without the boundary term."""
-    original = render_rules._camera_boundary
-    render_rules._camera_boundary = lambda *a: None
+    original = render_rules._film_boundary
+    render_rules._film_boundary = lambda *a: None
     try:
         return estimate(*args)
     finally:
-        render_rules._camera_boundary = original
+        render_rules._film_boundary = original
 
 
 # Finite differences of these losses converge slowly in the step (the

@@ -130,7 +130,9 @@ class Context:
     sampling is detached (:meth:`detach`) so that only BSDF values and
     emitted radiance carry derivatives (Zeltner et al. 2021).
     ``camera_motion``: the camera's buffer carries derivatives, so the
-    primary vertex sees it move (``sensors/motion.py``)."""
+    primary vertex sees it move (``sensors/motion.py``);
+    ``geometry_motion``: the triangles' buffer does, and path points follow
+    their triangles (``integrators/material.py``)."""
     b: dict                  # input name -> ir Buffer
     geo: SceneGeometry
     pixel: Any
@@ -140,6 +142,7 @@ class Context:
     sampler: samplers.Sampler | None = None
     item: Any = None
     camera_motion: bool = False
+    geometry_motion: bool = False
 
     @classmethod
     def create(cls, b: dict, structure: Structure = Structure(), diff: bool = False,
@@ -158,7 +161,7 @@ class Context:
 
     def primal(self) -> "Context":
         """This context traced without derivatives."""
-        return dataclasses.replace(self, diff=False)
+        return dataclasses.replace(self, diff=False, camera_motion=False, geometry_motion=False)
 
     def rand(self, s, group):
         """(x, y, a, b) of sample ``s``, dimension group ``group`` from the

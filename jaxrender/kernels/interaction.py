@@ -129,3 +129,35 @@ def intersect(ctx, o: Vec, d: Vec, t_min, t_max=INF, known: "KnownHit | None" = 
     return SurfaceInteraction(t, prim, b1, b2, d, hit, p, ng, frame, frame.to_local(-d),
                               attr.read(prim, layout.ATTR_BSDF), attr_em, hit & (attr_em >= 0), -ir.dot(ng, d),
                               scale, o, dp_du, dp_dv, instance)
+
+
+# -- moving triangles (material-form derivatives: integrators/material.py) -----------
+def point_on_triangle(ctx, prim, b1, b2) -> Vec:
+    """The point at barycentrics (b1, b2) of triangle ``prim``, following
+    the triangle's vertices (reads of ``tris``, derivatives included)."""
+    p0, p1, p2 = triangle.vertices(ctx.b["tris"], ir.maximum(prim, 0))
+    return p0 * (1.0 - b1 - b2) + p1 * b1 + p2 * b2
+
+
+def doubled_area(ctx, prim):
+    """Twice the area of triangle ``prim``: the measure of its barycentric coordinates."""
+    p0, p1, p2 = triangle.vertices(ctx.b["tris"], ir.maximum(prim, 0))
+    c = ir.cross(p1 - p0, p2 - p0)
+    return ir.sqrt(ir.dot(c, c))
+
+
+def following(ctx, si: SurfaceInteraction) -> SurfaceInteraction:
+    """``si`` (a triangle hit, or a miss) with its point, geometric normal
+    and shading frame following the triangle at its barycentrics (flat
+    shading: the kernels that call this run for scenes without vertex
+    normals); its ``wi`` is left to the caller."""
+    p0, p1, p2 = triangle.vertices(ctx.b["tris"], ir.maximum(si.prim, 0))
+    p = p0 * (1.0 - si.b1 - si.b2) + p1 * si.b1 + p2 * si.b2
+    ng = ir.normalize(ir.cross(p1 - p0, p2 - p0))
+
+    def keep(a: Vec, b: Vec) -> Vec:
+        return Vec(*(ir.select(si.hit, x, y) for x, y in zip(a, b)))
+    ng = keep(ng, si.ng)
+    # (a miss's point is at infinity: a finite stand-in, so that nothing
+    # computed from it and then selected away carries a NaN into derivatives)
+    return dataclasses.replace(si, p=keep(p, ir.detach(si.o + si.d)), ng=ng, frame=Frame(ng))

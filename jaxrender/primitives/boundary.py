@@ -144,7 +144,8 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     gh, gw = grid
     sides = jnp.array([[0, 0, gw, 0], [gw, 0, gw, gh], [gw, gh, 0, gh], [0, gh, 0, 0]], f32)
     film_rows = jnp.concatenate([sides, jnp.zeros((4, 6), f32), jnp.ones((4, 1), f32),
-                                 jnp.full((4, 1), layout.SEG_FILM_EDGE, f32)], axis=1)
+                                 jnp.full((4, 1), layout.SEG_FILM_EDGE, f32), jnp.full((4, 1), -1.0, f32),
+                                 jnp.zeros((4, 4), f32)], axis=1)
     m = cam[layout.CAMERA_TO_WORLD:layout.CAMERA_TO_WORLD + 16].reshape(4, 4)
     rot, origin = m[:3, :3], m[:3, 3]
     tan_x, tan_y, near = cam[layout.CAMERA_TAN_X], cam[layout.CAMERA_TAN_Y], cam[layout.CAMERA_NEAR_CLIP]
@@ -167,6 +168,7 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     b3 = _vertex(tris, jnp.maximum(topo[:, 4], 0), topo[:, 5])
     boundary = topo[:, 4] < 0
     usable = jnp.ones(len(topology), bool)
+    refs = jnp.stack([topo[:, 0], topo[:, 1], topo[:, 2]], axis=1).astype(f32)     # triangle, slots of the ends
     curves = []
     if shape_data is not None and shape_data.shape[0] > 0:
         shape_data = jax.lax.stop_gradient(jnp.asarray(shape_data, f32))
@@ -178,6 +180,7 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
         a3 = jnp.concatenate([a3, la.reshape(-1, 3)])
         b3 = jnp.concatenate([b3, la.reshape(-1, 3)])
         boundary = jnp.concatenate([boundary, jnp.ones(2 * len(kind), bool)])
+        refs = jnp.concatenate([refs, jnp.tile(jnp.array([[-1.0, 0.0, 0.0]], f32), (2 * len(kind), 1))])
         usable = jnp.concatenate([usable, (lok & cyl[:, None]).reshape(-1)])
         idx = jnp.arange(len(kind))
         # curve records: (shape row, which curve) for each sphere, disk, cylinder rim
@@ -222,17 +225,21 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     # world points of the clipped ends (perspective-correct along the edge)
     za, zb = c0[:, 2], c1[:, 2]
 
-    def world(tau):
+    def along(tau):
+        """The parameter along the near-clipped edge of film position tau."""
         den = (1.0 - tau) * zb + tau * za
-        t = jnp.where(den != 0, tau * za / jnp.where(den != 0, den, 1.0), 0.0)
-        return w0 + (w1 - w0) * t[:, None]
+        return jnp.where(den != 0, tau * za / jnp.where(den != 0, den, 1.0), 0.0)
 
-    p0, p1 = world(t0), world(t1)
+    a0, a1 = along(t0), along(t1)
+    p0, p1 = w0 + (w1 - w0) * a0[:, None], w0 + (w1 - w0) * a1[:, None]
+    # where the segment's ends lie along the whole edge
+    e_lo, e_hi = lo + (hi - lo) * a0, lo + (hi - lo) * a1
     s0c, s1c = s0 + e * t0[:, None], s0 + e * t1[:, None]
     keep = silhouette & front & inside & (side != 0) & jnp.all(jnp.isfinite(s0c) & jnp.isfinite(s1c), axis=1)
     length = jnp.where(keep, jnp.linalg.norm(s1c - s0c, axis=1), 0.0)
     rows = jnp.concatenate([s0c, s1c, p0, p1, side[:, None],
-                            jnp.full((n_edges, 1), layout.SEG_SILHOUETTE, f32)], axis=1)
+                            jnp.full((n_edges, 1), layout.SEG_SILHOUETTE, f32), refs,
+                            e_lo[:, None], e_hi[:, None]], axis=1)
     parts, lengths = [jnp.where(keep[:, None], rows, 0.0)], [length]
 
     phi = jnp.linspace(0.0, 2.0 * np.pi, CURVE_POINTS + 1)
@@ -254,6 +261,7 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
         record = jnp.zeros((len(idx), layout.SEGMENT_ROW), f32)
         record = record.at[:, layout.SEG_SHAPE].set(idx.astype(f32)).at[:, layout.SEG_CURVE].set(float(which))
         record = record.at[:, layout.SEG_SIDE].set(1.0).at[:, layout.SEG_KIND].set(layout.SEG_CURVE_KIND)
+        record = record.at[:, layout.SEG_TRI].set(-1.0)
         parts.append(record)
         lengths.append(curve_len)
     segments = jnp.concatenate(parts + [film_rows]).astype(f32)
@@ -282,20 +290,20 @@ def canvas_shape(config) -> tuple:
     return (gh + k - 1, gw + k - 1)
 
 
-def _forward_unbatched(config, *args):
-    kw, (d_camera,) = _named(config, args)
-    kernel = kernels.forward_kernel(config.integrator, config.structure)
+def _forward_unbatched(config, active, *args):
+    kw, tangents = _named(config, args)
+    kernel = kernels.forward_kernel(config.integrator, config.structure, active)
     rows = int(np.prod(canvas_shape(config)))
     out = launch(kernel, (config.film.items,), {"canvas": rows}, preferred_lanes=config.lanes, **kw,
-                 d_camera=d_camera)
+                 **{"d_" + a: t for a, t in zip(active, tangents)})
     return out["canvas"].reshape(canvas_shape(config) + (config.integrator.spectrum.channels,))
 
 
-def _impl_fn(*args, config, batch_shape, in_batch):
-    return vmap_levels(functools.partial(_forward_unbatched, config), in_batch, len(batch_shape))(*args)
+def _impl_fn(*args, config, active, batch_shape, in_batch):
+    return vmap_levels(functools.partial(_forward_unbatched, config, active), in_batch, len(batch_shape))(*args)
 
 
-def _abstract(*args, config, batch_shape, in_batch):
+def _abstract(*args, config, active, batch_shape, in_batch):
     return jax.core.ShapedArray(batch_shape + canvas_shape(config) + (config.integrator.spectrum.channels,),
                                 np.float32)
 
@@ -303,35 +311,41 @@ def _abstract(*args, config, batch_shape, in_batch):
 register(boundary_jvp_p, _impl_fn, _abstract)
 
 
-def _adjoint_unbatched(config, *args):
+def _adjoint_unbatched(config, active, *args):
     kw, (ct,) = _named(config, args)
-    kernel = kernels.adjoint_kernel(config.integrator, config.structure)
-    out = launch(kernel, (config.film.items,), {"grad_camera": 1}, preferred_lanes=config.lanes, **kw,
+    kernel = kernels.adjoint_kernel(config.integrator, config.structure, active)
+    rows = {"grad_" + a: int(np.shape(kw[a])[0]) for a in active}
+    out = launch(kernel, (config.film.items,), rows, preferred_lanes=config.lanes, **kw,
                  ct_canvas=ct.reshape(-1, ct.shape[-1]))
-    return out["grad_camera"]
+    return tuple(out["grad_" + a] for a in active)
 
 
-def _transpose(ct, *args, config, batch_shape, in_batch):
-    n = len(args) - 1
+def _transpose(ct, *args, config, active, batch_shape, in_batch):
+    n = len(args) - len(active)
     if any(ad.is_undefined_primal(p) for p in args[:n]):
-        raise ValueError("the boundary term is linear only in the camera's tangent")
-    tangent = args[n]
+        raise ValueError("the boundary term is linear only in the camera's and triangles' tangents")
+    tangents = args[n:]
     if type(ct) is ad.Zero:
-        return [None] * n + [ad.Zero(tangent.aval)]
+        return [None] * n + [ad.Zero(t.aval) for t in tangents]
     nb = len(batch_shape)
-    fn = vmap_levels(functools.partial(_adjoint_unbatched, config), list(in_batch[:n]) + [(True,) * nb], nb)
-    g = fn(*args[:n], ct)
-    axes = tuple(k for k in range(nb) if not in_batch[n][k])
-    return [None] * n + [jnp.sum(g, axis=axes) if axes else g]
+    fn = vmap_levels(functools.partial(_adjoint_unbatched, config, active), list(in_batch[:n]) + [(True,) * nb], nb)
+    grads = fn(*args[:n], ct)
+    out = []
+    for g, flags in zip(grads, in_batch[n:]):
+        axes = tuple(k for k in range(nb) if not flags[k])
+        out.append(jnp.sum(g, axis=axes) if axes else g)
+    return [None] * n + out
 
 
 ad.primitive_transposes[boundary_jvp_p] = _transpose
 
 
-def boundary_tangent(config, kernel_inputs: dict, d_camera):
-    """The boundary term's canvas along camera tangent ``d_camera``
-    (``kernel_inputs``: the integrator's inputs plus ``segments``,
+def boundary_tangent(config, kernel_inputs: dict, tangents: dict):
+    """The boundary term's canvas along ``tangents`` (of ``camera`` and / or
+    ``tris``; ``kernel_inputs``: the integrator's inputs plus ``segments``,
     ``segment_cdf`` and ``canvas_width``)."""
+    active = tuple(n for n in ("camera", "tris") if n in tangents)
     names = kernels_inputs_names(config)
-    args = [jnp.asarray(kernel_inputs[k]) for k in names] + [d_camera]
-    return boundary_jvp_p.bind(*args, config=config, batch_shape=(), in_batch=tuple(() for _ in args))
+    args = [jnp.asarray(kernel_inputs[k]) for k in names] + [tangents[n] for n in active]
+    return boundary_jvp_p.bind(*args, config=config, active=active, batch_shape=(),
+                               in_batch=tuple(() for _ in args))

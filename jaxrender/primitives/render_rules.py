@@ -121,6 +121,11 @@ class RenderConfig:
     def input_names(self) -> tuple:
         return tuple(self.integrator.inputs(self.structure))
 
+    def derivative_input_names(self, active: tuple) -> tuple:
+        """The inputs of the derivative kernels for ``active`` (moving
+        triangles add the welded ``edges``)."""
+        return tuple(self.integrator.kernel_inputs(active, self.structure))
+
 
 def _is_zero(t) -> bool:
     return t is None or isinstance(t, SymbolicZero) or type(t) is ad.Zero
@@ -292,28 +297,32 @@ def _render_jvp(config: RenderConfig, primals, tangents):
         return out, jnp.zeros_like(out)
     prim = _kernel_inputs(config, inputs)
     prim["seed"], prim["spp"] = inputs["seed_grad"], inputs["spp_grad"]
-    args = [jnp.asarray(prim[k]) for k in config.input_names] + [tin[n] for n in active]
+    if "tris" in active:
+        prim["edges"] = inputs["edges"]
+    args = [jnp.asarray(prim[k]) for k in config.derivative_input_names(active)] + [tin[n] for n in active]
     t_blocks = render_jvp_p.bind(*args, config=config, active=active, batch_shape=(),
                                  in_batch=tuple(() for _ in args))
-    extra = _camera_boundary(config, inputs, prim, tin["camera"]) if "camera" in active else None
+    moving = tuple(n for n in ("camera", "tris") if n in active)
+    extra = _film_boundary(config, inputs, prim, {n: tin[n] for n in moving}) if moving else None
     # The tangent's samples are seed_grad's, so are its weights (constants:
     # JAX transposes the develop step for the adjoint).
     return out, _develop(config, t_blocks, jax.lax.stop_gradient(_film_weights(config, prim)), extra)
 
 
-def _camera_boundary(config: RenderConfig, inputs, prim, d_camera):
-    """The camera tangent's boundary term (``primitives/boundary.py``) on
-    the film canvas, scaled as the image kernels' sums are (spp samples
-    per pixel)."""
+def _film_boundary(config: RenderConfig, inputs, prim, tangents: dict):
+    """The boundary term on the film (``primitives/boundary.py``) along the
+    camera's and / or the triangles' ``tangents``, on the film canvas,
+    scaled as the image kernels' sums are (spp samples per pixel)."""
     if "edge_topology" not in inputs:
-        raise NotDifferentiableError("camera derivatives need the scene's edge topology (jaxrender.render passes it)")
+        raise NotDifferentiableError("camera and geometry derivatives need the scene's edge topology "
+                                     "(jaxrender.render passes it)")
     segments, cdf = film_segments(prim["tris"], inputs["edge_topology"], prim["camera"],
                                   (prim["film_width"], prim["film_height"]), (prim["grid_x0"], prim["grid_y0"]),
                                   config.film.grid, prim.get("shape_data"))
     seed = (jnp.asarray(prim["seed"], jnp.uint32) * jnp.uint32(747796405) + jnp.uint32(2891336453)).astype(jnp.uint32)
     kw = dict(prim, segments=segments, segment_cdf=cdf, canvas_width=np.uint32(canvas_shape(config)[1]), seed=seed)
     spp = jnp.asarray(prim["spp"], jnp.float32)
-    return boundary_tangent(config, kw, d_camera) * spp
+    return boundary_tangent(config, kw, tangents) * spp
 
 
 render_image.defjvp(_render_jvp, symbolic_zeros=True)
@@ -326,7 +335,7 @@ render_jvp_p = Primitive("jaxrender_render_jvp")
 
 
 def _forward_unbatched(config, active, *args):
-    names = config.input_names
+    names = config.derivative_input_names(active)
     kw = dict(zip(names, args[:len(names)]))
     kw.update({"d_" + a: t for a, t in zip(active, args[len(names):])})
     kernel = config.integrator.forward_kernel(active, config.structure)
@@ -355,7 +364,7 @@ register(render_jvp_p, _jvp_impl_fn, _jvp_abstract)
 
 
 def _jvp_of_jvp(primals, tangents, *, config, active, batch_shape, in_batch):
-    n = len(config.input_names)
+    n = len(config.derivative_input_names(active))
     if any(type(t) is not ad.Zero for t in tangents[:n]):
         raise NotDifferentiableError("second derivatives of renders (a derivative of the tangent image "
                                      "with respect to scene parameters) are not supported")
@@ -369,7 +378,7 @@ ad.primitive_jvps[render_jvp_p] = _jvp_of_jvp
 
 
 def _adjoint_unbatched(config, active, *args):
-    names = config.input_names
+    names = config.derivative_input_names(active)
     n = len(names)
     kw = dict(zip(names, args[:n]))
     rows = {"grad_" + a: int(np.shape(kw[a])[0]) for a in active}
@@ -382,7 +391,7 @@ def _adjoint_unbatched(config, active, *args):
 
 
 def _jvp_transpose(ct, *args, config, active, batch_shape, in_batch):
-    n = len(config.input_names)
+    n = len(config.derivative_input_names(active))
     primals, tangents = args[:n], args[n:]
     if any(ad.is_undefined_primal(p) for p in primals):
         raise NotDifferentiableError("the tangent image is linear only in the parameter tangents")

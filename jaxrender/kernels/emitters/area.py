@@ -38,12 +38,17 @@ def _by_area(ctx, sel):
     return lambda dist2, cos_light: dist2 / (cos_light * area)
 
 
-def sample_mesh(ctx, sel, ref: Vec, u) -> DirectionSample:
+def mesh_point(ctx, sel, u):
+    """The light triangle and barycentrics (of its 2nd and 3rd vertex) that
+    ``u`` picks on mesh emitter ``sel``: uniform by area."""
     meta, b = ctx.b["emitter_meta"], ctx.b
     start, count = meta.read(sel, layout.META_FIRST), meta.read(sel, layout.META_COUNT)
-    lt = b["light_tris"][sample_cdf(b["light_cdf"], start, count, u[0])]
+    return b["light_tris"][sample_cdf(b["light_cdf"], start, count, u[0])], square_to_uniform_triangle(Vec(u[1], u[2]))
+
+
+def sample_mesh(ctx, sel, ref: Vec, u) -> DirectionSample:
+    lt, bc = mesh_point(ctx, sel, u)
     q0, q1, q2 = ctx.geo.triangle(lt)
-    bc = square_to_uniform_triangle(Vec(u[1], u[2]))
     q = q0 * (1.0 - bc.x - bc.y) + q1 * bc.x + q2 * bc.y
     nl = ir.normalize(ir.cross(q1 - q0, q2 - q0))
     return _towards(ref, q, nl, _by_area(ctx, sel))

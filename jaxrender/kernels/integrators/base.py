@@ -73,6 +73,11 @@ def _zeros(n: int) -> Vec:
     return Vec(*(ir.Float(0.0) for _ in range(n)))
 
 
+def _moving(ctx: Context, active) -> Context:
+    """``ctx`` for kernels whose camera and / or triangles carry derivatives."""
+    return dataclasses.replace(ctx, camera_motion="camera" in active, geometry_motion="tris" in active)
+
+
 def _dot(a: Vec, b: Vec):
     out = a[0] * b[0]
     for x, y in zip(list(a)[1:], list(b)[1:]):
@@ -173,12 +178,13 @@ class Integrator:
         of each pixel of the film's splat footprint."""
         return structure.footprint ** 2 * self.channels
 
-    def _primal_body(self, structure: Structure, diff: bool, camera_motion: bool = False, **b):
+    def _primal_body(self, structure: Structure, diff: bool, moving: tuple = (), **b):
         """The sample sums of the item's splat footprint (``film.py``);
         normalising by the summed filter weights happens in JAX.
-        ``camera_motion``: the camera buffer carries derivatives."""
-        camera = camera_motion
-        ctx = dataclasses.replace(Context.create(b, structure, diff, self.spectrum), camera_motion=camera)
+        ``moving``: "camera" and / or "tris" where those buffers carry
+        derivatives (then the splat weights follow the camera's point)."""
+        ctx = _moving(Context.create(b, structure, diff, self.spectrum), moving)
+        camera = bool(moving)
         spp = b["spp"].value
         zero = _zeros(self.block_width(structure))
         if structure.footprint == 1:
@@ -230,6 +236,13 @@ class Integrator:
                         {"weights": ir.Out("f32", (structure.footprint ** 2,))},
                         name="film_weights" + structure.suffix())
 
+    def kernel_inputs(self, active: tuple, structure: Structure) -> dict:
+        """The inputs of the derivative kernels for ``active``: with moving
+        triangles, also the scene's welded ``edges`` (``primitives/boundary
+        .edge_topology`` rows)."""
+        inputs = self.inputs(structure)
+        return dict(inputs, edges=ir.In("i32", (6,))) if "tris" in active else inputs
+
     def check_active(self, active: tuple) -> tuple:
         bad = [n for n in active if n not in self.differentiable]
         if bad or not active:
@@ -243,13 +256,13 @@ class Integrator:
         each active input, same shape); output ``image`` is the image
         tangent, linear in the tangents. Sampling is detached."""
         active = self.check_active(active)
-        base = self.inputs(structure)
+        base = self.kernel_inputs(active, structure)
         inputs = dict(base, **{"d_" + n: base[n] for n in active})
 
         def fwd(**b):
             prim = {k: b[k] for k in base}
-            camera = "camera" in active
-            _, tangent = ir.jvp(lambda: self._primal_body(structure, True, camera, **prim), (), (),
+            moving = tuple(n for n in ("camera", "tris") if n in active)
+            _, tangent = ir.jvp(lambda: self._primal_body(structure, True, moving, **prim), (), (),
                                 buffer_tangents={b[n]: b["d_" + n] for n in active})
             return {"image": tangent["image"]}
 
@@ -309,8 +322,7 @@ class ReplayIntegrator(Integrator):
     def _adjoint_body(self, active: tuple, method: str, structure: Structure, **b):
         """Accumulates into ``grad_<name>`` the image cotangent ``grad_image``
         pulled back through the differentiable estimate with the same seed."""
-        ctx = dataclasses.replace(Context.create(b, structure, True, self.spectrum),
-                                  camera_motion="camera" in active)
+        ctx = _moving(Context.create(b, structure, True, self.spectrum), active)
         # Passes that need radiance only (PRB's first pass, RB's
         # re-estimates) run the plain form: the same values without
         # evaluating every BSDF once more per vertex.
@@ -334,7 +346,7 @@ class ReplayIntegrator(Integrator):
                     d_l = d_l + S.read(b["grad_image"], ctx.item, k * stride) * w
             state0 = self.start(ctx, s)
             gated = self.kept(state0) is not None
-            camera = ctx.camera_motion
+            camera = ctx.camera_motion or ctx.geometry_motion
             final = self.run(plain, s, state0) if method == "prb" or gated or camera else None
             total = final.radiance if method == "prb" else S.zero()
             if gated:   # a path that does not count has no derivative
@@ -388,7 +400,7 @@ class ReplayIntegrator(Integrator):
         active = self.check_active(active)
         if method not in self.adjoint_methods:
             raise ValueError(f"adjoint method must be one of {self.adjoint_methods}, got {method!r}")
-        inputs = dict(self.inputs(structure), grad_image=ir.In("f32", (self.block_width(structure),)))
+        inputs = dict(self.kernel_inputs(active, structure), grad_image=ir.In("f32", (self.block_width(structure),)))
         outputs = {"grad_" + n: ir.Accum(inputs[n].dtype, inputs[n].item_shape) for n in active}
         return ir.trace(functools.partial(self._adjoint_body, active, method, structure), inputs, outputs,
                         name=f"{self.name}_adjoint_{method}_" + "_".join(active) + self._variant(structure))

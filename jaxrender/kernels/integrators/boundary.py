@@ -28,15 +28,18 @@ pixel units over all the launch's samples (each item draws ``spp``).
 """
 from __future__ import annotations
 
+import dataclasses
+
 from ... import ir
 from ...ir import Vec
 from .. import layout
 from ..context import Context, Structure
 from ..geometry import occluded
-from ..interaction import intersect
+from ..interaction import intersect, point_on_triangle
 from ..sampling import coordinate_system, sample_cdf
 from ..sensors import film, motion, perspective
 from .base import _KERNELS
+from .material import vertex_of
 
 # Film distance (pixels) inside the region at which its radiance is traced.
 INSIDE = 1e-3
@@ -160,9 +163,23 @@ def _sample(integrator, ctx: Context, s):
     x_point = ir.select(si.hit, si.p, d)
 
     def velocity():
-        """(v_curve - v_point) . n_out, in pixels, as a function of the camera."""
-        sx, sy = motion.film_position(ctx, x_point, si.hit)
-        cx, cy = motion.film_position(ctx, p, True)
+        """(v_curve - v_point) . n_out, in pixels, as a function of the
+        camera (and, in kernels for moving meshes, of the triangles: the
+        edge's point and the point behind it follow theirs)."""
+        seen, on_edge = x_point, p
+        if ctx.geometry_motion:
+            seen = Vec(*(ir.select(si.hit, a, c) for a, c in
+                         zip(point_on_triangle(ctx, si.prim, si.b1, si.b2), x_point)))
+            tri = ir.cast(segs.read(i, layout.SEG_TRI), "i32")
+            lo, hi = segs.read(i, layout.SEG_LO), segs.read(i, layout.SEG_HI)
+            slot0 = ir.cast(segs.read(i, layout.SEG_SLOT0), "i32")
+            slot1 = ir.cast(segs.read(i, layout.SEG_SLOT1), "i32")
+            at = lo + (hi - lo) * t
+            follows = vertex_of(ctx, tri, slot0) * (1.0 - at) + vertex_of(ctx, tri, slot1) * at
+            on_edge = Vec(*(ir.select((tri >= 0) & (kind == layout.SEG_SILHOUETTE), a, c)
+                            for a, c in zip(follows, p)))
+        sx, sy = motion.film_position(ctx, seen, si.hit)
+        cx, cy = motion.film_position(ctx, on_edge, True)
         dx = ir.select(moving, cx, ir.detach(cx)) - sx
         dy = ir.select(moving, cy, ir.detach(cy)) - sy
         return -(dx * inward.x + dy * inward.y)
@@ -204,7 +221,11 @@ def _pixel_edge_sample(integrator, ctx: Context, s):
 
     def velocity():
         """Minus the seen point's film velocity along the edge's normal out of the item's pixel."""
-        sx, sy = motion.film_position(ctx, x_point, si.hit)
+        seen = x_point
+        if ctx.geometry_motion:
+            seen = Vec(*(ir.select(si.hit, a, c) for a, c in
+                         zip(point_on_triangle(ctx, si.prim, si.b1, si.b2), x_point)))
+        sx, sy = motion.film_position(ctx, seen, si.hit)
         return -ir.select(right, sx, sy)
 
     cw = b["canvas_width"].value
@@ -221,23 +242,28 @@ def _samples(integrator, ctx: Context, s) -> list:
     return out
 
 
-def forward_kernel(integrator, structure: Structure) -> ir.Kernel:
+def _context(integrator, structure, b, base, active) -> Context:
+    ctx = Context.create({k: b[k] for k in base}, structure, True, integrator.spectrum)
+    return dataclasses.replace(ctx, geometry_motion="tris" in active)
+
+
+def forward_kernel(integrator, structure: Structure, active: tuple = ("camera",)) -> ir.Kernel:
     """Inputs: the integrator's, ``segments``, ``segment_cdf``,
-    ``canvas_width`` and ``d_camera``; output ``canvas``: the boundary
-    term's film-canvas image along the camera tangent (rows: canvas
-    pixels, the colour channels)."""
-    key = (integrator, "boundary_forward", structure)
+    ``canvas_width`` and ``d_<name>`` for each of ``active`` ("camera",
+    "tris"); output ``canvas``: the boundary term's film-canvas image
+    along those tangents (rows: canvas pixels, the colour channels)."""
+    key = (integrator, "boundary_forward", structure, active)
     if key not in _KERNELS:
         base = inputs(integrator, structure)
-        ins = dict(base, d_camera=base["camera"])
+        ins = dict(base, **{"d_" + n: base[n] for n in active})
         C = integrator.spectrum.channels
 
         def body(**b):
-            ctx = Context.create({k: b[k] for k in base}, structure, True, integrator.spectrum)
+            ctx = _context(integrator, structure, b, base, active)
 
             def one(s, carry):
                 for rows, weights, radiance, velocity, scale in _samples(integrator, ctx, s):
-                    _, dv = ir.jvp(velocity, (), (), buffer_tangents={b["camera"]: b["d_camera"]})
+                    _, dv = ir.jvp(velocity, (), (), buffer_tangents={b[n]: b["d_" + n] for n in active})
                     for row, w in zip(rows, weights):
                         for c in range(C):
                             ir.scatter_add(b["canvas"], row, w * radiance[c] * dv * scale, c)
@@ -247,24 +273,24 @@ def forward_kernel(integrator, structure: Structure) -> ir.Kernel:
             return {}
 
         _KERNELS[key] = ir.trace(lambda **b: body(**b), ins, {"canvas": ir.Accum("f32", (C,))},
-                                 name=f"{integrator.name}_boundary_forward" + structure.suffix())
+                                 name=f"{integrator.name}_boundary_forward_" + "_".join(active) + structure.suffix())
     return _KERNELS[key]
 
 
-def adjoint_kernel(integrator, structure: Structure) -> ir.Kernel:
+def adjoint_kernel(integrator, structure: Structure, active: tuple = ("camera",)) -> ir.Kernel:
     """Inputs: the integrator's, ``segments``, ``segment_cdf``,
     ``canvas_width`` and ``ct_canvas`` (the cotangent of the forward
-    kernel's canvas); accumulator ``grad_camera``: the transpose of
-    :func:`forward_kernel` for the same seed."""
-    key = (integrator, "boundary_adjoint", structure)
+    kernel's canvas); accumulators ``grad_<name>`` for each of ``active``:
+    the transpose of :func:`forward_kernel` for the same seed."""
+    key = (integrator, "boundary_adjoint", structure, active)
     if key not in _KERNELS:
         base = inputs(integrator, structure)
         C = integrator.spectrum.channels
         ins = dict(base, ct_canvas=ir.In("f32", (C,)))
 
         def body(**b):
-            ctx = Context.create({k: b[k] for k in base}, structure, True, integrator.spectrum)
-            grads = {b["camera"]: b["grad_camera"]}
+            ctx = _context(integrator, structure, b, base, active)
+            grads = {b[n]: b["grad_" + n] for n in active}
 
             def one(s, carry):
                 for rows, weights, radiance, velocity, scale in _samples(integrator, ctx, s):
@@ -280,6 +306,6 @@ def adjoint_kernel(integrator, structure: Structure) -> ir.Kernel:
             return {}
 
         _KERNELS[key] = ir.trace(lambda **b: body(**b), ins,
-                                 {"grad_camera": ir.Accum("f32", (layout.CAMERA_ROW,))},
-                                 name=f"{integrator.name}_boundary_adjoint" + structure.suffix())
+                                 {"grad_" + n: ir.Accum("f32", ins[n].item_shape) for n in active},
+                                 name=f"{integrator.name}_boundary_adjoint_" + "_".join(active) + structure.suffix())
     return _KERNELS[key]

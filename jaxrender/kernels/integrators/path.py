@@ -24,9 +24,10 @@ from ...ir import Vec
 from .. import emitters, sensors
 from ..bsdfs.surface import SurfaceBsdf, sampled_eta, samples_null
 from ..geometry import INF, occluded
-from ..interaction import intersect
+from ..interaction import following, intersect, point_on_triangle
 from ..sampling import mis_weight
 from ..sensors import motion
+from . import material
 from .base import ReplayIntegrator
 
 
@@ -45,6 +46,7 @@ class PathState:
     active: Any
     eta: Any            # product of the relative IORs refracted through (Mitsuba's RR uses it)
     valid: Any = None   # scenes with null (pass-through) samples: Mitsuba's valid_ray (see kept)
+    prev: Any = None    # kernels for moving meshes: the last hit (prim, b1, b2) and the ray that found it (o, d, t)
 
 
 @dataclasses.dataclass
@@ -58,6 +60,9 @@ class Shading:
     delta: Any
     null: Any = None    # scenes with null samples (else None): the BSDF sample passes through (mask),
     choice: Any = None  # and the probability of the choices that made it null or not
+    pair: Any = None    # moving meshes: 1, with the derivative of the previous vertex's continuation
+                        # (its BSDF towards this point, the area this point's solid angle covers)
+    boundary: Any = None  # moving meshes: 0, with the derivative of the edges seen from this point
 
 
 @dataclasses.dataclass
@@ -73,7 +78,7 @@ class Vertex:
 @dataclasses.dataclass(frozen=True)
 class PathIntegrator(ReplayIntegrator):
     name = "path"
-    differentiable = ("bsdf_data", "emitter_radiance", "texels", "camera")
+    differentiable = ("bsdf_data", "emitter_radiance", "texels", "camera", "tris")
 
     def own_inputs(self) -> dict:
         return {"max_depth": ir.Scalar("i32"),     # -1: unbounded
@@ -101,8 +106,9 @@ class PathIntegrator(ReplayIntegrator):
         """The loop state of a path whose camera ray is (o, d) from t_min to t_max."""
         S = self.spectrum
         valid = self.camera_sees_environment(ctx) if samples_null(ctx.structure) else None
+        prev = (ir.Int(-1), ir.Float(0.0), ir.Float(0.0), o, d, ir.Float(0.0)) if ctx.geometry_motion else None
         return PathState(ir.Int(0), o, d, t_min, t_max, S.one(), S.zero(), ir.Float(1.0), ir.Bool(True),
-                         ir.Bool(True), ir.Float(1.0), valid)
+                         ir.Bool(True), ir.Float(1.0), valid, prev)
 
     def kept(self, final: PathState):
         """As Mitsuba's path tracer, a path whose every vertex sampled a null
@@ -118,10 +124,27 @@ class PathIntegrator(ReplayIntegrator):
         return Vec(*ir.select(final.valid, final.radiance, self.spectrum.zero()),
                    ir.select(final.valid, 1.0, 0.0))
 
-    def shade(self, ctx, si, es, u, depth, prev_pdf, prev_delta, show_emitters) -> Shading:
+    def shade(self, ctx, si, es, u, depth, prev_pdf, prev_delta, show_emitters, prev=None, edge=None,
+              es_u=None) -> Shading:
         """Everything at a vertex that reads differentiable parameters;
-        multiplying by the path throughput is left to the caller."""
-        if ctx.camera_motion:
+        multiplying by the path throughput is left to the caller. Kernels
+        for moving meshes also get the previous hit, the edge sample of the
+        camera's point and the emitter sample's random numbers."""
+        pair = boundary = None
+        if ctx.geometry_motion:
+            fixed = si
+            si = following(ctx, si)
+            camera = motion.camera_origin(ctx)
+            x_prev = Vec(*(ir.select(depth == 0, a, b) for a, b in
+                           zip(camera, point_on_triangle(ctx, prev[0], prev[1], prev[2]))))
+            toward = ir.normalize(x_prev - si.p)
+            si = dataclasses.replace(si, wi=Vec(*(ir.select(si.hit, a, b)
+                                                  for a, b in zip(si.frame.to_local(toward), si.wi))))
+            es, nee = material.followed_emitter_sample(ctx, fixed, si, es, es_u)
+            pair = ir.cond(depth > 0, lambda: material.pair_factor(ctx, si, fixed, prev, camera),
+                           self.spectrum.one)
+            boundary = material.edge_term(ctx, edge, si.p) * ir.select(depth == 0, 1.0, 0.0)
+        elif ctx.camera_motion:
             si = motion.attach_primary_wi(ctx, si, depth == 0)
         # Emission seen along the ray, weighted against emitter sampling.
         le, env_pdf = emitters.eval_hit(ctx, si)
@@ -133,8 +156,14 @@ class PathIntegrator(ReplayIntegrator):
         f_l, bsdf_pdf_l, bs = bsdf.query(si.frame.to_local(es.w), u[3], Vec(u[0], u[1]))
         em = emitters.eval_sample(ctx, es)
         w_em = emitters.light_weight(ctx, es, bsdf_pdf_l)
-        return Shading(le * w_bsdf, f_l * em * w_em, ctx.detach(si.frame.to_world(bs.wo)), ctx.detach(bs.pdf),
-                       bs.weight, bs.delta, bs.null, bs.choice)
+        direct = f_l * em * w_em
+        weight = bs.weight
+        if ctx.geometry_motion:
+            direct = direct * nee
+            # the continuation's derivative is the next vertex's pair factor
+            weight = ir.detach(weight)
+        return Shading(le * w_bsdf, direct, ctx.detach(si.frame.to_world(bs.wo)), ctx.detach(bs.pdf),
+                       weight, bs.delta, bs.null, bs.choice, pair, boundary)
 
     def step(self, ctx, s, st: PathState, shade) -> tuple[PathState, Vertex]:
         b = ctx.b
@@ -150,13 +179,24 @@ class PathIntegrator(ReplayIntegrator):
         # Two dimension groups per vertex (group 0 is the film's): the emitter
         # sample's, and the BSDF's: (u[0], u[1]) its direction, a 2D sample
         # of the scene's sampler, u[2] roulette and u[3] the lobe, 1D ones.
-        es = emitters.sample(ctx, si, st.d, ctx.rand(s, 1 + st.depth * 2))
+        es_u = ctx.rand(s, 1 + st.depth * 2)
+        es = emitters.sample(ctx, si, st.d, es_u)
         u = ctx.rand(s, 2 + st.depth * 2)
-        sh = shade(si, es, u, st.depth, st.prev_pdf, st.prev_delta, show_emitters)
-        radiance = st.radiance + st.throughput * sh.emitted
+        beta = st.throughput
+        if ctx.geometry_motion:
+            # the boundary term of the camera's point, sampled on the scene's edges
+            edge = material.edge_sample(ctx, self, si, ctx.rand(s, material.EDGE_GROUP),
+                                        si.hit & (st.depth == 0) & deeper & ~pass_through)
+            sh = shade(si, es, u, st.depth, st.prev_pdf, st.prev_delta, show_emitters, st.prev, edge, es_u)
+            beta = beta * sh.pair        # 1, carrying the derivative of reaching this point
+        else:
+            sh = shade(si, es, u, st.depth, st.prev_pdf, st.prev_delta, show_emitters)
+        radiance = st.radiance + beta * sh.emitted
+        if ctx.geometry_motion:
+            radiance = radiance + beta * sh.boundary
 
         # Next-event estimation: the shadow ray only where it can matter.
-        direct = st.throughput * sh.direct
+        direct = beta * sh.direct
         useful = active_next & (ctx.n_emitters > 0) & (es.delta | (es.pdf > 0.0)) & (S.max(direct) > 0.0)
         blocked = ir.cond(useful, lambda: occluded(ctx.geo, si.spawn(es.w), es.w, ir.Float(0.0),
                                                    es.dist * (1.0 - 1e-3)),
@@ -166,7 +206,7 @@ class PathIntegrator(ReplayIntegrator):
         # Continue with the BSDF sample; Russian roulette as Mitsuba's: after
         # rr_depth vertices, on the throughput times eta^2 (undoing the
         # radiance scaling of refractions).
-        throughput = st.throughput * sh.weight
+        throughput = beta * sh.weight
         eta = st.eta * sampled_eta(ctx, si, sh.wo)
         b_max = S.max(throughput)
         active_next = active_next & (b_max != 0.0)
@@ -193,7 +233,8 @@ class PathIntegrator(ReplayIntegrator):
                         ir.Float(0.0), ir.select(pass_through, st.t_max - si.t - si.scale, INF),
                         ir.select(pass_through, S.one(), throughput), radiance,
                         ir.select(pass_through, st.prev_pdf, sh.pdf), ir.select(pass_through, st.prev_delta, sh.delta),
-                        active_next | pass_through, ir.select(pass_through, st.eta, eta), valid)
+                        active_next | pass_through, ir.select(pass_through, st.eta, eta), valid,
+                        (si.prim, si.b1, si.b2, st.o, st.d, si.t) if st.prev is not None else None)
         return new, Vertex(st.throughput, ~blocked, active_next & ~pass_through, pending)
 
     def local_radiance(self, vertex: Vertex, sh: Shading, rest: Vec) -> Vec:
@@ -202,8 +243,13 @@ class PathIntegrator(ReplayIntegrator):
         w = ir.detach(sh.weight)
         scale = Vec(*(ir.select(x != 0.0, 1.0 / ir.select(x != 0.0, x, 1.0), 0.0) for x in w))
         later = ir.select(vertex.continues, rest * sh.weight * scale, self.spectrum.zero())
-        local = (vertex.throughput * sh.emitted + ir.select(vertex.visible, vertex.throughput * sh.direct,
-                                                            self.spectrum.zero()) + later)
+        base = (vertex.throughput * sh.emitted + ir.select(vertex.visible, vertex.throughput * sh.direct,
+                                                           self.spectrum.zero()))
+        local = base + later
+        if sh.pair is not None:
+            # what reaching this point gathers, from here on, scaled by the pair factor; the edges' term
+            local = local + (sh.pair - self.spectrum.one()) * (ir.detach(base) + rest) \
+                + vertex.throughput * sh.boundary
         return local if vertex.pending is None else local + vertex.pending * _relative(sh.choice)
 
 

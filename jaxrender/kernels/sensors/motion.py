@@ -26,6 +26,7 @@ import dataclasses
 
 from ... import ir
 from ...ir import Vec
+from ..interaction import doubled_area, following, intersect
 from . import film
 from .perspective import CameraRow
 
@@ -73,12 +74,18 @@ def relative(x):
 
 def primary_point(ctx, s):
     """What the camera ray of sample ``s`` meets, the camera held still:
-    (hit, point or direction, geometric normal)."""
-    from ..interaction import intersect     # (interaction imports the sensors' package)
+    (hit, point or direction, geometric normal, the measure of the point's
+    coordinates). In kernels for moving meshes the point follows its
+    triangle at its barycentrics, and the measure is the triangle's doubled
+    area (a direction's: 1)."""
     from . import sample_ray
     o, d, t_min, t_max = (ir.detach(v) for v in sample_ray(ctx, s))
     si = intersect(ctx, o, d, t_min, t_max)
-    return si.hit, ir.select(si.hit, si.p, d), si.ng
+    measure = ir.Float(1.0)
+    if ctx.geometry_motion:
+        si = following(ctx, si)
+        measure = ir.select(si.hit, doubled_area(ctx, si.prim), 1.0)
+    return si.hit, ir.select(si.hit, si.p, d), si.ng, measure
 
 
 def attached_weights(ctx, s, footprint: int) -> list:
@@ -86,13 +93,19 @@ def attached_weights(ctx, s, footprint: int) -> list:
     the camera with the point it sees held fixed, times the relative change
     of the film density there: equal in value, carrying the camera's
     derivatives."""
-    hit, x, n = primary_point(ctx, s)
+    hit, x, n, measure = primary_point(ctx, s)
     px, py = film_position(ctx, x, hit)
     width = ctx.b["width"].value
     ux = px - ir.cast(ctx.pixel % width, "f32")
     uy = py - ir.cast(ctx.pixel // width, "f32")
-    scale = relative(film_density(ctx, x, n, hit))
+    scale = relative(film_density(ctx, x, n, hit) * measure)
     return [w * scale for w in film.weights_at(ctx, ux, uy, footprint)]
+
+
+def camera_origin(ctx) -> Vec:
+    """The camera's position (a function of its buffer)."""
+    m = CameraRow(ctx.b["camera"]).m
+    return Vec(m[3], m[7], m[11])
 
 
 def attach_primary_wi(ctx, si, first):

@@ -60,6 +60,8 @@ class PluginRegistry:
         return sorted(names)
 
     def __contains__(self, type_name: str) -> bool:
+        if not isinstance(type_name, str):      # (a malformed dict's type: the caller says so)
+            return False
         return type_name in self._loaders or any(type_name in p() for p, _ in self._served)
 
     def knows(self, type_name: str) -> bool:

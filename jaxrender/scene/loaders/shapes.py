@@ -225,8 +225,9 @@ def _placement(builder: SceneBuilder, props: Properties, m: np.ndarray, v: np.nd
     return placement
 
 
-_GEOMETRY_WHY = ("geometry derivatives (vertex positions, shape transforms) need a reparameterized integrator, "
-                 "which jaxrender does not have yet; the value can change between renders, without recompiling")
+_GEOMETRY_WHY = ("geometry derivatives are implemented for flat-shaded meshes (vertex_positions, a rectangle's "
+                 "to_world) under the direct integrator so far; the value can change between renders, without "
+                 "recompiling")
 
 
 # ---------------------------------------------------------------------------
