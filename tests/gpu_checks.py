@@ -149,11 +149,17 @@ def render_comparison(gpu, cpu, size=16, spp=4, scene_dict=None):
                 identical=float(np.mean(np.all(g == a, -1))), finite=bool(np.isfinite(g).all())), times
 
 
-def gradient_comparison(gpu, cpu, size=8, spp=4):
+def gradient_comparison(gpu, cpu, size=8, spp=4, geometry=False):
     """jax.grad of a weighted image loss (PRB adjoint, forward mode through
-    jvp) on both backends, against the spread between two seeds."""
-    scene = jaxrender.load_dict(cbox(size))
-    keys = ("red.reflectance.value", "light.emitter.radiance.value", "sensor.to_world")
+    jvp) on both backends, against the spread between two seeds.
+    ``geometry``: the direct integrator's kernels for a moving box and
+    light instead (material form, the edges seen from the camera's point)."""
+    if geometry:
+        scene = jaxrender.load_dict(dict(cbox(size), integrator={"type": "direct"}))
+        keys = ("small-box.vertex_positions", "light.to_world")
+    else:
+        scene = jaxrender.load_dict(cbox(size))
+        keys = ("red.reflectance.value", "light.emitter.radiance.value", "sensor.to_world")
     w = jnp.asarray(np.random.default_rng(0).uniform(0.5, 1.5, (size, size, 3)), jnp.float32)
 
     def loss(p, seed):

@@ -174,3 +174,15 @@ def test_camera_pose_example_runs_and_moves_towards_the_truth(tmp_path):
     assert loss[-5:].mean() < 0.5 * loss[:5].mean(), loss
     assert r["mse_final"] < 0.5 * r["mse_initial"]
     assert r["history"]["rot_err_deg"][-1] < r["history"]["rot_err_deg"][0]
+
+
+def test_shape_optimization_example_runs_and_moves_towards_the_target(tmp_path):
+    import shape_optimization
+    r = shape_optimization.run(steps=40, res=24, spp=4, target_spp=16, out=tmp_path, progress=False)
+    for name in ("views.png", "convergence.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    assert np.all(np.isfinite(r["positions"]))
+    loss = np.asarray(r["history"]["loss"])
+    assert loss[-5:].mean() < 0.7 * loss[:5].mean(), loss
+    assert r["vertex_err_final"] < 0.9 * r["vertex_err_initial"], r["history"]["vertex_err"]
+    assert r["chamfer_final"] < 0.7 * r["chamfer_initial"]

@@ -90,8 +90,9 @@ def test_image_matches_the_cpu_within_noise(capsys):
     assert abs(r["mean_gpu"] - r["mean_cpu"]) < 0.01 * r["noise"], r
 
 
-def test_gradients_match_the_cpu_within_noise(capsys):
-    rows = gpu_checks.gradient_comparison(gpu, cpu)
+@pytest.mark.parametrize("geometry", [False, True])
+def test_gradients_match_the_cpu_within_noise(capsys, geometry):
+    rows = gpu_checks.gradient_comparison(gpu, cpu, geometry=geometry)
     with capsys.disabled():
         print("\n  gradients GPU vs CPU: " + str(rows), end="")
     for k, row in rows.items():

@@ -77,8 +77,9 @@ def test_instanced_image_matches_the_cpu_far_below_noise():
 
 
 @pytest.mark.slow
-def test_gradients_match_the_cpu_far_below_noise():
-    rows = gpu_checks.gradient_comparison(emulated_gpu, cpu)
+@pytest.mark.parametrize("geometry", [False, True])
+def test_gradients_match_the_cpu_far_below_noise(geometry):
+    rows = gpu_checks.gradient_comparison(emulated_gpu, cpu, geometry=geometry)
     for k, row in rows.items():
         if k == "jvp":
             assert row["diff"] <= 1e-4 * row["scale"], rows
