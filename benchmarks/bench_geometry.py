@@ -1,33 +1,34 @@
-"""Geometry gradients: what exists today is the camera's (``sensor.to_world``).
+"""Geometry gradients: a mesh under the direct integrator against Mitsuba 3's
+``direct_projective``, and the camera's gradient.
 
+    apt-get install -y libllvm19     # Mitsuba's LLVM backend needs LLVM >= 19
     python benchmarks/bench_geometry.py [--res 128] [--spp 16] [--repeats 7] [--seeds 64]
-        [--filters gaussian,box] [--json out.json]
+        [--parts mesh,camera] [--filters gaussian,box] [--json out.json]
 
-On the Cornell box (``jaxrender.cornell_box()``, path tracer, max_depth 8):
-
-time      ``jax.jit`` of the primal image and of ``jax.value_and_grad`` of
-   the loss ``mean((render(sensor.to_world) - target) ** 2)`` (target: the
-   image at a camera moved by 0.05 along x), run alternately, median of
-   --repeats: the gradient / primal ratio (target <= 5).
-accuracy  The derivative of a linear loss ``sum(render * W)`` (W fixed
-   random weights) along a camera translation in x: jaxrender's reverse
-   mode (--seeds seeds, mean and standard error) beside central finite
-   differences with common random numbers (--seeds x 2 seeds, steps 0.02
-   and 0.01: they converge slowly, see tests/test_camera_gradients.py),
-   and the z-score between them.
-mitsuba   Mitsuba 3 ``prb_projective`` (llvm_ad_rgb) asked for the same
-   derivative: printed is what it does (3.9.1 raises: its differential
-   phase is not attached to the sensor's transform).
-
-Mesh vertex and shape-transform gradients are not implemented yet (the
-reparameterized / projective megakernel); their part of this benchmark is
-to come with them.
+mesh    A floor lit by a small area light, with a box between them (an OBJ
+   of 24 vertices, split at its edges as Mitsuba's ``cube`` is) casting a
+   shadow; the same scene dict for both renderers, the box moved along x by
+   adding t to its ``vertex_positions``. Times, alternating, median of
+   --repeats: jaxrender's primal and ``jax.value_and_grad`` of the loss
+   ``mean((render - target) ** 2)`` (target: the box moved by 0.05), and
+   Mitsuba's ``direct_projective`` render and its render + ``dr.backward``
+   of the same loss. Then the derivative of a linear loss ``sum(render * W)``
+   along t, 32^2 pixels, --seeds seeds: jaxrender's reverse mode, Mitsuba's
+   forward mode (``dr.forward``), beside central finite differences of
+   jaxrender's images (common random numbers, step 0.01). Targets:
+   gradient <= 5x primal, faster than Mitsuba.
+camera  The camera's gradient (``sensor.to_world``) on the Cornell box (path
+   tracer, max_depth 8): its time against the primal (the same loss, the
+   camera moved by 0.05), its value beside finite differences, for each
+   --filters; and what Mitsuba 3 ``prb_projective`` does when asked (3.9.1
+   raises: its differential phase is not attached to the sensor).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import tempfile
 import time
 
 import numpy as np
@@ -117,29 +118,195 @@ def mitsuba_attempt(res: int, spp: int) -> str:
         return "prb_projective raises: " + str(cause).strip().splitlines()[0][:160]
 
 
+BOX_OBJ = "".join(
+    # a box of 24 vertices: four per face, split at every edge (as Mitsuba's cube)
+    f"v {x} {y} {z}\n" for x, y, z in
+    [(-1, -1, 1), (1, -1, 1), (1, 1, 1), (-1, 1, 1), (1, -1, -1), (-1, -1, -1), (-1, 1, -1), (1, 1, -1),
+     (1, -1, 1), (1, -1, -1), (1, 1, -1), (1, 1, 1), (-1, -1, -1), (-1, -1, 1), (-1, 1, 1), (-1, 1, -1),
+     (-1, 1, 1), (1, 1, 1), (1, 1, -1), (-1, 1, -1), (-1, -1, -1), (1, -1, -1), (1, -1, 1), (-1, -1, 1)]) + "".join(
+    f"f {4 * k + 1} {4 * k + 2} {4 * k + 3}\nf {4 * k + 1} {4 * k + 3} {4 * k + 4}\n" for k in range(6))
+
+
+def _placed(sx, sy, sz, t, facing=None):
+    m = np.diag([sx, sy, sz, 1.0])
+    turn = {"up": [[1, 0, 0, 0], [0, 0, 1, 0], [0, -1, 0, 0], [0, 0, 0, 1]],
+            "down": [[1, 0, 0, 0], [0, 0, -1, 0], [0, 1, 0, 0], [0, 0, 0, 1]]}
+    if facing:
+        m = m @ np.array(turn[facing], float)
+    m[:3, 3] = t
+    return m
+
+
+def _look_at(origin, target, up=(0.0, 1.0, 0.0)):
+    o, t, u = (np.asarray(v, float) for v in (origin, target, up))
+    d = (t - o) / np.linalg.norm(t - o)
+    left = np.cross(u, d)
+    left /= np.linalg.norm(left)
+    m = np.eye(4)
+    m[:3, 0], m[:3, 1], m[:3, 2], m[:3, 3] = left, np.cross(d, left), d, o
+    return m
+
+
+def mesh_scene_dict(res: int, box_file: str, integrator: str, to_matrix=lambda m: m.astype(np.float32)) -> dict:
+    """The shadow scene of the mesh part (``to_matrix``: how a renderer takes a 4x4)."""
+    return {"type": "scene", "integrator": {"type": integrator},
+            "floor": {"type": "rectangle", "to_world": to_matrix(_placed(2, 2, 1, (0, 0, 0), "up")),
+                      "bsdf": {"type": "diffuse", "reflectance": {"type": "rgb", "value": [0.7, 0.7, 0.7]}}},
+            "light": {"type": "rectangle", "to_world": to_matrix(_placed(0.4, 0.4, 1, (0.2, 2.0, 0), "down")),
+                      "emitter": {"type": "area", "radiance": {"type": "rgb", "value": [10.0, 10.0, 10.0]}}},
+            "occluder": {"type": "obj", "filename": box_file, "face_normals": True,
+                         "to_world": to_matrix(_placed(0.3, 0.3, 0.3, (0.0, 0.8, 0.0))),
+                         "bsdf": {"type": "diffuse", "reflectance": {"type": "rgb", "value": [0.5, 0.4, 0.3]}}},
+            "sensor": {"type": "perspective", "fov": 50.0, "to_world": to_matrix(_look_at((0.0, 3.0, 3.0), (0, 0, 0))),
+                       "film": {"type": "hdrfilm", "width": res, "height": res, "rfilter": {"type": "gaussian"}},
+                       "sampler": {"type": "independent"}}}
+
+
+MESH_KEY = "occluder.vertex_positions"
+
+
+def mesh_part(res: int, spp: int, repeats: int, seeds: int, box_file: str) -> dict:
+    out = {}
+    scene = jaxrender.load_dict(mesh_scene_dict(res, box_file, "direct"))
+    v0 = jnp.asarray(scene.params[MESH_KEY])
+    shift = jnp.zeros_like(v0).reshape(-1, 3).at[:, 0].set(1.0).reshape(-1)
+    target = jaxrender.render(scene, {MESH_KEY: v0 + 0.05 * shift}, spp=4 * spp, seed=12345)
+    primal = jax.jit(lambda t, s: jaxrender.render(scene, {MESH_KEY: v0 + t * shift}, spp=spp, seed=s))
+    grad = jax.jit(jax.value_and_grad(lambda t, s: jnp.mean(
+        (jaxrender.render(scene, {MESH_KEY: v0 + t * shift}, spp=spp, seed=s) - target) ** 2)))
+    t0 = jnp.float32(0.0)
+    jax.block_until_ready(primal(t0, jnp.uint32(0)))
+    jax.block_until_ready(grad(t0, jnp.uint32(0)))
+    mi_fns = _mitsuba_mesh(res, spp, box_file, np.asarray(target))
+    times = {"primal": [], "value_and_grad": [], "mitsuba_primal": [], "mitsuba_grad": []}
+    for i in range(repeats):
+        for name, f in (("primal", lambda: primal(t0, jnp.uint32(i + 1))),
+                        ("value_and_grad", lambda: grad(t0, jnp.uint32(i + 1)))):
+            t = time.perf_counter()
+            jax.block_until_ready(f())
+            times[name].append(time.perf_counter() - t)
+        if isinstance(mi_fns, dict):
+            for name in ("mitsuba_primal", "mitsuba_grad"):
+                t = time.perf_counter()
+                mi_fns[name](i + 1)
+                times[name].append(time.perf_counter() - t)
+    out["time"] = {k: float(np.median(v)) for k, v in times.items() if v}
+    out["mitsuba"] = "ok" if isinstance(mi_fns, dict) else mi_fns
+
+    small = jaxrender.load_dict(mesh_scene_dict(32, box_file, "direct"))
+    w = jnp.asarray(np.random.default_rng(3).uniform(0.0, 1.0, (32, 32, 3)).astype(np.float32))
+    lin = jax.jit(lambda t, s: jnp.sum(jaxrender.render(small, {MESH_KEY: v0 + t * shift}, spp=spp, seed=s,
+                                                        seed_grad=s) * w))
+    dlin = jax.jit(jax.grad(lin))
+    ours = np.array([float(dlin(t0, jnp.uint32(s))) for s in range(seeds)])
+    h = 0.01
+    fd = np.array([(float(lin(jnp.float32(h), jnp.uint32(s))) - float(lin(jnp.float32(-h), jnp.uint32(s)))) / (2 * h)
+                   for s in range(10_000, 10_000 + 2 * seeds)])
+    out["ours"], out["ours_se"] = float(ours.mean()), float(ours.std(ddof=1) / np.sqrt(len(ours)))
+    out["fd"], out["fd_se"] = float(fd.mean()), float(fd.std(ddof=1) / np.sqrt(len(fd)))
+    if isinstance(mi_fns, dict):
+        theirs = np.array([mi_fns["forward_linear"](s, np.asarray(w)) for s in range(seeds)])
+        out["mitsuba_grad"], out["mitsuba_grad_se"] = float(theirs.mean()), float(theirs.std(ddof=1) / np.sqrt(seeds))
+    return out
+
+
+def _mitsuba_mesh(res: int, spp: int, box_file: str, target: np.ndarray):
+    """Mitsuba's direct_projective on the mesh part's scene: its timed
+    primal and gradient calls, and its forward derivative of the linear
+    loss at 32^2 (a dict), or why it is unavailable (a str)."""
+    try:
+        os.environ.setdefault("DRJIT_LIBLLVM_PATH", "/usr/lib/x86_64-linux-gnu/libLLVM-19.so")
+        import drjit as dr
+        import mitsuba as mi
+        mi.set_variant("llvm_ad_rgb")
+    except Exception as exc:  # noqa: BLE001 - report whatever stops it
+        return f"Mitsuba unavailable: {exc}"
+    to_matrix = lambda m: mi.ScalarTransform4f(m.tolist())   # noqa: E731
+
+    def load(r):
+        scene = mi.load_dict(mesh_scene_dict(r, box_file, "direct_projective", to_matrix))
+        params = mi.traverse(scene)
+        return scene, params, mi.Float(params[MESH_KEY])
+
+    scene, params, v0 = load(res)
+    ref = mi.TensorXf(target)
+
+    def set_shift(p, base, t):
+        p[MESH_KEY] = base + dr.ravel(mi.Vector3f(t, 0.0, 0.0) + dr.zeros(mi.Vector3f, dr.width(base) // 3))
+        p.update()
+
+    def primal(seed):
+        set_shift(params, v0, mi.Float(0.0))
+        img = mi.render(scene, params, spp=spp, seed=seed)
+        dr.eval(dr.mean(dr.square(img - ref), axis=None))
+
+    def gradient(seed):
+        t = mi.Float(0.0)
+        dr.enable_grad(t)
+        set_shift(params, v0, t)
+        img = mi.render(scene, params, spp=spp, seed=seed)
+        loss = dr.mean(dr.square(img - ref), axis=None)
+        dr.backward(loss)
+        dr.eval(dr.grad(t))
+
+    small_scene, small_params, small_v0 = load(32)
+
+    def forward_linear(seed, w):
+        t = mi.Float(0.0)
+        dr.enable_grad(t)
+        set_shift(small_params, small_v0, t)
+        img = mi.render(small_scene, small_params, spp=spp, seed=seed)
+        dr.forward(t)
+        return float(np.asarray(dr.grad(img)).astype(np.float64).ravel() @ w.astype(np.float64).ravel())
+
+    primal(0)
+    gradient(0)
+    return {"mitsuba_primal": primal, "mitsuba_grad": gradient, "forward_linear": forward_linear}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--res", type=int, default=128)
     ap.add_argument("--spp", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--seeds", type=int, default=64)
+    ap.add_argument("--parts", default="mesh,camera")
     ap.add_argument("--filters", default="gaussian,box")
     ap.add_argument("--json")
     args = ap.parse_args()
     report = {}
-    for rfilter in args.filters.split(","):
-        scene = scene_for(args.res, rfilter)
-        t = timing(scene, args.spp, args.repeats)
-        print(f"[{rfilter}] {args.res}^2, {args.spp} spp: primal {t['primal_s'] * 1e3:.0f} ms, value_and_grad "
-              f"{t['value_and_grad_s'] * 1e3:.0f} ms: ratio {t['ratio']:.2f} (target <= 5); first calls "
-              f"{t['first_primal_s']:.1f} s / {t['first_grad_s']:.1f} s", flush=True)
-        a = accuracy(scene_for(32, rfilter), 16, args.seeds)
-        print(f"[{rfilter}] d/dx of sum(render * W), 32^2: ours {a['ours']:.3f} +- {a['ours_se']:.3f}; finite "
-              f"differences {a['fd_0.02']:.3f} +- {a['fd_0.02_se']:.3f} (step 0.02, z {a['z_0.02']:.2f}), "
-              f"{a['fd_0.01']:.3f} +- {a['fd_0.01_se']:.3f} (step 0.01, z {a['z_0.01']:.2f})", flush=True)
-        report[rfilter] = {"time": t, "accuracy": a}
-    report["mitsuba"] = mitsuba_attempt(args.res, args.spp)
-    print("Mitsuba 3:", report["mitsuba"])
+    if "mesh" in args.parts.split(","):
+        with tempfile.TemporaryDirectory() as tmp:
+            box = os.path.join(tmp, "box.obj")
+            with open(box, "w") as f:
+                f.write(BOX_OBJ)
+            m = mesh_part(args.res, args.spp, args.repeats, args.seeds, box)
+        t = m["time"]
+        line = (f"[mesh] {args.res}^2, {args.spp} spp, direct: primal {t['primal'] * 1e3:.0f} ms, value_and_grad "
+                f"{t['value_and_grad'] * 1e3:.0f} ms: ratio {t['value_and_grad'] / t['primal']:.2f} (target <= 5)")
+        if "mitsuba_grad" in t:
+            line += (f"; Mitsuba direct_projective primal {t['mitsuba_primal'] * 1e3:.0f} ms, gradient "
+                     f"{t['mitsuba_grad'] * 1e3:.0f} ms: ours {t['mitsuba_grad'] / t['value_and_grad']:.2f}x faster")
+        print(line)
+        print(f"[mesh] d/dt of sum(render * W), 32^2, box moved along x: ours {m['ours']:.3f} +- {m['ours_se']:.3f}, "
+              f"finite differences {m['fd']:.3f} +- {m['fd_se']:.3f}"
+              + (f", Mitsuba direct_projective {m['mitsuba_grad']:.3f} +- {m['mitsuba_grad_se']:.3f}"
+                 if "mitsuba_grad" in m else f"; Mitsuba: {m['mitsuba']}"), flush=True)
+        report["mesh"] = m
+    if "camera" in args.parts.split(","):
+        for rfilter in args.filters.split(","):
+            scene = scene_for(args.res, rfilter)
+            t = timing(scene, args.spp, args.repeats)
+            print(f"[camera, {rfilter}] {args.res}^2, {args.spp} spp: primal {t['primal_s'] * 1e3:.0f} ms, "
+                  f"value_and_grad {t['value_and_grad_s'] * 1e3:.0f} ms: ratio {t['ratio']:.2f} (target <= 5); "
+                  f"first calls {t['first_primal_s']:.1f} s / {t['first_grad_s']:.1f} s", flush=True)
+            a = accuracy(scene_for(32, rfilter), 16, args.seeds)
+            print(f"[camera, {rfilter}] d/dx of sum(render * W), 32^2: ours {a['ours']:.3f} +- {a['ours_se']:.3f}; "
+                  f"finite differences {a['fd_0.02']:.3f} +- {a['fd_0.02_se']:.3f} (step 0.02, z {a['z_0.02']:.2f}), "
+                  f"{a['fd_0.01']:.3f} +- {a['fd_0.01_se']:.3f} (step 0.01, z {a['z_0.01']:.2f})", flush=True)
+            report[rfilter] = {"time": t, "accuracy": a}
+        report["mitsuba_camera"] = mitsuba_attempt(args.res, args.spp)
+        print("[camera] Mitsuba 3:", report["mitsuba_camera"])
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
