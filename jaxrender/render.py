@@ -20,8 +20,8 @@ from .primitives.render_rules import PixelSplit, RenderConfig, nondifferentiable
 from .scene.camera import fov_key
 from .scene.errors import SceneError
 
-_GEOMETRY_WHY = ("gradients with respect to scene geometry are implemented for meshes under the path tracer's "
-                 "direct form (the direct integrator) so far")
+_GEOMETRY_WHY = ("gradients with respect to scene geometry are implemented for flat-shaded meshes under the path "
+                 "and direct integrators so far")
 
 
 # A launch's per-item buffers (splat blocks, weights) above this many bytes
@@ -302,9 +302,9 @@ def _mesh_keys(scene) -> list:
 
 def _geometry_why(cam, integrator, settings, structure, split) -> str | None:
     """Why this render cannot differentiate its meshes' vertices, or None."""
-    if "tris" not in integrator.differentiable or int(settings.get("max_depth", -1)) not in (1, 2):
-        return ("derivatives with respect to mesh vertices are implemented for the direct integrator (paths of "
-                "at most two vertices) so far: longer paths need boundary terms at every vertex")
+    if "tris" not in integrator.differentiable:
+        return (f"derivatives with respect to mesh vertices are implemented for the path and direct integrators, "
+                f"not {integrator.name!r}")
     if structure.analytic or structure.shading_normals or structure.tangents:
         return ("derivatives with respect to mesh vertices need scenes of flat-shaded meshes only (no spheres, "
                 "disks, cylinders, vertex normals, normal / bump maps or anisotropic BSDFs) so far")

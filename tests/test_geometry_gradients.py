@@ -1,8 +1,8 @@
 """Derivatives with respect to moving meshes (``<mesh>.vertex_positions``, a
-rectangle's ``to_world``) under the direct integrator: points follow their
-triangles (``kernels/integrators/material.py``), the film's boundary term
-follows moving silhouettes, and the camera's point sees edges move
-(shadows, a light's edges). Checked against central finite differences with
+rectangle's ``to_world``) under the path and direct integrators: points
+follow their triangles (``kernels/integrators/material.py``), the film's
+boundary term follows moving silhouettes, and every path vertex sees edges
+move (shadows, a light's edges, silhouettes after a bounce). Checked against central finite differences with
 common random numbers; forward against reverse mode.
 """
 from __future__ import annotations
@@ -115,6 +115,25 @@ def test_moving_occluders_and_lights_match_finite_differences(occluder, key):
     assert abs(_z(without, fd)) > 6.0, (without.mean(), fd.mean())
 
 
+@pytest.mark.parametrize("occluder", ["rectangle", "cube"])
+def test_path_tracer_with_indirect_light_matches_finite_differences(occluder):
+    """The path tracer (four vertices) with a wall that bounces light back:
+    the pair factor at every vertex, and the edges seen from every vertex
+    with the radiance behind them traced on."""
+    wall = {"type": "rectangle", "to_world": np.array([[2, 0, 0, 0], [0, 1.5, 0, 1.5], [0, 0, 1, -0.8], [0, 0, 0, 1]],
+                                                      np.float32),
+            "bsdf": {"type": "diffuse", "reflectance": {"type": "rgb", "value": [0.8, 0.8, 0.8]}}}
+    scene = jaxrender.load_dict(shadow_scene(occluder, integrator={"type": "path", "max_depth": 4}, wall=wall))
+    key = "occluder.to_world" if occluder == "rectangle" else "occluder.vertex_positions"
+    value = jnp.asarray(scene.params[key])
+    tangent = _translate_x(value)
+    fd = _fd(scene, key, value, tangent)
+    rev = _reverse(scene, key, value, tangent)
+    assert abs(_z(rev, fd)) < 4.0, (rev.mean(), fd.mean())
+    without = _without_edges(_reverse, scene, key, value, tangent, range(32))
+    assert abs(_z(without, fd)) > 6.0, (without.mean(), fd.mean())
+
+
 def test_one_vertex_moved_alone(tmp_path):
     """A pyramid's apex moved up alone: its four faces tilt, its silhouette
     and its shadow change shape."""
@@ -185,7 +204,7 @@ def test_vmap_over_shapes_equals_a_loop():
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"integrator": {"type": "path"}}, "direct integrator"),
+    ({"integrator": {"type": "volpath"}}, "path and direct"),
     ({"ball": {"type": "sphere", "radius": 0.1}}, "spheres"),
     ({"occluder": {"type": "rectangle", "bsdf": {"type": "conductor"}}}, "Dirac"),
 ])

@@ -263,13 +263,13 @@ def test_camera_kernels_assemble(name):
     term) and those of moving meshes assemble for sm_80 and sm_90. The PRB
     adjoint with the camera moving also pulls the 25 splat weights of a
     sample back through the camera row, and the moving meshes' kernels
-    carry an edge sample and the previous hit: at the 255-register limit
-    they spill (1.5 - 1.8 kB of stack on sm_80), a GPU speed question for
-    hardware; the bound here catches growth."""
+    carry an edge sample, a path traced behind it and the previous hits:
+    at the 255-register limit they spill (1.5 - 2.1 kB of stack on sm_80),
+    a GPU speed question for hardware; the bound here catches growth."""
     for sm, r in assembled(name).items():
         assert 0 < r.registers <= 255, r.log
         spills = name.startswith("adjoint_prb_") or name == "forward_tris"
-        bound = 2048 if spills else 8 * ir.bvh_query.STACK_SIZE + 384
+        bound = 2560 if spills else 8 * ir.bvh_query.STACK_SIZE + 384
         assert r.stack_frame <= bound, r.log
 
 

@@ -241,10 +241,13 @@ def test_geometry_derivatives_and_bad_values_raise():
     scene = jaxrender.load_dict(_cornell())
     key = "small-box.vertex_positions"
     v = scene.params[key]
+    # (the path tracer differentiates them: tests/test_geometry_gradients.py; volpath does not)
+    assert np.all(np.isfinite(np.asarray(jax.grad(lambda p: jaxrender.render(scene, {key: p}, spp=1).mean())(v))))
+    volpath = jaxrender.load_dict(dict(_cornell(), integrator={"type": "volpath"}))
     with pytest.raises(jaxrender.NotDifferentiableError, match=key):
-        jax.grad(lambda p: jaxrender.render(scene, {key: p}, spp=1).mean())(v)
+        jax.grad(lambda p: jaxrender.render(volpath, {key: p}, spp=1).mean())(v)
     with pytest.raises(jaxrender.NotDifferentiableError, match="light.to_world"):
-        jax.jvp(lambda m: jaxrender.render(scene, {"light.to_world": m}, spp=1),
+        jax.jvp(lambda m: jaxrender.render(volpath, {"light.to_world": m}, spp=1),
                 (scene.params["light.to_world"],), (np.ones((4, 4), np.float32),))
     bad = v.copy()
     bad[4] = np.nan

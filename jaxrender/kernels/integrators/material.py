@@ -81,16 +81,15 @@ def vertex_of(ctx, tri, slot):
     return Vec(*(ir.select(slot == 0, a, ir.select(slot == 1, b, c)) for a, b, c in zip(p0, p1, p2)))
 
 
-def edge_sample(ctx, integrator, si, u, valid) -> EdgeSample:
+def edge_sample(ctx, si, u, valid, incident) -> EdgeSample:
     """Sample a point on one of the scene's edges uniformly (edge, then
     length) and, where it is a silhouette seen from ``si``'s point, the
-    radiance emitted behind it towards that point. ``valid``: where the
-    vertex continues (else no term)."""
+    radiance arriving from behind it (``incident(o, d)``: a path traced
+    from there). ``valid``: where the vertex continues (else no term)."""
     from ..bsdfs.surface import SurfaceBsdf
-    from .. import emitters
     b = ctx.b
     plain = ctx.primal()
-    S = integrator.spectrum
+    S = ctx.spectrum
     edges = b["edges"]
     n_edges = ir.cast(edges.len, "i32")
     e = ir.minimum(ir.cast(u[2] * ir.cast(n_edges, "f32"), "i32"), ir.maximum(n_edges - 1, 0))
@@ -115,14 +114,26 @@ def edge_sample(ctx, integrator, si, u, valid) -> EdgeSample:
     # directions per unit length along the edge: its part across the view, over the distance
     across = edge - w * ir.dot(edge, w)
     per_length = ir.sqrt(ir.dot(across, across)) / ir.select(edge_len > 0.0, edge_len, 1.0) / dist
+    # The rays start just off the surface: the edge's direction and the side
+    # past it are taken from there (the offset turns the view of the edge
+    # by more than the step past it).
     o = si.spawn(w)
-    seen = valid & silhouette & ~occluded(ctx.geo, o, w, ir.Float(0.0), dist * (1.0 - 1e-3))
-    d_behind = ir.normalize(w - normal * BEHIND)
+    from_o = p - o
+    dist_o = ir.maximum(ir.sqrt(ir.dot(from_o, from_o)), 1e-30)
+    w_o = from_o / dist_o
+    m_o = ir.cross(v0 - o, v1 - o)
+    m_o = m_o * (ir.copysign(1.0, ir.dot(m_o, a3 - o)) / ir.maximum(ir.sqrt(ir.dot(m_o, m_o)), 1e-30))
+    seen = valid & silhouette & ~occluded(ctx.geo, o, w_o, ir.Float(0.0), dist_o * (1.0 - 1e-3))
+    d_behind = ir.normalize(w_o - m_o * BEHIND)
     hit = intersect(plain, o, d_behind, ir.Float(0.0))
-    past = ~hit.hit | (hit.t * ir.dot(d_behind, w) > dist * (1.0 + 1e-4))
+    # what lies past the edge: not one of its own triangles, and not in front
+    # of it (a surface the edge's mesh touches there, e.g. a floor under a box,
+    # lies at its distance)
+    own = (hit.prim == tri_a) | (hit.prim == tri_b)
+    past = ~hit.hit | (~own & (hit.t * ir.dot(d_behind, w_o) > dist_o * (1.0 - 1e-3)))
     ok = seen & past
-    # emitted radiance behind the edge (the direct integrator's incident radiance), with the BSDF towards it
-    le, _ = emitters.eval_hit(plain, hit)
+    # the radiance arriving from behind the edge, and the BSDF towards it
+    le = ir.cond(ok, lambda: incident(o, d_behind), S.zero)
     f, _, _ = SurfaceBsdf(plain, si).query(si.frame.to_local(w), ir.Float(0.5), Vec(ir.Float(0.5), ir.Float(0.5)))
     weight = ir.cast(n_edges, "f32") * edge_len * per_length
     coef = Vec(*(ir.select(ok, f[c] * le[c] * weight, 0.0) for c in range(S.channels)))
@@ -176,14 +187,16 @@ def followed_emitter_sample(ctx, fixed, si, es, es_u):
 
 def pair_factor(ctx, si, fixed, prev, camera: Vec) -> Vec:
     """1, with the derivative of reaching ``si`` from the previous vertex
-    (the camera's point, ``prev``: its hit and the ray that found it): that
+    (``prev``: its hit, the ray that found it and the hit before it): that
     vertex's BSDF (times cosine) towards this point and the area this
     point's solid angle covers there; a miss keeps its direction."""
     from ..bsdfs.surface import SurfaceBsdf
-    prim, b1, b2, o, d, t = prev
+    prim, b1, b2, o, d, t, prim2, b1_2, b2_2 = prev
     before = intersect(ctx, o, d, ir.Float(0.0), INF, KnownHit(ir.Bool(True), t, prim, b1, b2, ir.Int(-1)))
     before = following(ctx, before)
-    before = dataclasses.replace(before, wi=before.frame.to_local(ir.normalize(camera - before.p)))
+    # the vertex before that one: the camera, or a hit following its triangle
+    earlier = Vec(*(ir.select(prim2 < 0, a, c) for a, c in zip(camera, point_on_triangle(ctx, prim2, b1_2, b2_2))))
+    before = dataclasses.replace(before, wi=before.frame.to_local(ir.normalize(earlier - before.p)))
     wo = ir.normalize(si.p - before.p)
     wo = Vec(*(ir.select(si.hit, a, c) for a, c in zip(wo, fixed.d)))
     f, _, _ = SurfaceBsdf(ctx, before).query(before.frame.to_local(wo), ir.Float(0.5), Vec(ir.Float(0.5), ir.Float(0.5)))

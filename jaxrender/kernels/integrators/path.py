@@ -46,7 +46,8 @@ class PathState:
     active: Any
     eta: Any            # product of the relative IORs refracted through (Mitsuba's RR uses it)
     valid: Any = None   # scenes with null (pass-through) samples: Mitsuba's valid_ray (see kept)
-    prev: Any = None    # kernels for moving meshes: the last hit (prim, b1, b2) and the ray that found it (o, d, t)
+    prev: Any = None    # kernels for moving meshes: the last hit (prim, b1, b2), the ray that found it (o, d, t)
+                        # and the hit before it (prim, b1, b2; prim -1: the camera)
 
 
 @dataclasses.dataclass
@@ -106,7 +107,8 @@ class PathIntegrator(ReplayIntegrator):
         """The loop state of a path whose camera ray is (o, d) from t_min to t_max."""
         S = self.spectrum
         valid = self.camera_sees_environment(ctx) if samples_null(ctx.structure) else None
-        prev = (ir.Int(-1), ir.Float(0.0), ir.Float(0.0), o, d, ir.Float(0.0)) if ctx.geometry_motion else None
+        none = (ir.Int(-1), ir.Float(0.0), ir.Float(0.0))
+        prev = (*none, o, d, ir.Float(0.0), *none) if ctx.geometry_motion else None
         return PathState(ir.Int(0), o, d, t_min, t_max, S.one(), S.zero(), ir.Float(1.0), ir.Bool(True),
                          ir.Bool(True), ir.Float(1.0), valid, prev)
 
@@ -143,7 +145,7 @@ class PathIntegrator(ReplayIntegrator):
             es, nee = material.followed_emitter_sample(ctx, fixed, si, es, es_u)
             pair = ir.cond(depth > 0, lambda: material.pair_factor(ctx, si, fixed, prev, camera),
                            self.spectrum.one)
-            boundary = material.edge_term(ctx, edge, si.p) * ir.select(depth == 0, 1.0, 0.0)
+            boundary = material.edge_term(ctx, edge, si.p)
         elif ctx.camera_motion:
             si = motion.attach_primary_wi(ctx, si, depth == 0)
         # Emission seen along the ray, weighted against emitter sampling.
@@ -184,9 +186,10 @@ class PathIntegrator(ReplayIntegrator):
         u = ctx.rand(s, 2 + st.depth * 2)
         beta = st.throughput
         if ctx.geometry_motion:
-            # the boundary term of the camera's point, sampled on the scene's edges
-            edge = material.edge_sample(ctx, self, si, ctx.rand(s, material.EDGE_GROUP),
-                                        si.hit & (st.depth == 0) & deeper & ~pass_through)
+            # the boundary term of this point's incident radiance, sampled on the scene's edges
+            edge = material.edge_sample(ctx, si, ctx.rand(s, material.EDGE_GROUP + st.depth),
+                                        si.hit & deeper & ~pass_through,
+                                        lambda o, d: self._incident(ctx.primal(), s, st.depth + 1, o, d))
             sh = shade(si, es, u, st.depth, st.prev_pdf, st.prev_delta, show_emitters, st.prev, edge, es_u)
             beta = beta * sh.pair        # 1, carrying the derivative of reaching this point
         else:
@@ -234,8 +237,17 @@ class PathIntegrator(ReplayIntegrator):
                         ir.select(pass_through, S.one(), throughput), radiance,
                         ir.select(pass_through, st.prev_pdf, sh.pdf), ir.select(pass_through, st.prev_delta, sh.delta),
                         active_next | pass_through, ir.select(pass_through, st.eta, eta), valid,
-                        (si.prim, si.b1, si.b2, st.o, st.d, si.t) if st.prev is not None else None)
+                        (si.prim, si.b1, si.b2, st.o, st.d, si.t, *st.prev[:3]) if st.prev is not None else None)
         return new, Vertex(st.throughput, ~blocked, active_next & ~pass_through, pending)
+
+    def _incident(self, ctx, s, depth, o, d) -> Vec:
+        """Radiance arriving at ``o`` from direction ``-d``: a path traced
+        from there whose first vertex is at ``depth``, its emission counted
+        whole (no MIS: this direction was not sampled by a BSDF)."""
+        S = self.spectrum
+        state = PathState(depth, o, d, ir.Float(0.0), INF, S.one(), S.zero(), ir.Float(1.0), ir.Bool(True),
+                          ir.Bool(True), ir.Float(1.0))
+        return self.trace(ctx, s, state)
 
     def local_radiance(self, vertex: Vertex, sh: Shading, rest: Vec) -> Vec:
         # The continuation weight scales everything the path gathers later:
