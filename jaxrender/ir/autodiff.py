@@ -52,13 +52,18 @@ def _as_leaves(values: Sequence[Any], what: str) -> list[Var]:
     return out
 
 
-def trace_function(fn: Callable[..., Any], primals: Sequence[Any]) -> tuple[Block, Any, Any]:
+def trace_function(fn: Callable[..., Any], primals: Sequence[Any],
+                   diff_buffers: frozenset = frozenset()) -> tuple[Block, Any, Any]:
     """Trace ``fn(*primals)`` into a standalone block (params = flattened
     primals); returns (block, input treedef, output treedef). Values the
-    function captures from the enclosing kernel are used as they are."""
+    function captures from the enclosing kernel are used as they are,
+    except reads of ``diff_buffers`` (input indices): those the function
+    makes are its own (value numbering does not reuse a read made before
+    it, whose derivative would be lost)."""
     leaves, in_tree = tree_flatten(tuple(primals))
     leaves = _as_leaves(leaves, "primal")
     blk = Block(current_block(), "function")
+    blk.meta["diff_buffers"] = frozenset(diff_buffers)
     with scope(blk):
         params = [wrap(blk.add_param(v.dtype)) for v in leaves]
         out = fn(*tree_unflatten(in_tree, params))
@@ -457,9 +462,9 @@ def jvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any],
         y, dy = ir.jvp(lambda x: ir.sin(x) * x, (x,), (dx,))
     """
     primals = tuple(primals)
-    blk, in_tree, out_tree, pleaves = trace_function(fn, primals)
-    tleaves = _tangent_leaves(tangents, in_tree, len(pleaves))
     bt = _buffer_map(buffer_tangents, "buffer_tangents")
+    blk, in_tree, out_tree, pleaves = trace_function(fn, primals, frozenset(bt))
+    tleaves = _tangent_leaves(tangents, in_tree, len(pleaves))
     diff_bufs = {k for k in bt}
     active_params = [prm for prm, t in zip(blk.params, tleaves) if t is not None and prm.type == F32]
     act = activity(blk, active_params, diff_bufs)
@@ -791,8 +796,8 @@ def vjp(fn: Callable[..., Any], *primals: Any, buffer_grads: Mapping[Any, Any] |
         y, pullback = ir.vjp(lambda a, b: a * ir.sin(b), a, b)
         da, db = pullback(1.0)
     """
-    blk, in_tree, out_tree, pleaves = trace_function(fn, primals)
     bg = _buffer_map(buffer_grads, "buffer_grads")
+    blk, in_tree, out_tree, pleaves = trace_function(fn, primals, frozenset(bg))
     active_params = [prm for prm in blk.params if prm.type == F32]
     act = activity(blk, active_params, set(bg))
     env = _Env()

@@ -137,10 +137,10 @@ class Block:
             hit = b._table.get(key)
             if hit is not None:
                 return hit
-            # A buffer read inside a function being differentiated is the
-            # function's own read (a derivative flows from it), never one
-            # the enclosing code made before.
-            if key[0] == "gather" and b.kind == "function":
+            # A read of a differentiated buffer inside a function being
+            # differentiated is the function's own (a derivative flows from
+            # it), never one the enclosing code made before.
+            if key[0] == "gather" and b.kind == "function" and key[3][0] in b.meta.get("diff_buffers", ()):
                 return None
             b = b.parent
         return None
