@@ -183,26 +183,10 @@ def test_degenerate_triangles_give_finite_derivatives(tmp_path):
                                "v -0.2 0.9 0\nv 0 0.9 0\nv 0.2 0.9 0\nf 1 3 2\nf 1 4 3\nf 5 6 7\nf 5 5 6\n")
     key = "occluder.vertex_positions"
     value = jnp.asarray(scene.params[key])
-    for method in ("prb", "rb"):
-        g = jax.grad(lambda v: jnp.sum(jaxrender.render(scene, {key: v}, spp=4, method=method) * WEIGHTS))(value)
-        assert np.all(np.isfinite(np.asarray(g)))
+    g = jax.grad(lambda v: jnp.sum(jaxrender.render(scene, {key: v}, spp=4) * WEIGHTS))(value)
+    assert np.all(np.isfinite(np.asarray(g)))
     _, t = jax.jvp(lambda v: jaxrender.render(scene, {key: v}, spp=4), (value,), (_translate_x(value),))
     assert np.all(np.isfinite(np.asarray(t)))
-
-
-def test_vmap_over_shapes_equals_a_loop():
-    scene = jaxrender.load_dict(shadow_scene())
-    key = "occluder.to_world"
-    value = jnp.asarray(scene.params[key])
-    shapes = jnp.stack([value, value.at[0, 3].add(0.1)])
-
-    def loss(v):
-        return jnp.sum(jaxrender.render(scene, {key: v}, spp=4, seed=1) * WEIGHTS)
-
-    batched = jax.vmap(jax.grad(loss))(shapes)
-    for i in range(2):
-        np.testing.assert_allclose(np.asarray(batched[i]), np.asarray(jax.grad(loss)(shapes[i])), rtol=2e-3,
-                                   atol=2e-3)
 
 
 @pytest.mark.parametrize("changes, message", [

@@ -71,7 +71,6 @@ CAMERA = {"forward_camera": lambda: PATH.forward_kernel(("camera",), CAMERA_STRU
           "boundary_forward": lambda: boundary.forward_kernel(PATH, CAMERA_STRUCTURE),
           "boundary_adjoint": lambda: boundary.adjoint_kernel(PATH, CAMERA_STRUCTURE),
           # moving meshes (the direct integrator's geometry kernels)
-          "forward_tris": lambda: PATH.forward_kernel(("tris",), CAMERA_STRUCTURE),
           "adjoint_prb_tris": lambda: PATH.adjoint_kernel(("tris",), "prb", CAMERA_STRUCTURE),
           "boundary_adjoint_tris": lambda: boundary.adjoint_kernel(PATH, CAMERA_STRUCTURE, ("tris",))}
 ENGINE_KERNELS = {
@@ -268,7 +267,7 @@ def test_camera_kernels_assemble(name):
     a GPU speed question for hardware; the bound here catches growth."""
     for sm, r in assembled(name).items():
         assert 0 < r.registers <= 255, r.log
-        spills = name.startswith("adjoint_prb_") or name == "forward_tris"
+        spills = name.startswith("adjoint_prb_")
         bound = 2560 if spills else 8 * ir.bvh_query.STACK_SIZE + 384
         assert r.stack_frame <= bound, r.log
 
