@@ -29,7 +29,7 @@ from ..kernels import layout
 from ..kernels.integrators import boundary as kernels
 from ..kernels.shapes import KIND as SHAPE_KIND
 from .kernel_call import launch
-from .levels import register, vmap_levels
+from .levels import register, sum_unmapped, vmap_levels
 
 
 def edge_topology(tris: np.ndarray) -> np.ndarray:
@@ -330,11 +330,7 @@ def _transpose(ct, *args, config, active, batch_shape, in_batch):
     nb = len(batch_shape)
     fn = vmap_levels(functools.partial(_adjoint_unbatched, config, active), list(in_batch[:n]) + [(True,) * nb], nb)
     grads = fn(*args[:n], ct)
-    out = []
-    for g, flags in zip(grads, in_batch[n:]):
-        axes = tuple(k for k in range(nb) if not flags[k])
-        out.append(jnp.sum(g, axis=axes) if axes else g)
-    return [None] * n + out
+    return [None] * n + sum_unmapped(grads, in_batch[n:], nb)
 
 
 ad.primitive_transposes[boundary_jvp_p] = _transpose

@@ -31,6 +31,17 @@ def vmap_levels(fn: Callable, in_batch, n_levels: int, out_axes=0) -> Callable:
     return fn
 
 
+def sum_unmapped(grads, tangent_flags, n_levels: int) -> list:
+    """Per-batch-element gradients (every level) summed over the levels
+    their tangent is not mapped in (``tangent_flags``: each tangent's
+    ``in_batch`` flags): the transpose of broadcasting it there."""
+    out = []
+    for g, flags in zip(grads, tangent_flags):
+        axes = tuple(k for k in range(n_levels) if not flags[k])
+        out.append(jnp.sum(g, axis=axes) if axes else g)
+    return out
+
+
 def register(primitive, impl_fn: Callable, abstract: Callable) -> None:
     """Give ``primitive`` its implementation (``impl_fn``, also its
     lowering), ``abstract`` evaluation and the batching rule that adds a

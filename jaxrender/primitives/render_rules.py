@@ -44,7 +44,7 @@ from ..ir.graph import NUMPY_DTYPE
 from .boundary import boundary_tangent, canvas_shape, film_segments
 from .film import FilmGeometry, crop_canvas, develop, normalize, splat_canvas
 from .kernel_call import launch, prefetch
-from .levels import register, vmap_levels
+from .levels import register, sum_unmapped, vmap_levels
 
 
 class NotDifferentiableError(ValueError):
@@ -403,11 +403,7 @@ def _jvp_transpose(ct, *args, config, active, batch_shape, in_batch):
     fn = vmap_levels(functools.partial(_adjoint_unbatched, config, active),
                       list(in_batch[:n]) + [(True,) * nb], nb)
     grads = fn(*primals, ct)
-    out = []
-    for g, flags in zip(grads, in_batch[n:]):
-        axes = tuple(k for k in range(nb) if not flags[k])
-        out.append(jnp.sum(g, axis=axes) if axes else g)
-    return [None] * n + out
+    return [None] * n + sum_unmapped(grads, in_batch[n:], nb)
 
 
 ad.primitive_transposes[render_jvp_p] = _jvp_transpose

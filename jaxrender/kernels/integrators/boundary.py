@@ -52,14 +52,6 @@ def inputs(integrator, structure: Structure) -> dict:
                 segment_cdf=ir.In("f32"), canvas_width=ir.Scalar("u32"))
 
 
-def _project(cam, b, p: Vec) -> Vec:
-    """Grid-pixel position of world point ``p`` seen by the (detached) camera."""
-    c = motion.camera_space(cam, p, True)
-    fx = 0.5 * (1.0 - c.x / (c.z * cam.tan_x))
-    fy = 0.5 * (1.0 - c.y / (c.z * cam.tan_y))
-    return Vec(fx * b["film_width"].value - b["grid_x0"].value, fy * b["film_height"].value - b["grid_y0"].value)
-
-
 def curve_point(geo, shape, which, origin: Vec, phi, outward=0.0):
     """The point at angle ``phi`` of an analytic shape's silhouette or rim
     (``which``: 0 a sphere's circle of tangency from ``origin``, 1 a disk's
@@ -128,9 +120,11 @@ def _sample(integrator, ctx: Context, s):
             which = ir.cast(segs.read(i, layout.SEG_CURVE), "i32")
             phi = tau * (2.0 * 3.141592653589793)
             point = curve_point(ctx.geo, shape, which, origin, phi)
-            spc, ds = ir.jvp(lambda a: _project(cam, b, curve_point(ctx.geo, shape, which, origin, a)),
-                             (phi,), (1.0,))
-            out = _project(cam, b, curve_point(ctx.geo, shape, which, origin, phi, 1e-3)) - spc
+            def project(q):
+                return Vec(*motion.film_position(ctx, q, True, cam))
+
+            spc, ds = ir.jvp(lambda a: project(curve_point(ctx.geo, shape, which, origin, a)), (phi,), (1.0,))
+            out = project(curve_point(ctx.geo, shape, which, origin, phi, 1e-3)) - spc
             out_len = ir.sqrt(out.x * out.x + out.y * out.y)
             ds_len = ir.sqrt(ds.x * ds.x + ds.y * ds.y) * (2.0 * 3.141592653589793)
             front = motion.camera_space(cam, point, True).z > ir.detach(cam.near)

@@ -30,20 +30,12 @@ from ..geometry import INF
 from ..interaction import KnownHit, doubled_area, following, intersect, point_on_triangle
 from ..shapes import triangle
 from ..sensors import motion
+from ..sensors.motion import relative
 
 # Dimension group of the edge sample at the camera's point (beyond the path's).
 EDGE_GROUP = 97
 # Angle (radians) past an edge at which what lies behind it is traced.
 BEHIND = 1e-4
-
-
-def relative(x):
-    return motion.relative(x)
-
-
-def with_wi(si, toward: Vec):
-    """``si`` seen from the direction ``toward`` (world, unit)."""
-    return dataclasses.replace(si, wi=si.frame.to_local(toward))
 
 
 def area_jacobian(x: Vec, y: Vec, ny: Vec, area_y):

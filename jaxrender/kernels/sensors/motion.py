@@ -46,10 +46,11 @@ def camera_space(cam: CameraRow, x: Vec, point) -> Vec:
                m[2] * q.x + m[6] * q.y + m[10] * q.z)
 
 
-def film_position(ctx, x: Vec, point: bool = True):
+def film_position(ctx, x: Vec, point=True, cam: CameraRow | None = None):
     """Where ``x`` lands on the film, in pixels of the sample grid
-    (continuous: grid item (i, j) covers [j, j + 1) x [i, i + 1))."""
-    cam = CameraRow(ctx.b["camera"])
+    (continuous: grid item (i, j) covers [j, j + 1) x [i, i + 1)); ``cam``:
+    the camera row already read (default: read it here)."""
+    cam = CameraRow(ctx.b["camera"]) if cam is None else cam
     c = camera_space(cam, x, point)
     b = ctx.b
     fx = 0.5 * (1.0 - c.x / (c.z * cam.tan_x))
