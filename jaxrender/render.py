@@ -17,11 +17,12 @@ from .primitives.boundary import edge_topology as boundary_topology
 from .primitives.bsdf_tables import bsdf_table
 from .primitives.film import FilmGeometry, has_alpha, to_pixel_format
 from .primitives.render_rules import PixelSplit, RenderConfig, nondifferentiable, render_image
+from .kernels.shapes import KIND as SHAPE_KIND
 from .scene.camera import fov_key
 from .scene.errors import SceneError
 
-_GEOMETRY_WHY = ("gradients with respect to scene geometry are implemented for flat-shaded meshes under the path "
-                 "and direct integrators so far")
+_GEOMETRY_WHY = ("gradients with respect to scene geometry are implemented for flat-shaded meshes, spheres and "
+                 "disks under the path and direct integrators so far")
 
 
 # A launch's per-item buffers (splat blocks, weights) above this many bytes
@@ -240,14 +241,14 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     seed_grad = _decorrelated(seed) if seed_grad is None else _offset(_seed(seed_grad, "seed_grad"), cam.seed)
     scene.check_params(params)
     camera_keys = [k for k in (cam_key, fov_key(cam_key)) if params and k in params]
-    geometry_keys = [k for k in _mesh_keys(scene) if params and k in params]
+    geometry_keys = [k for k in _geometry_keys(scene) if params and k in params]
     if params:
         nondiff = {**scene.nondifferentiable, **integrator.nondifferentiable_params(scene)}
         why_camera = _camera_why(scene, cam, integrator, settings, structure, split) if camera_keys else None
         if why_camera is not None:
             nondiff.update({k: f"{k}: {why_camera}" for k in camera_keys if k not in nondiff})
         if geometry_keys:
-            why_geometry = _geometry_why(cam, integrator, settings, structure, split)
+            why_geometry = _geometry_why(scene, cam, integrator, settings, structure, split)
             for k in geometry_keys:
                 if why_geometry is None:
                     nondiff.pop(k, None)
@@ -291,23 +292,27 @@ def _camera_why(scene, cam, integrator, settings, structure, split) -> str | Non
     return _moving_why("camera", "the camera", integrator, settings, structure, split)
 
 
-def _mesh_keys(scene) -> list:
-    """The parameters that move a mesh's triangles (``vertex_positions``, a
-    rectangle's ``to_world``) of flat-shaded meshes."""
+def _geometry_keys(scene) -> list:
+    """The parameters that move geometry the kernels can follow: a
+    flat-shaded mesh's triangles (``vertex_positions``, a rectangle's
+    ``to_world``), an analytic shape's ``to_world``."""
     g = scene.moving
     if g is None:
         return []
-    return [p.key for p in g.placements if p is not None and not p.smooth]
+    return ([p.key for p in g.placements if p is not None and not p.smooth]
+            + [s.param for s in g.shapes if s.param is not None])
 
 
-def _geometry_why(cam, integrator, settings, structure, split) -> str | None:
-    """Why this render cannot differentiate its meshes' vertices, or None."""
+def _geometry_why(scene, cam, integrator, settings, structure, split) -> str | None:
+    """Why this render cannot differentiate its geometry, or None."""
     if "tris" not in integrator.differentiable:
-        return (f"derivatives with respect to mesh vertices are implemented for the path and direct integrators, "
+        return (f"geometry derivatives are implemented for the path and direct integrators, "
                 f"not {integrator.name!r}")
-    if structure.analytic or structure.shading_normals or structure.tangents:
-        return ("derivatives with respect to mesh vertices need scenes of flat-shaded meshes only (no spheres, "
-                "disks, cylinders, vertex normals, normal / bump maps or anisotropic BSDFs) so far")
+    if structure.shading_normals or structure.tangents:
+        return ("geometry derivatives need scenes of flat-shaded surfaces (no vertex normals, normal / bump maps "
+                "or anisotropic BSDFs) so far")
+    if any(s.kind == SHAPE_KIND["cylinder"] for s in scene.moving.shapes):
+        return "geometry derivatives of scenes with cylinders are not supported yet (their outlines are not sampled)"
     if cam.kind != "perspective":
         return "geometry derivatives are implemented for the perspective sensor only"
     return _moving_why("geometry", "their surface", integrator, settings, structure, split)

@@ -66,13 +66,17 @@ INSTANCED = {"path_instanced": lambda: PATH.primal_kernel(Structure(instanced=Tr
                  DIFF, "prb", dataclasses.replace(CLASSIC_STRUCTURE, instanced=True))}
 # Camera derivatives: the forward and PRB kernels with the camera moving, and the boundary term's pair.
 CAMERA_STRUCTURE = Structure(bsdfs=("diffuse", "roughplastic-ggx"), footprint=5)
+ANALYTIC_STRUCTURE = dataclasses.replace(CAMERA_STRUCTURE, analytic=True)
 CAMERA = {"forward_camera": lambda: PATH.forward_kernel(("camera",), CAMERA_STRUCTURE),
           "adjoint_prb_camera": lambda: PATH.adjoint_kernel(("camera",), "prb", CAMERA_STRUCTURE),
           "boundary_forward": lambda: boundary.forward_kernel(PATH, CAMERA_STRUCTURE),
           "boundary_adjoint": lambda: boundary.adjoint_kernel(PATH, CAMERA_STRUCTURE),
           # moving meshes (the direct integrator's geometry kernels)
           "adjoint_prb_tris": lambda: PATH.adjoint_kernel(("tris",), "prb", CAMERA_STRUCTURE),
-          "boundary_adjoint_tris": lambda: boundary.adjoint_kernel(PATH, CAMERA_STRUCTURE, ("tris",))}
+          "boundary_adjoint_tris": lambda: boundary.adjoint_kernel(PATH, CAMERA_STRUCTURE, ("tris",)),
+          # moving spheres and disks (material coordinates, their outlines among the edges)
+          "adjoint_prb_shapes": lambda: PATH.adjoint_kernel(("shape_data",), "prb", ANALYTIC_STRUCTURE),
+          "boundary_adjoint_shapes": lambda: boundary.adjoint_kernel(PATH, ANALYTIC_STRUCTURE, ("shape_data",))}
 ENGINE_KERNELS = {
     "float_ops": test_ir_ops.float_kernel, "int_ops": test_ir_ops.int_kernel,
     "uint_ops": test_ir_ops.uint_kernel, "bool_ops": test_ir_ops.bool_kernel,

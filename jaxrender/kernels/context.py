@@ -115,6 +115,18 @@ class Structure:
                 + "".join(f"_{m}" for m in self.media + self.phases) + ("_instanced" if self.instanced else ""))
 
 
+# The buffers whose derivatives move the scene's geometry (the triangles'
+# vertices, the analytic shapes' transforms: integrators/material.py) and,
+# with the camera's, every buffer whose motion derivative kernels follow.
+GEOMETRY = ("tris", "shape_data")
+MOVING = ("camera",) + GEOMETRY
+
+
+def moves_geometry(active) -> bool:
+    """Whether derivatives along ``active`` (buffer names) move geometry."""
+    return any(n in active for n in GEOMETRY)
+
+
 @dataclasses.dataclass
 class Context:
     """The kernel's view of one work item (a pixel).
@@ -131,8 +143,9 @@ class Context:
     emitted radiance carry derivatives (Zeltner et al. 2021).
     ``camera_motion``: the camera's buffer carries derivatives, so the
     primary vertex sees it move (``sensors/motion.py``);
-    ``geometry_motion``: the triangles' buffer does, and path points follow
-    their triangles (``integrators/material.py``)."""
+    ``geometry_motion``: the triangles' and / or the analytic shapes'
+    buffers do, and path points follow their surfaces
+    (``integrators/material.py``)."""
     b: dict                  # input name -> ir Buffer
     geo: SceneGeometry
     pixel: Any

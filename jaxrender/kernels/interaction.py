@@ -131,33 +131,95 @@ def intersect(ctx, o: Vec, d: Vec, t_min, t_max=INF, known: "KnownHit | None" = 
                               scale, o, dp_du, dp_dv, instance)
 
 
-# -- moving triangles (material-form derivatives: integrators/material.py) -----------
-def point_on_triangle(ctx, prim, b1, b2) -> Vec:
-    """The point at barycentrics (b1, b2) of triangle ``prim``, following
-    the triangle's vertices (reads of ``tris``, derivatives included)."""
-    p0, p1, p2 = triangle.vertices(ctx.b["tris"], ir.maximum(prim, 0))
-    return p0 * (1.0 - b1 - b2) + p1 * b1 + p2 * b2
+# -- moving surfaces (material-form derivatives: integrators/material.py) -----------
+# A point of a moving surface keeps its *material coordinates*: a triangle's
+# barycentrics (b1, b2), an analytic shape's object-space point as two
+# numbers (shapes.material_coords). Where it lies, its normal and the
+# measure of those coordinates follow the triangle's vertices (reads of
+# ``tris``) or the shape's to_world (reads of ``shape_data``), derivatives
+# included.
+
+def shape_of(ctx, prim):
+    """The analytic shape (row of ``shape_data``) of primitive ``prim``, -1 for a triangle."""
+    if not ctx.structure.analytic:
+        return ir.Int(-1)
+    return ir.select(prim >= 0, ctx.geo.prim_shape[ir.maximum(prim, 0)], -1)
 
 
-def doubled_area(ctx, prim):
-    """Twice the area of triangle ``prim``: the measure of its barycentric coordinates."""
-    p0, p1, p2 = triangle.vertices(ctx.b["tris"], ir.maximum(prim, 0))
-    c = ir.cross(p1 - p0, p2 - p0)
-    return ir.sqrt(ir.dot(c, c))
+def material_coords(ctx, si: SurfaceInteraction):
+    """The material coordinates of ``si``'s point (no derivatives)."""
+    if not ctx.structure.analytic:
+        return ir.detach(si.b1), ir.detach(si.b2)
+    s = shape_of(ctx, si.prim)
+    geo = ctx.geo
+    return tuple(ir.detach(c) for c in ir.cond(
+        si.hit & (s >= 0), lambda: shapes.material_coords(geo, s, geo.to_object(s, ir.detach(si.p))),
+        lambda: (si.b1, si.b2)))
+
+
+def _on_shape(geo, s, c1, c2):
+    # (to_world's cofactor matrix maps object normals to world normals
+    # scaled by the area the surface gains: its columns' cross products)
+    local, n_local = shapes.material_point(geo, s, c1, c2)
+    m = [geo.shape_value(s, layout.SHAPE_TO_WORLD + k) for k in range(12)]
+    c0, c1_, c2_ = (Vec(m[c], m[4 + c], m[8 + c]) for c in range(3))
+    p = c0 * local.x + c1_ * local.y + c2_ * local.z + Vec(m[3], m[7], m[11])
+    n = ir.cross(c1_, c2_) * n_local.x + ir.cross(c2_, c0) * n_local.y + ir.cross(c0, c1_) * n_local.z
+    size = ir.sqrt(ir.dot(n, n))
+    return p, n * (1.0 / ir.select(size > 0.0, size, 1.0)), size
+
+
+def surface_point(ctx, prim, c1, c2):
+    """(point, unit normal up to orientation, measure of the material
+    coordinates: a triangle's doubled area, an analytic shape's area per unit
+    object area) of primitive ``prim`` at material coordinates (c1, c2),
+    following the geometry (derivatives included)."""
+    def on_triangle():
+        p0, p1, p2 = triangle.vertices(ctx.b["tris"], ir.maximum(prim, 0))
+        c = ir.cross(p1 - p0, p2 - p0)
+        size = ir.sqrt(ir.dot(c, c))
+        return p0 * (1.0 - c1 - c2) + p1 * c1 + p2 * c2, c * (1.0 / ir.select(size > 0.0, size, 1.0)), size
+
+    if not ctx.structure.analytic:
+        return on_triangle()
+    s = shape_of(ctx, prim)
+    return ir.cond(s >= 0, lambda: _on_shape(ctx.geo, s, c1, c2), on_triangle)
+
+
+def point_on_surface(ctx, prim, c1, c2) -> Vec:
+    """The point at material coordinates (c1, c2) of primitive ``prim``, following it."""
+    return surface_point(ctx, prim, c1, c2)[0]
+
+
+def on_analytic_shape(ctx, s, point: Vec):
+    """(point, unit normal up to orientation, measure) of analytic shape
+    ``s`` at the material point under the world point ``point`` (taken as
+    fixed), following the shape."""
+    geo = ctx.geo
+    c1, c2 = (ir.detach(c) for c in shapes.material_coords(geo, s, geo.to_object(s, ir.detach(point))))
+    return _on_shape(geo, s, c1, c2)
 
 
 def following(ctx, si: SurfaceInteraction) -> SurfaceInteraction:
-    """``si`` (a triangle hit, or a miss) with its point, geometric normal
-    and shading frame following the triangle at its barycentrics (flat
+    """``si`` (a hit, or a miss) with its point, geometric normal and
+    shading frame following its surface at its material coordinates (flat
     shading: the kernels that call this run for scenes without vertex
-    normals); its ``wi`` is left to the caller."""
-    p0, p1, p2 = triangle.vertices(ctx.b["tris"], ir.maximum(si.prim, 0))
-    p = p0 * (1.0 - si.b1 - si.b2) + p1 * si.b1 + p2 * si.b2
-    ng = ir.normalize(ir.cross(p1 - p0, p2 - p0))
+    normals), the normal on the side the traced one is; its ``wi`` is left
+    to the caller, its UV held."""
+    c1, c2 = material_coords(ctx, si)
+    p, n, _ = surface_point(ctx, si.prim, c1, c2)
+    n = n * ir.copysign(1.0, ir.dot(ir.detach(n), ir.detach(si.ng)))
 
     def keep(a: Vec, b: Vec) -> Vec:
         return Vec(*(ir.select(si.hit, x, y) for x, y in zip(a, b)))
-    ng = keep(ng, si.ng)
+    ng = keep(n, ir.detach(si.ng))
     # (a miss's point is at infinity: a finite stand-in, so that nothing
     # computed from it and then selected away carries a NaN into derivatives)
-    return dataclasses.replace(si, p=keep(p, ir.detach(si.o + si.d)), ng=ng, frame=Frame(ng))
+    return dataclasses.replace(si, p=keep(p, ir.detach(si.o + si.d)), ng=ng, frame=Frame(ng),
+                               b1=ir.detach(si.b1), b2=ir.detach(si.b2))
+
+
+def surface_measure(ctx, si: SurfaceInteraction):
+    """The measure of ``si``'s material coordinates (``surface_point``'s),
+    following its surface."""
+    return surface_point(ctx, si.prim, *material_coords(ctx, si))[2]

@@ -95,6 +95,16 @@ class Frame:
         frame.t = Vec(*(ir.select(ok, a, b) for a, b in zip(ir.cross(n, frame.s), frame.t)))
         return frame
 
+    # (a pytree: kernel state, ir.detach)
+    def tree_flatten(self):
+        return (self.n, self.s, self.t), None
+
+    @classmethod
+    def tree_unflatten(cls, aux, children) -> "Frame":
+        frame = cls.__new__(cls)
+        frame.n, frame.s, frame.t = children
+        return frame
+
     def to_local(self, v: Vec) -> Vec:
         return Vec(ir.dot(v, self.s), ir.dot(v, self.t), ir.dot(v, self.n))
 

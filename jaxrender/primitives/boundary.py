@@ -26,6 +26,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad
 
 from ..kernels import layout
+from ..kernels.context import MOVING
 from ..kernels.integrators import boundary as kernels
 from ..kernels.shapes import KIND as SHAPE_KIND
 from .kernel_call import launch
@@ -340,7 +341,7 @@ def boundary_tangent(config, kernel_inputs: dict, tangents: dict):
     """The boundary term's canvas along ``tangents`` (of ``camera`` and / or
     ``tris``; ``kernel_inputs``: the integrator's inputs plus ``segments``,
     ``segment_cdf`` and ``canvas_width``)."""
-    active = tuple(n for n in ("camera", "tris") if n in tangents)
+    active = tuple(n for n in MOVING if n in tangents)
     names = kernels_inputs_names(config)
     args = [jnp.asarray(kernel_inputs[k]) for k in names] + [tangents[n] for n in active]
     return boundary_jvp_p.bind(*args, config=config, active=active, batch_shape=(),

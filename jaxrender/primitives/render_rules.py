@@ -38,7 +38,7 @@ from jax.interpreters import partial_eval as pe
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from ..kernels.context import Structure
+from ..kernels.context import MOVING, Structure, moves_geometry
 from ..kernels.integrators import Integrator, PathIntegrator
 from ..ir.graph import NUMPY_DTYPE
 from .boundary import boundary_tangent, canvas_shape, film_segments
@@ -297,12 +297,12 @@ def _render_jvp(config: RenderConfig, primals, tangents):
         return out, jnp.zeros_like(out)
     prim = _kernel_inputs(config, inputs)
     prim["seed"], prim["spp"] = inputs["seed_grad"], inputs["spp_grad"]
-    if "tris" in active:
+    if moves_geometry(active):
         prim["edges"] = inputs["edges"]
     args = [jnp.asarray(prim[k]) for k in config.derivative_input_names(active)] + [tin[n] for n in active]
     t_blocks = render_jvp_p.bind(*args, config=config, active=active, batch_shape=(),
                                  in_batch=tuple(() for _ in args))
-    moving = tuple(n for n in ("camera", "tris") if n in active)
+    moving = tuple(n for n in MOVING if n in active)
     extra = _film_boundary(config, inputs, prim, {n: tin[n] for n in moving}) if moving else None
     # The tangent's samples are seed_grad's, so are its weights (constants:
     # JAX transposes the develop step for the adjoint).

@@ -45,7 +45,7 @@ from .. import sensors
 from ..geometry import closest_hit
 from ..sensors import film, motion
 from ..bsdfs import registry as bsdf_registry
-from ..context import Context, Structure
+from ..context import MOVING, Context, Structure, moves_geometry
 from ..spectrum import RGB, SpectrumType
 
 ADJOINT_METHODS = ("prb", "rb", "rb_biased")
@@ -75,7 +75,7 @@ def _zeros(n: int) -> Vec:
 
 def _moving(ctx: Context, active) -> Context:
     """``ctx`` for kernels whose camera and / or triangles carry derivatives."""
-    return dataclasses.replace(ctx, camera_motion="camera" in active, geometry_motion="tris" in active)
+    return dataclasses.replace(ctx, camera_motion="camera" in active, geometry_motion=moves_geometry(active))
 
 
 def _dot(a: Vec, b: Vec):
@@ -241,7 +241,7 @@ class Integrator:
         triangles, also the scene's welded ``edges`` (``primitives/boundary
         .edge_topology`` rows)."""
         inputs = self.inputs(structure)
-        return dict(inputs, edges=ir.In("i32", (6,))) if "tris" in active else inputs
+        return dict(inputs, edges=ir.In("i32", (6,))) if moves_geometry(active) else inputs
 
     def check_active(self, active: tuple) -> tuple:
         bad = [n for n in active if n not in self.differentiable]
@@ -261,7 +261,7 @@ class Integrator:
 
         def fwd(**b):
             prim = {k: b[k] for k in base}
-            moving = tuple(n for n in ("camera", "tris") if n in active)
+            moving = tuple(n for n in MOVING if n in active)
             _, tangent = ir.jvp(lambda: self._primal_body(structure, True, moving, **prim), (), (),
                                 buffer_tangents={b[n]: b["d_" + n] for n in active})
             return {"image": tangent["image"]}

@@ -33,10 +33,11 @@ import dataclasses
 from ... import ir
 from ...ir import Vec
 from .. import layout
-from ..context import Context, Structure
+from ..shapes import curve_point
+from ..context import Context, Structure, moves_geometry
 from ..geometry import occluded
-from ..interaction import intersect, point_on_triangle
-from ..sampling import coordinate_system, sample_cdf
+from ..interaction import intersect, material_coords, point_on_surface
+from ..sampling import sample_cdf
 from ..sensors import film, motion, perspective
 from .base import _KERNELS
 from .material import vertex_of
@@ -50,28 +51,6 @@ SEGMENT_DIM = 0
 def inputs(integrator, structure: Structure) -> dict:
     return dict(integrator.inputs(structure), segments=ir.In("f32", (layout.SEGMENT_ROW,)),
                 segment_cdf=ir.In("f32"), canvas_width=ir.Scalar("u32"))
-
-
-def curve_point(geo, shape, which, origin: Vec, phi, outward=0.0):
-    """The point at angle ``phi`` of an analytic shape's silhouette or rim
-    (``which``: 0 a sphere's circle of tangency from ``origin``, 1 a disk's
-    rim, 2 / 3 a cylinder's rim at z = 0 / 1), moved ``outward`` (a
-    fraction of its radius) off the surface, away from the shape: on the
-    side its boundary region lies."""
-    cos, sin = ir.cos(phi), ir.sin(phi)
-    # a sphere: the circle where rays from the origin graze it
-    c, r = geo.center(shape), geo.shape_value(shape, layout.SHAPE_RADIUS)
-    axis = origin - c
-    d2 = ir.maximum(ir.dot(axis, axis), 1e-30)
-    k = r * r / d2
-    rho = r * ir.safe_sqrt(1.0 - k) * (1.0 + outward)
-    e1, e2 = coordinate_system(axis * (1.0 / ir.sqrt(d2)))
-    on_sphere = c + axis * k + (e1 * cos + e2 * sin) * rho
-    # a rim, in object space
-    z = ir.select(which == 3, 1.0 + outward, ir.select(which == 2, -outward, 0.0))
-    radial = ir.select(which == 1, 1.0 + outward, 1.0)
-    on_rim = geo.to_world_point(shape, Vec(cos * radial, sin * radial, z))
-    return Vec(*(ir.select(which == 0, a, b) for a, b in zip(on_sphere, on_rim)))
 
 
 def _sample(integrator, ctx: Context, s):
@@ -115,22 +94,28 @@ def _sample(integrator, ctx: Context, s):
     density = ir.Float(1.0)
     inside_grid = ir.Bool(True)
     if ctx.structure.analytic:
+        shape = ir.cast(segs.read(i, layout.SEG_SHAPE), "i32")
+        which = ir.cast(segs.read(i, layout.SEG_CURVE), "i32")
+        phi = tau * (2.0 * 3.141592653589793)
+
         def on_curve():
-            shape = ir.cast(segs.read(i, layout.SEG_SHAPE), "i32")
-            which = ir.cast(segs.read(i, layout.SEG_CURVE), "i32")
-            phi = tau * (2.0 * 3.141592653589793)
             point = curve_point(ctx.geo, shape, which, origin, phi)
             def project(q):
                 return Vec(*motion.film_position(ctx, q, True, cam))
 
             spc, ds = ir.jvp(lambda a: project(curve_point(ctx.geo, shape, which, origin, a)), (phi,), (1.0,))
-            out = project(curve_point(ctx.geo, shape, which, origin, phi, 1e-3)) - spc
-            out_len = ir.sqrt(out.x * out.x + out.y * out.y)
-            ds_len = ir.sqrt(ds.x * ds.x + ds.y * ds.y) * (2.0 * 3.141592653589793)
+            # the unit normal of the film curve, on the side of a point moved
+            # off the shape (that point's own offset is not along the normal
+            # where the curve projects to an ellipse)
+            off = project(curve_point(ctx.geo, shape, which, origin, phi, 1e-3)) - spc
+            normal = Vec(-ds.y, ds.x)
+            n_len = ir.sqrt(normal.x * normal.x + normal.y * normal.y)
+            facing = normal.x * off.x + normal.y * off.y
+            ds_len = n_len * (2.0 * 3.141592653589793)
             front = motion.camera_space(cam, point, True).z > ir.detach(cam.near)
             ok = front & (spc.x >= 0.0) & (spc.y >= 0.0) & (spc.x <= ir.cast(b["width"].value, "f32")) \
-                & (spc.y <= ir.cast(b["height"].value, "f32")) & (out_len > 0.0)
-            return (point, spc, out * (1.0 / ir.select(out_len > 0.0, out_len, 1.0)),
+                & (spc.y <= ir.cast(b["height"].value, "f32")) & (n_len > 0.0) & (facing != 0.0)
+            return (point, spc, normal * (ir.copysign(1.0, facing) / ir.select(n_len > 0.0, n_len, 1.0)),
                     ir.select(ok, ds_len / ir.select(length > 0.0, length, 1.0), 0.0), ok)
 
         curve = kind == layout.SEG_CURVE_KIND
@@ -158,12 +143,12 @@ def _sample(integrator, ctx: Context, s):
 
     def velocity():
         """(v_curve - v_point) . n_out, in pixels, as a function of the
-        camera (and, in kernels for moving meshes, of the triangles: the
-        edge's point and the point behind it follow theirs)."""
+        camera (and, in kernels for moving geometry, of the triangles and
+        shapes: the edge's point and the point behind it follow theirs)."""
         seen, on_edge = x_point, p
         if ctx.geometry_motion:
             seen = Vec(*(ir.select(si.hit, a, c) for a, c in
-                         zip(point_on_triangle(ctx, si.prim, si.b1, si.b2), x_point)))
+                         zip(point_on_surface(ctx, si.prim, *material_coords(ctx, si)), x_point)))
             tri = ir.cast(segs.read(i, layout.SEG_TRI), "i32")
             lo, hi = segs.read(i, layout.SEG_LO), segs.read(i, layout.SEG_HI)
             slot0 = ir.cast(segs.read(i, layout.SEG_SLOT0), "i32")
@@ -172,6 +157,11 @@ def _sample(integrator, ctx: Context, s):
             follows = vertex_of(ctx, tri, slot0) * (1.0 - at) + vertex_of(ctx, tri, slot1) * at
             on_edge = Vec(*(ir.select((tri >= 0) & (kind == layout.SEG_SILHOUETTE), a, c)
                             for a, c in zip(follows, p)))
+            if ctx.structure.analytic:
+                # an analytic shape's outline follows the shape
+                fixed = on_edge
+                on_edge = ir.cond(kind == layout.SEG_CURVE_KIND,
+                                  lambda: curve_point(ctx.geo, shape, which, origin, phi), lambda: fixed)
         sx, sy = motion.film_position(ctx, seen, si.hit)
         cx, cy = motion.film_position(ctx, on_edge, True)
         dx = ir.select(moving, cx, ir.detach(cx)) - sx
@@ -218,7 +208,7 @@ def _pixel_edge_sample(integrator, ctx: Context, s):
         seen = x_point
         if ctx.geometry_motion:
             seen = Vec(*(ir.select(si.hit, a, c) for a, c in
-                         zip(point_on_triangle(ctx, si.prim, si.b1, si.b2), x_point)))
+                         zip(point_on_surface(ctx, si.prim, *material_coords(ctx, si)), x_point)))
         sx, sy = motion.film_position(ctx, seen, si.hit)
         return -ir.select(right, sx, sy)
 
@@ -238,7 +228,7 @@ def _samples(integrator, ctx: Context, s) -> list:
 
 def _context(integrator, structure, b, base, active) -> Context:
     ctx = Context.create({k: b[k] for k in base}, structure, True, integrator.spectrum)
-    return dataclasses.replace(ctx, geometry_motion="tris" in active)
+    return dataclasses.replace(ctx, geometry_motion=moves_geometry(active))
 
 
 def forward_kernel(integrator, structure: Structure, active: tuple = ("camera",)) -> ir.Kernel:

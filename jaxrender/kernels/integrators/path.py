@@ -24,7 +24,7 @@ from ...ir import Vec
 from .. import emitters, sensors
 from ..bsdfs.surface import SurfaceBsdf, sampled_eta, samples_null
 from ..geometry import INF, occluded
-from ..interaction import following, intersect, point_on_triangle
+from ..interaction import following, intersect, material_coords, point_on_surface
 from ..sampling import mis_weight
 from ..sensors import motion
 from . import material
@@ -46,8 +46,8 @@ class PathState:
     active: Any
     eta: Any            # product of the relative IORs refracted through (Mitsuba's RR uses it)
     valid: Any = None   # scenes with null (pass-through) samples: Mitsuba's valid_ray (see kept)
-    prev: Any = None    # kernels for moving meshes: the last hit (prim, b1, b2), the ray that found it (o, d, t)
-                        # and the hit before it (prim, b1, b2; prim -1: the camera)
+    prev: Any = None    # kernels for moving geometry: the last hit (prim and its material coordinates), the ray
+                        # that found it (o, d, t) and the hit before it (the same three; prim -1: the camera)
 
 
 @dataclasses.dataclass
@@ -79,7 +79,7 @@ class Vertex:
 @dataclasses.dataclass(frozen=True)
 class PathIntegrator(ReplayIntegrator):
     name = "path"
-    differentiable = ("bsdf_data", "emitter_radiance", "texels", "camera", "tris")
+    differentiable = ("bsdf_data", "emitter_radiance", "texels", "camera", "tris", "shape_data")
 
     def own_inputs(self) -> dict:
         return {"max_depth": ir.Scalar("i32"),     # -1: unbounded
@@ -138,7 +138,7 @@ class PathIntegrator(ReplayIntegrator):
             si = following(ctx, si)
             camera = motion.camera_origin(ctx)
             x_prev = Vec(*(ir.select(depth == 0, a, b) for a, b in
-                           zip(camera, point_on_triangle(ctx, prev[0], prev[1], prev[2]))))
+                           zip(camera, point_on_surface(ctx, prev[0], prev[1], prev[2]))))
             toward = ir.normalize(x_prev - si.p)
             si = dataclasses.replace(si, wi=Vec(*(ir.select(si.hit, a, b)
                                                   for a, b in zip(si.frame.to_local(toward), si.wi))))
@@ -153,6 +153,12 @@ class PathIntegrator(ReplayIntegrator):
         light_pdf = emitters.pdf(ctx, si, env_pdf)
         w_bsdf = ir.select(depth == 0, ir.select(show_emitters, 1.0, 0.0),
                            ir.select(prev_delta, 1.0, mis_weight(ctx.detach(prev_pdf), light_pdf)))
+        if ctx.geometry_motion:
+            # Both strategies' samples stay at their material points, so
+            # their MIS weights must be the same functions of those points
+            # whatever the geometry: the traced ones (the emitter sample's
+            # already is, its densities fixed in transport).
+            w_bsdf = ir.detach(w_bsdf)
         # The BSDF: towards the emitter sample, and a sampled continuation.
         bsdf = SurfaceBsdf(ctx, si)
         f_l, bsdf_pdf_l, bs = bsdf.query(si.frame.to_local(es.w), u[3], Vec(u[0], u[1]))
@@ -173,6 +179,10 @@ class PathIntegrator(ReplayIntegrator):
         max_d, rr_d = b["max_depth"].value, b["rr_depth"].value
         show_emitters = b["hide_emitters"].value == 0
         si = intersect(ctx, st.o, st.d, st.t_min, st.t_max)
+        if ctx.geometry_motion:
+            # Transport: the hit as traced (the forward kernel differentiates
+            # this step too; shade() alone moves the geometry).
+            si = ctx.detach(si)
         # hide_emitters: a camera ray passes through the emitters it meets
         # (as in Mitsuba), without counting a bounce.
         pass_through = si.is_emitter & (st.depth == 0) & ~show_emitters
@@ -183,6 +193,8 @@ class PathIntegrator(ReplayIntegrator):
         # of the scene's sampler, u[2] roulette and u[3] the lobe, 1D ones.
         es_u = ctx.rand(s, 1 + st.depth * 2)
         es = emitters.sample(ctx, si, st.d, es_u)
+        if ctx.geometry_motion:
+            es = ctx.detach(es)
         u = ctx.rand(s, 2 + st.depth * 2)
         beta = st.throughput
         if ctx.geometry_motion:
@@ -190,6 +202,7 @@ class PathIntegrator(ReplayIntegrator):
             edge = material.edge_sample(ctx, si, ctx.rand(s, material.EDGE_GROUP + st.depth),
                                         si.hit & deeper & ~pass_through,
                                         lambda o, d: self._incident(ctx.primal(), s, st.depth + 1, o, d))
+            edge = ctx.detach(edge)
             sh = shade(si, es, u, st.depth, st.prev_pdf, st.prev_delta, show_emitters, st.prev, edge, es_u)
             beta = beta * sh.pair        # 1, carrying the derivative of reaching this point
         else:
@@ -237,7 +250,7 @@ class PathIntegrator(ReplayIntegrator):
                         ir.select(pass_through, S.one(), throughput), radiance,
                         ir.select(pass_through, st.prev_pdf, sh.pdf), ir.select(pass_through, st.prev_delta, sh.delta),
                         active_next | pass_through, ir.select(pass_through, st.eta, eta), valid,
-                        (si.prim, si.b1, si.b2, st.o, st.d, si.t, *st.prev[:3]) if st.prev is not None else None)
+                        (si.prim, *material_coords(ctx, si), st.o, st.d, si.t, *st.prev[:3]) if st.prev is not None else None)
         return new, Vertex(st.throughput, ~blocked, active_next & ~pass_through, pending)
 
     def _incident(self, ctx, s, depth, o, d) -> Vec:

@@ -26,7 +26,7 @@ import dataclasses
 
 from ... import ir
 from ...ir import Vec
-from ..interaction import doubled_area, following, intersect
+from ..interaction import following, intersect, surface_measure
 from . import film
 from .perspective import CameraRow
 
@@ -76,16 +76,16 @@ def relative(x):
 def primary_point(ctx, s):
     """What the camera ray of sample ``s`` meets, the camera held still:
     (hit, point or direction, geometric normal, the measure of the point's
-    coordinates). In kernels for moving meshes the point follows its
-    triangle at its barycentrics, and the measure is the triangle's doubled
-    area (a direction's: 1)."""
+    coordinates). In kernels for moving geometry the point follows its
+    surface at its material coordinates, whose measure this is (a
+    direction's: 1)."""
     from . import sample_ray
     o, d, t_min, t_max = (ir.detach(v) for v in sample_ray(ctx, s))
-    si = intersect(ctx, o, d, t_min, t_max)
+    si = intersect(ctx.primal(), o, d, t_min, t_max)     # (found in transport; following() moves it)
     measure = ir.Float(1.0)
     if ctx.geometry_motion:
+        measure = ir.select(si.hit, surface_measure(ctx, si), 1.0)
         si = following(ctx, si)
-        measure = ir.select(si.hit, doubled_area(ctx, si.prim), 1.0)
     return si.hit, ir.select(si.hit, si.p, d), si.ng, measure
 
 

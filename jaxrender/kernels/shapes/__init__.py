@@ -2,7 +2,10 @@
 
 Triangles (``triangle.py``) are every mesh's primitive. Mitsuba's analytic
 shapes (``sphere.py``, ``disk.py``, ``cylinder.py``) are one module each with
-``intersect(geo, s, o, d, t_min)`` and ``surface(geo, s, o, d, t, uv)``;
+``intersect(geo, s, o, d, t_min)``, ``surface(geo, s, o, d, t, uv)`` and,
+for derivatives of moving shapes, ``material_coords(local)`` /
+``material_point(c1, c2)`` / ``local_normal(local)`` (two numbers that
+locate an object-space point, and back);
 a shape's kind id (``layout.SHAPE_KIND`` of its ``shape_data`` row) is its
 module's position in :data:`ANALYTIC`. Adding an analytic shape: its module
 plus an entry in ``ANALYTIC`` (and its ``shape_data`` row on the scene side).
@@ -14,6 +17,9 @@ Example::
 from __future__ import annotations
 
 from ... import ir
+from ...ir import Vec
+from .. import layout
+from ..sampling import coordinate_system
 from . import cylinder, disk, sphere
 
 ANALYTIC = (sphere, disk, cylinder)
@@ -44,3 +50,41 @@ def surface(geo, s, o, d, t, uv: bool):
 def tangents(geo, s, p):
     """Mitsuba's (dp_du, dp_dv) at point ``p`` of analytic shape ``s``."""
     return by_kind(geo.shape_kind(s), [lambda m=m: m.tangents(geo, s, p) for m in ANALYTIC])
+
+
+def material_coords(geo, s, local):
+    """Two numbers locating the object-space point ``local`` on analytic
+    shape ``s`` (a triangle's barycentrics' counterpart): points of moving
+    shapes keep them (``integrators/material.py``)."""
+    return by_kind(geo.shape_kind(s), [lambda m=m: m.material_coords(local) for m in ANALYTIC])
+
+
+def material_point(geo, s, c1, c2):
+    """The object-space point, and its object-space normal (not normalised),
+    at material coordinates (c1, c2) of analytic shape ``s``."""
+    def at(m):
+        local = m.material_point(c1, c2)
+        return local, m.local_normal(local)
+    return by_kind(geo.shape_kind(s), [lambda m=m: at(m) for m in ANALYTIC])
+
+
+def curve_point(geo, shape, which, origin: Vec, phi, outward=0.0):
+    """The point at angle ``phi`` of an analytic shape's silhouette or rim
+    (``which``: 0 a sphere's circle of tangency from ``origin``, 1 a disk's
+    rim, 2 / 3 a cylinder's rim at z = 0 / 1), moved ``outward`` (a
+    fraction of its radius) off the surface, away from the shape: on the
+    side its boundary region lies."""
+    cos, sin = ir.cos(phi), ir.sin(phi)
+    # a sphere: the circle where rays from the origin graze it
+    c, r = geo.center(shape), geo.shape_value(shape, layout.SHAPE_RADIUS)
+    axis = origin - c
+    d2 = ir.maximum(ir.dot(axis, axis), 1e-30)
+    k = r * r / d2
+    rho = r * ir.safe_sqrt(1.0 - k) * (1.0 + outward)
+    e1, e2 = coordinate_system(axis * (1.0 / ir.sqrt(d2)))
+    on_sphere = c + axis * k + (e1 * cos + e2 * sin) * rho
+    # a rim, in object space
+    z = ir.select(which == 3, 1.0 + outward, ir.select(which == 2, -outward, 0.0))
+    radial = ir.select(which == 1, 1.0 + outward, 1.0)
+    on_rim = geo.to_world_point(shape, Vec(cos * radial, sin * radial, z))
+    return Vec(*(ir.select(which == 0, a, b) for a, b in zip(on_sphere, on_rim)))

@@ -95,3 +95,17 @@ def sample_position(geo, s, u: Vec) -> tuple[Vec, Vec]:
     phi = 2.0 * math.pi * u.y
     x, y = ir.cos(phi), ir.sin(phi)
     return point(geo, s, x, y, u.x), normal_at(geo, s, x, y)
+
+
+# -- material coordinates (moving shapes: integrators/material.py) -------------
+def material_coords(local: Vec):
+    """The object-space point ``local`` of the unit tube as (angle, height)."""
+    return ir.atan2(local.y, local.x), local.z
+
+
+def material_point(c1, c2) -> Vec:
+    return Vec(ir.cos(c1), ir.sin(c1), c2)
+
+
+def local_normal(local: Vec) -> Vec:
+    return Vec(local.x, local.y, ir.Float(0.0))

@@ -59,3 +59,17 @@ def sample_position(geo, s, u: Vec) -> tuple[Vec, Vec]:
     """A point uniform on the disk's area, and its normal."""
     x = square_to_uniform_disk_concentric(u)
     return geo.to_world(s, x.x, x.y), normal(geo, s)
+
+
+# -- material coordinates (moving shapes: integrators/material.py) -------------
+def material_coords(local: Vec):
+    """The object-space point ``local`` of the unit disk as two numbers (x, y)."""
+    return local.x, local.y
+
+
+def material_point(c1, c2) -> Vec:
+    return Vec(c1, c2, ir.Float(0.0))
+
+
+def local_normal(local: Vec) -> Vec:
+    return Vec(ir.Float(0.0), ir.Float(0.0), ir.Float(1.0))

@@ -117,3 +117,21 @@ def sample_direction(geo, s, p: Vec, u: Vec):
 
     n = ir.cond(cone_pdf > 0.0, in_cone, lambda: square_to_uniform_sphere(u))
     return n, cone_pdf
+
+
+# -- material coordinates (moving shapes: integrators/material.py) -------------
+def material_coords(local: Vec):
+    """Two numbers that locate the object-space point ``local`` on the
+    unit sphere (its azimuth and height), for :func:`material_point`."""
+    return ir.atan2(local.y, local.x), ir.clamp(local.z, -1.0, 1.0)
+
+
+def material_point(c1, c2) -> Vec:
+    """The object-space point of :func:`material_coords` ``(c1, c2)``."""
+    rho = ir.safe_sqrt(1.0 - c2 * c2)
+    return Vec(ir.cos(c1) * rho, ir.sin(c1) * rho, c2)
+
+
+def local_normal(local: Vec) -> Vec:
+    """The unit sphere's outward normal at its point ``local``."""
+    return local
