@@ -1,9 +1,9 @@
-"""Geometry gradients: a mesh under the direct integrator against Mitsuba 3's
-``direct_projective``, and the camera's gradient.
+"""Geometry gradients: a mesh and a sphere under the direct integrator
+against Mitsuba 3's ``direct_projective``, and the camera's gradient.
 
     apt-get install -y libllvm19     # Mitsuba's LLVM backend needs LLVM >= 19
     python benchmarks/bench_geometry.py [--res 128] [--spp 16] [--repeats 7] [--seeds 64]
-        [--parts mesh,camera] [--filters gaussian,box] [--json out.json]
+        [--parts mesh,sphere,camera] [--filters gaussian,box] [--json out.json]
 
 mesh    A floor lit by a small area light, with a box between them (an OBJ
    of 24 vertices, split at its edges as Mitsuba's ``cube`` is) casting a
@@ -17,6 +17,8 @@ mesh    A floor lit by a small area light, with a box between them (an OBJ
    forward mode (``dr.forward``), beside central finite differences of
    jaxrender's images (common random numbers, step 0.01). Targets:
    gradient <= 5x primal, faster than Mitsuba.
+sphere  The same with a sphere (radius 0.3) in the box's place, moved along
+   x through its ``to_world``.
 camera  The camera's gradient (``sensor.to_world``) on the Cornell box (path
    tracer, max_depth 8): its time against the primal (the same loss, the
    camera moved by 0.05), its value beside finite differences, for each
@@ -148,13 +150,15 @@ def _look_at(origin, target, up=(0.0, 1.0, 0.0)):
 
 
 def mesh_scene_dict(res: int, box_file: str, integrator: str, to_matrix=lambda m: m.astype(np.float32)) -> dict:
-    """The shadow scene of the mesh part (``to_matrix``: how a renderer takes a 4x4)."""
+    """The shadow scene of the mesh part (``to_matrix``: how a renderer takes
+    a 4x4); of the sphere part where ``box_file`` is None."""
     return {"type": "scene", "integrator": {"type": integrator},
             "floor": {"type": "rectangle", "to_world": to_matrix(_placed(2, 2, 1, (0, 0, 0), "up")),
                       "bsdf": {"type": "diffuse", "reflectance": {"type": "rgb", "value": [0.7, 0.7, 0.7]}}},
             "light": {"type": "rectangle", "to_world": to_matrix(_placed(0.4, 0.4, 1, (0.2, 2.0, 0), "down")),
                       "emitter": {"type": "area", "radiance": {"type": "rgb", "value": [10.0, 10.0, 10.0]}}},
-            "occluder": {"type": "obj", "filename": box_file, "face_normals": True,
+            "occluder": {**({"type": "obj", "filename": box_file, "face_normals": True} if box_file else
+                            {"type": "sphere"}),
                          "to_world": to_matrix(_placed(0.3, 0.3, 0.3, (0.0, 0.8, 0.0))),
                          "bsdf": {"type": "diffuse", "reflectance": {"type": "rgb", "value": [0.5, 0.4, 0.3]}}},
             "sensor": {"type": "perspective", "fov": 50.0, "to_world": to_matrix(_look_at((0.0, 3.0, 3.0), (0, 0, 0))),
@@ -163,21 +167,27 @@ def mesh_scene_dict(res: int, box_file: str, integrator: str, to_matrix=lambda m
 
 
 MESH_KEY = "occluder.vertex_positions"
+SPHERE_KEY = "occluder.to_world"
 
 
-def mesh_part(res: int, spp: int, repeats: int, seeds: int, box_file: str) -> dict:
+def mesh_part(res: int, spp: int, repeats: int, seeds: int, box_file: str | None) -> dict:
+    """The mesh part (``box_file``), or the sphere part (None)."""
     out = {}
+    key = MESH_KEY if box_file else SPHERE_KEY
     scene = jaxrender.load_dict(mesh_scene_dict(res, box_file, "direct"))
-    v0 = jnp.asarray(scene.params[MESH_KEY])
-    shift = jnp.zeros_like(v0).reshape(-1, 3).at[:, 0].set(1.0).reshape(-1)
-    target = jaxrender.render(scene, {MESH_KEY: v0 + 0.05 * shift}, spp=4 * spp, seed=12345)
-    primal = jax.jit(lambda t, s: jaxrender.render(scene, {MESH_KEY: v0 + t * shift}, spp=spp, seed=s))
+    v0 = jnp.asarray(scene.params[key])
+    if box_file:
+        shift = jnp.zeros_like(v0).reshape(-1, 3).at[:, 0].set(1.0).reshape(-1)
+    else:
+        shift = jnp.zeros_like(v0).at[0, 3].set(1.0)
+    target = jaxrender.render(scene, {key: v0 + 0.05 * shift}, spp=4 * spp, seed=12345)
+    primal = jax.jit(lambda t, s: jaxrender.render(scene, {key: v0 + t * shift}, spp=spp, seed=s))
     grad = jax.jit(jax.value_and_grad(lambda t, s: jnp.mean(
-        (jaxrender.render(scene, {MESH_KEY: v0 + t * shift}, spp=spp, seed=s) - target) ** 2)))
+        (jaxrender.render(scene, {key: v0 + t * shift}, spp=spp, seed=s) - target) ** 2)))
     t0 = jnp.float32(0.0)
     jax.block_until_ready(primal(t0, jnp.uint32(0)))
     jax.block_until_ready(grad(t0, jnp.uint32(0)))
-    mi_fns = _mitsuba_mesh(res, spp, box_file, np.asarray(target))
+    mi_fns = _mitsuba_mesh(res, spp, box_file, np.asarray(target), key)
     times = {"primal": [], "value_and_grad": [], "mitsuba_primal": [], "mitsuba_grad": []}
     for i in range(repeats):
         for name, f in (("primal", lambda: primal(t0, jnp.uint32(i + 1))),
@@ -195,7 +205,7 @@ def mesh_part(res: int, spp: int, repeats: int, seeds: int, box_file: str) -> di
 
     small = jaxrender.load_dict(mesh_scene_dict(32, box_file, "direct"))
     w = jnp.asarray(np.random.default_rng(3).uniform(0.0, 1.0, (32, 32, 3)).astype(np.float32))
-    lin = jax.jit(lambda t, s: jnp.sum(jaxrender.render(small, {MESH_KEY: v0 + t * shift}, spp=spp, seed=s,
+    lin = jax.jit(lambda t, s: jnp.sum(jaxrender.render(small, {key: v0 + t * shift}, spp=spp, seed=s,
                                                         seed_grad=s) * w))
     dlin = jax.jit(jax.grad(lin))
     ours = np.array([float(dlin(t0, jnp.uint32(s))) for s in range(seeds)])
@@ -210,10 +220,10 @@ def mesh_part(res: int, spp: int, repeats: int, seeds: int, box_file: str) -> di
     return out
 
 
-def _mitsuba_mesh(res: int, spp: int, box_file: str, target: np.ndarray):
-    """Mitsuba's direct_projective on the mesh part's scene: its timed
-    primal and gradient calls, and its forward derivative of the linear
-    loss at 32^2 (a dict), or why it is unavailable (a str)."""
+def _mitsuba_mesh(res: int, spp: int, box_file: str | None, target: np.ndarray, key: str):
+    """Mitsuba's direct_projective on the mesh (sphere) part's scene: its
+    timed primal and gradient calls, and its forward derivative of the
+    linear loss at 32^2 (a dict), or why it is unavailable (a str)."""
     try:
         os.environ.setdefault("DRJIT_LIBLLVM_PATH", "/usr/lib/x86_64-linux-gnu/libLLVM-19.so")
         import drjit as dr
@@ -226,13 +236,16 @@ def _mitsuba_mesh(res: int, spp: int, box_file: str, target: np.ndarray):
     def load(r):
         scene = mi.load_dict(mesh_scene_dict(r, box_file, "direct_projective", to_matrix))
         params = mi.traverse(scene)
-        return scene, params, mi.Float(params[MESH_KEY])
+        return scene, params, (mi.Float(params[key]) if box_file else mi.Transform4f(params[key]))
 
     scene, params, v0 = load(res)
     ref = mi.TensorXf(target)
 
     def set_shift(p, base, t):
-        p[MESH_KEY] = base + dr.ravel(mi.Vector3f(t, 0.0, 0.0) + dr.zeros(mi.Vector3f, dr.width(base) // 3))
+        if box_file:
+            p[key] = base + dr.ravel(mi.Vector3f(t, 0.0, 0.0) + dr.zeros(mi.Vector3f, dr.width(base) // 3))
+        else:
+            p[key] = mi.Transform4f().translate(mi.Vector3f(t, 0.0, 0.0)) @ base
         p.update()
 
     def primal(seed):
@@ -270,29 +283,31 @@ def main() -> None:
     ap.add_argument("--spp", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--seeds", type=int, default=64)
-    ap.add_argument("--parts", default="mesh,camera")
+    ap.add_argument("--parts", default="mesh,sphere,camera")
     ap.add_argument("--filters", default="gaussian,box")
     ap.add_argument("--json")
     args = ap.parse_args()
     report = {}
-    if "mesh" in args.parts.split(","):
+    for part in ("mesh", "sphere"):
+        if part not in args.parts.split(","):
+            continue
         with tempfile.TemporaryDirectory() as tmp:
             box = os.path.join(tmp, "box.obj")
             with open(box, "w") as f:
                 f.write(BOX_OBJ)
-            m = mesh_part(args.res, args.spp, args.repeats, args.seeds, box)
+            m = mesh_part(args.res, args.spp, args.repeats, args.seeds, box if part == "mesh" else None)
         t = m["time"]
-        line = (f"[mesh] {args.res}^2, {args.spp} spp, direct: primal {t['primal'] * 1e3:.0f} ms, value_and_grad "
+        line = (f"[{part}] {args.res}^2, {args.spp} spp, direct: primal {t['primal'] * 1e3:.0f} ms, value_and_grad "
                 f"{t['value_and_grad'] * 1e3:.0f} ms: ratio {t['value_and_grad'] / t['primal']:.2f} (target <= 5)")
         if "mitsuba_grad" in t:
             line += (f"; Mitsuba direct_projective primal {t['mitsuba_primal'] * 1e3:.0f} ms, gradient "
                      f"{t['mitsuba_grad'] * 1e3:.0f} ms: ours {t['mitsuba_grad'] / t['value_and_grad']:.2f}x faster")
         print(line)
-        print(f"[mesh] d/dt of sum(render * W), 32^2, box moved along x: ours {m['ours']:.3f} +- {m['ours_se']:.3f}, "
+        print(f"[{part}] d/dt of sum(render * W), 32^2, {'box' if part == 'mesh' else part} moved along x: ours {m['ours']:.3f} +- {m['ours_se']:.3f}, "
               f"finite differences {m['fd']:.3f} +- {m['fd_se']:.3f}"
               + (f", Mitsuba direct_projective {m['mitsuba_grad']:.3f} +- {m['mitsuba_grad_se']:.3f}"
                  if "mitsuba_grad" in m else f"; Mitsuba: {m['mitsuba']}"), flush=True)
-        report["mesh"] = m
+        report[part] = m
     if "camera" in args.parts.split(","):
         for rfilter in args.filters.split(","):
             scene = scene_for(args.res, rfilter)

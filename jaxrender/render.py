@@ -17,12 +17,11 @@ from .primitives.boundary import edge_topology as boundary_topology
 from .primitives.bsdf_tables import bsdf_table
 from .primitives.film import FilmGeometry, has_alpha, to_pixel_format
 from .primitives.render_rules import PixelSplit, RenderConfig, nondifferentiable, render_image
-from .kernels.shapes import KIND as SHAPE_KIND
 from .scene.camera import fov_key
 from .scene.errors import SceneError
 
-_GEOMETRY_WHY = ("gradients with respect to scene geometry are implemented for flat-shaded meshes, spheres and "
-                 "disks under the path and direct integrators so far")
+_GEOMETRY_WHY = ("gradients with respect to scene geometry are implemented for flat-shaded meshes and analytic "
+                 "shapes under the path and direct integrators so far")
 
 
 # A launch's per-item buffers (splat blocks, weights) above this many bytes
@@ -248,7 +247,7 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
         if why_camera is not None:
             nondiff.update({k: f"{k}: {why_camera}" for k in camera_keys if k not in nondiff})
         if geometry_keys:
-            why_geometry = _geometry_why(scene, cam, integrator, settings, structure, split)
+            why_geometry = _geometry_why(cam, integrator, settings, structure, split)
             for k in geometry_keys:
                 if why_geometry is None:
                     nondiff.pop(k, None)
@@ -303,7 +302,7 @@ def _geometry_keys(scene) -> list:
             + [s.param for s in g.shapes if s.param is not None])
 
 
-def _geometry_why(scene, cam, integrator, settings, structure, split) -> str | None:
+def _geometry_why(cam, integrator, settings, structure, split) -> str | None:
     """Why this render cannot differentiate its geometry, or None."""
     if "tris" not in integrator.differentiable:
         return (f"geometry derivatives are implemented for the path and direct integrators, "
@@ -311,8 +310,6 @@ def _geometry_why(scene, cam, integrator, settings, structure, split) -> str | N
     if structure.shading_normals or structure.tangents:
         return ("geometry derivatives need scenes of flat-shaded surfaces (no vertex normals, normal / bump maps "
                 "or anisotropic BSDFs) so far")
-    if any(s.kind == SHAPE_KIND["cylinder"] for s in scene.moving.shapes):
-        return "geometry derivatives of scenes with cylinders are not supported yet (their outlines are not sampled)"
     if cam.kind != "perspective":
         return "geometry derivatives are implemented for the perspective sensor only"
     return _moving_why("geometry", "their surface", integrator, settings, structure, split)

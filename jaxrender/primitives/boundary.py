@@ -105,27 +105,18 @@ def _curve_points(shape_data, which, origin, phi):
     sphere = (c + axis * k[:, None])[:, None, :] + (e1[:, None, :] * cos + e2[:, None, :] * sin) * rho[:, None, None]
     z = jnp.where(which == 3, 1.0, 0.0)[:, None, None] * jnp.ones_like(cos)
     rim = _apply(to_world, jnp.concatenate([cos * jnp.ones((n, 1, 1)), sin * jnp.ones((n, 1, 1)), z], axis=2))
-    return jnp.where((which == 0)[:, None, None], sphere, rim)
-
-
-def _cylinder_lines(shape_data, origin):
-    """A cylinder's two silhouette lines (the tube's tangent planes through
-    the camera touch it along lines parallel to its axis): (v0, v1, a
-    point of the tube's side, valid), each (n, 2, ...)."""
-    n = shape_data.shape[0]
-    to_world = _rows(shape_data[:, layout.SHAPE_TO_WORLD:layout.SHAPE_TO_WORLD + 12], n)
+    # a cylinder's silhouette lines (4 / 5): the tube's tangents through the
+    # origin's projection on its cross-section, at height phi / 2 pi
     to_object = _rows(shape_data[:, layout.SHAPE_TO_OBJECT:layout.SHAPE_TO_OBJECT + 12], n)
     o = _apply(to_object, jnp.broadcast_to(origin, (n, 3)))
     r2 = o[:, 0] ** 2 + o[:, 1] ** 2
-    valid = r2 > 1.0
-    base = jnp.arctan2(o[:, 1], o[:, 0])
-    delta = jnp.arccos(jnp.clip(1.0 / jnp.sqrt(jnp.maximum(r2, 1.0)), -1.0, 1.0))
-    phi = jnp.stack([base + delta, base - delta], axis=1)
-    ring = jnp.stack([jnp.cos(phi), jnp.sin(phi)], axis=2)
-    v0 = _apply(to_world, jnp.concatenate([ring, jnp.zeros((n, 2, 1))], axis=2))
-    v1 = _apply(to_world, jnp.concatenate([ring, jnp.ones((n, 2, 1))], axis=2))
-    axis_point = _apply(to_world, jnp.broadcast_to(jnp.array([0.0, 0.0, 0.5]), (n, 1, 3)))
-    return v0, v1, jnp.broadcast_to(axis_point, (n, 2, 3)), jnp.broadcast_to(valid[:, None], (n, 2))
+    half = jnp.arccos(jnp.clip(1.0 / jnp.sqrt(jnp.maximum(r2, 1.0)), -1.0, 1.0))
+    angle = jnp.arctan2(o[:, 1], o[:, 0]) + jnp.where(which == 4, half, -half)
+    ring = jnp.stack([jnp.cos(angle), jnp.sin(angle)], axis=1)[:, None, :] * jnp.ones_like(cos)
+    line = _apply(to_world, jnp.concatenate([ring, phi[None, :, None] / (2.0 * np.pi) * jnp.ones((n, 1, 1))],
+                                            axis=2))
+    out = jnp.where((which >= 4)[:, None, None], line, rim)
+    return jnp.where((which == 0)[:, None, None], sphere, out)
 
 
 CURVE_POINTS = 64      # the polygon whose film length apportions samples to a curve record
@@ -138,7 +129,7 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     of the sample grid (``grid``: (height, width) pixels, its first pixel
     at ``grid_origin`` on a film of ``film_size`` (width, height)).
     ``shape_data``: the analytic shapes' rows (their silhouettes and rims
-    are curve records; a cylinder's silhouette lines are straight)."""
+    are curve records, ``shapes.curve_point``'s)."""
     f32 = jnp.float32
     cam = jax.lax.stop_gradient(jnp.asarray(camera, f32).reshape(-1))
     tris = jax.lax.stop_gradient(jnp.asarray(tris, f32))
@@ -161,7 +152,7 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
         y = 0.5 * (1.0 - c[..., 1] / (z * tan_y)) * fh - grid_origin[1]
         return jnp.stack([x, y], axis=-1)
 
-    # straight edges: the triangles' welded edges, then cylinders' silhouette lines
+    # straight edges: the triangles' welded edges
     topo = jnp.asarray(topology).reshape(-1, 6)
     v0 = _vertex(tris, topo[:, 0], topo[:, 1])
     v1 = _vertex(tris, topo[:, 0], topo[:, 2])
@@ -174,18 +165,11 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     if shape_data is not None and shape_data.shape[0] > 0:
         shape_data = jax.lax.stop_gradient(jnp.asarray(shape_data, f32))
         kind = shape_data[:, layout.SHAPE_KIND].astype(jnp.int32)
-        cyl = kind == SHAPE_KIND["cylinder"]
-        l0, l1, la, lok = _cylinder_lines(shape_data, origin)
-        v0 = jnp.concatenate([v0, l0.reshape(-1, 3)])
-        v1 = jnp.concatenate([v1, l1.reshape(-1, 3)])
-        a3 = jnp.concatenate([a3, la.reshape(-1, 3)])
-        b3 = jnp.concatenate([b3, la.reshape(-1, 3)])
-        boundary = jnp.concatenate([boundary, jnp.ones(2 * len(kind), bool)])
-        refs = jnp.concatenate([refs, jnp.tile(jnp.array([[-1.0, 0.0, 0.0]], f32), (2 * len(kind), 1))])
-        usable = jnp.concatenate([usable, (lok & cyl[:, None]).reshape(-1)])
         idx = jnp.arange(len(kind))
-        # curve records: (shape row, which curve) for each sphere, disk, cylinder rim
-        for which, wanted in ((0, "sphere"), (1, "disk"), (2, "cylinder"), (3, "cylinder")):
+        # curve records: (shape row, which curve) for each sphere, disk, a
+        # cylinder's rims and silhouette lines
+        for which, wanted in ((0, "sphere"), (1, "disk"), (2, "cylinder"), (3, "cylinder"), (4, "cylinder"),
+                              (5, "cylinder")):
             curves.append((idx, which, kind == SHAPE_KIND[wanted]))
     n_edges = v0.shape[0]
 
@@ -258,6 +242,10 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
             r = shape_data[:, layout.SHAPE_RADIUS]
             centre = shape_data[:, layout.SHAPE_TO_WORLD + 3:layout.SHAPE_TO_WORLD + 12:4]
             valid_curve &= jnp.sum((origin - centre) ** 2, axis=1) > r * r * (1.0 + 1e-4)
+        if which >= 4:         # nor inside a cylinder's (infinite) tube its silhouette lines
+            to_object = _rows(shape_data[:, layout.SHAPE_TO_OBJECT:layout.SHAPE_TO_OBJECT + 12], len(idx))
+            o = _apply(to_object, jnp.broadcast_to(origin, (len(idx), 3)))
+            valid_curve &= o[:, 0] ** 2 + o[:, 1] ** 2 > 1.0 + 1e-4
         curve_len = jnp.where(valid_curve, jnp.sum(jnp.where(jnp.isfinite(seg_len), seg_len, 0.0), axis=1), 0.0)
         record = jnp.zeros((len(idx), layout.SEGMENT_ROW), f32)
         record = record.at[:, layout.SEG_SHAPE].set(idx.astype(f32)).at[:, layout.SEG_CURVE].set(float(which))

@@ -99,8 +99,9 @@ def _outline(geo, shape, which, origin: Vec, phi):
 
 def edge_sample(ctx, si, u, valid, incident) -> EdgeSample:
     """Sample a point on one of the scene's edges uniformly (a welded
-    triangle edge by length, or an analytic shape's outline by angle: a
-    sphere's circle of tangency from ``si``'s point, a disk's rim) and,
+    triangle edge by length, or an analytic shape's outline: a sphere's
+    circle of tangency from ``si``'s point or a disk's rim by angle, a
+    cylinder's rims by angle and silhouette lines by height) and,
     where it is a silhouette seen from ``si``'s point, the radiance
     arriving from behind it (``incident(o, d)``: a path traced from there).
     ``valid``: where the vertex continues (else no term)."""
@@ -129,25 +130,38 @@ def edge_sample(ctx, si, u, valid, incident) -> EdgeSample:
     sa, sb = ir.dot(m, a3 - x), ir.dot(m, b3 - x)
     silhouette = (pick < n_edges) & ((tri_b < 0) | (sa * sb > 0.0))
     shape = which = ir.Int(-1)
+    share = ir.Float(1.0)
     if analytic:
         # an analytic shape's outline, at angle t: a sphere's circle of
-        # tangency from x (a silhouette from outside it), a disk's rim
+        # tangency from x (a silhouette from outside it), a disk's rim, one
+        # of a cylinder's two rims and two silhouette lines (picked by u[0];
+        # a line's height is t / 2 pi)
+        geo = plain.geo
         shape = ir.select(pick >= n_edges, pick - n_edges, -1)
         s = ir.maximum(shape, 0)
-        kind = plain.geo.shape_kind(s)
-        which = ir.select(kind == 0, 0, 1)
+        kind = geo.shape_kind(s)
+        part = ir.minimum(ir.cast(u[0] * 4.0, "i32"), 3)
+        which = ir.select(kind == 0, 0, ir.select(kind == 1, 1, 2 + part))
+        share = ir.select(kind == 2, 4.0, 1.0)
         t = u[3] * (2.0 * 3.141592653589793)
-        centre = plain.geo.center(s)
-        r = plain.geo.shape_value(s, layout.SHAPE_RADIUS)
-        q, dq = _outline(plain.geo, s, which, x, t)
-        outside = ir.dot(centre - x, centre - x) > r * r
-        own = si.hit & (shape_of(plain, si.prim) == shape)
-        on_outline = (shape >= 0) & (kind < 2) & ((kind == 1) | outside) & ~own
-        silhouette = silhouette | on_outline
+        q, dq = _outline(geo, s, which, x, t)
+        centre = geo.center(s)
+        r = geo.shape_value(s, layout.SHAPE_RADIUS)
+        local = geo.to_object(s, x)
+        outside = ir.select(which == 0, ir.dot(centre - x, centre - x) > r * r,
+                            (which < 4) | (local.x * local.x + local.y * local.y > 1.0))
+        # (a point of a sphere, a disk or a tube's outside sees none of its
+        # own outline; one inside a tube sees its rims)
+        own = si.hit & (shape_of(plain, si.prim) == shape) & ((which < 2) | (which >= 4))
+        silhouette = silhouette | ((shape >= 0) & outside & ~own)
         curve = shape >= 0
+        # a point of the surface the outline bounds: the centre of a sphere
+        # or disk, along a tube's side from a rim, its axis beside a line
+        tube = geo.to_world_point(s, Vec(ir.select(which < 4, ir.cos(t), 0.0), ir.select(which < 4, ir.sin(t), 0.0),
+                                         ir.select(which < 4, 0.5, t * (0.5 / 3.141592653589793))))
         p = Vec(*(ir.select(curve, a, c) for a, c in zip(q, p)))
         tangent = Vec(*(ir.select(curve, a * (2.0 * 3.141592653589793), c) for a, c in zip(dq, tangent)))
-        inner = Vec(*(ir.select(curve, a, c) for a, c in zip(centre, inner)))
+        inner = Vec(*(ir.select(curve, ir.select(kind == 2, a, b), c) for a, b, c in zip(tube, centre, inner)))
     normal, defined = _facing(x, p, tangent, inner)
     silhouette = silhouette & defined & (n_items > 0)
     to_p = p - x
@@ -174,13 +188,16 @@ def edge_sample(ctx, si, u, valid, incident) -> EdgeSample:
     # what lies past the edge: not its own surface, and not in front of it
     # (a surface the edge's mesh touches there, e.g. a floor under a box,
     # lies at its distance)
+    along = hit.t * ir.dot(d_behind, w_o)
     own = ir.select(shape >= 0, shape_of(plain, hit.prim) == shape, (hit.prim == tri_a) | (hit.prim == tri_b))
-    past = ~hit.hit | (~own & (hit.t * ir.dot(d_behind, w_o) > dist_o * (1.0 - 1e-3)))
+    # (its own surface only where the ray grazes it at the edge: beyond,
+    # e.g. a tube's inside past its rim, it is what lies behind)
+    past = ~hit.hit | ((along > dist_o * (1.0 - 1e-3)) & ~(own & (along < dist_o * (1.0 + 1e-2))))
     ok = seen & past
     # the radiance arriving from behind the edge, and the BSDF towards it
     le = ir.cond(ok, lambda: incident(o, d_behind), S.zero)
     f, _, _ = SurfaceBsdf(plain, si).query(si.frame.to_local(w), ir.Float(0.5), Vec(ir.Float(0.5), ir.Float(0.5)))
-    weight = ir.cast(n_items, "f32") * per_sample
+    weight = ir.cast(n_items, "f32") * share * per_sample
     coef = Vec(*(ir.select(ok, f[k] * le[k] * weight, 0.0) for k in range(S.channels)))
     c1, c2 = material_coords(plain, hit)
     return EdgeSample(tri_a, s0, s1, t, shape, which, normal, hit.prim, c1, c2, d_behind, coef, ok)

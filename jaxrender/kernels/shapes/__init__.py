@@ -71,7 +71,8 @@ def material_point(geo, s, c1, c2):
 def curve_point(geo, shape, which, origin: Vec, phi, outward=0.0):
     """The point at angle ``phi`` of an analytic shape's silhouette or rim
     (``which``: 0 a sphere's circle of tangency from ``origin``, 1 a disk's
-    rim, 2 / 3 a cylinder's rim at z = 0 / 1), moved ``outward`` (a
+    rim, 2 / 3 a cylinder's rim at z = 0 / 1, 4 / 5 a cylinder's silhouette
+    lines seen from ``origin``, at height phi / 2 pi), moved ``outward`` (a
     fraction of its radius) off the surface, away from the shape: on the
     side its boundary region lies."""
     cos, sin = ir.cos(phi), ir.sin(phi)
@@ -86,5 +87,14 @@ def curve_point(geo, shape, which, origin: Vec, phi, outward=0.0):
     # a rim, in object space
     z = ir.select(which == 3, 1.0 + outward, ir.select(which == 2, -outward, 0.0))
     radial = ir.select(which == 1, 1.0 + outward, 1.0)
-    on_rim = geo.to_world_point(shape, Vec(cos * radial, sin * radial, z))
+    # a cylinder's silhouette line: where the tube's tangents through the
+    # origin's projection on its cross-section touch it
+    lo = geo.to_object(shape, origin)
+    r2 = ir.maximum(lo.x * lo.x + lo.y * lo.y, 1.0)
+    half = ir.acos(ir.clamp(ir.rsqrt(r2), -1.0, 1.0))
+    angle = ir.atan2(lo.y, lo.x) + ir.select(which == 4, half, -half)
+    line = Vec(ir.cos(angle), ir.sin(angle), phi * (0.5 / 3.141592653589793))
+    line = Vec(line.x * (1.0 + outward), line.y * (1.0 + outward), line.z)
+    local = Vec(*(ir.select(which >= 4, a, b) for a, b in zip(line, Vec(cos * radial, sin * radial, z))))
+    on_rim = geo.to_world_point(shape, local)
     return Vec(*(ir.select(which == 0, a, b) for a, b in zip(on_sphere, on_rim)))

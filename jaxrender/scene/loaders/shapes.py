@@ -226,7 +226,7 @@ def _placement(builder: SceneBuilder, props: Properties, m: np.ndarray, v: np.nd
 
 
 _GEOMETRY_WHY = ("geometry derivatives are implemented for flat-shaded meshes (vertex_positions, a rectangle's "
-                 "to_world), spheres and disks (to_world) under the path and direct integrators so far; the value "
+                 "to_world) and analytic shapes (to_world) under the path and direct integrators so far; the value "
                  "can change between renders, without recompiling")
 
 
