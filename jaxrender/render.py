@@ -20,8 +20,8 @@ from .primitives.render_rules import PixelSplit, RenderConfig, nondifferentiable
 from .scene.camera import fov_key
 from .scene.errors import SceneError
 
-_GEOMETRY_WHY = ("gradients with respect to scene geometry are implemented for flat-shaded meshes and analytic "
-                 "shapes under the path and direct integrators so far")
+_GEOMETRY_WHY = ("gradients with respect to scene geometry are implemented for meshes and analytic shapes under "
+                 "the path and direct integrators so far")
 
 
 # A launch's per-item buffers (splat blocks, weights) above this many bytes
@@ -292,13 +292,13 @@ def _camera_why(scene, cam, integrator, settings, structure, split) -> str | Non
 
 
 def _geometry_keys(scene) -> list:
-    """The parameters that move geometry the kernels can follow: a
-    flat-shaded mesh's triangles (``vertex_positions``, a rectangle's
-    ``to_world``), an analytic shape's ``to_world``."""
+    """The parameters that move geometry the kernels can follow: a mesh's
+    triangles (``vertex_positions``, a rectangle's ``to_world``) and
+    ``vertex_normals``, an analytic shape's ``to_world``."""
     g = scene.moving
     if g is None:
         return []
-    return ([p.key for p in g.placements if p is not None and not p.smooth]
+    return ([k for p in g.placements if p is not None for k in (p.key, p.normals_key) if k is not None]
             + [s.param for s in g.shapes if s.param is not None])
 
 
@@ -307,9 +307,9 @@ def _geometry_why(cam, integrator, settings, structure, split) -> str | None:
     if "tris" not in integrator.differentiable:
         return (f"geometry derivatives are implemented for the path and direct integrators, "
                 f"not {integrator.name!r}")
-    if structure.shading_normals or structure.tangents:
-        return ("geometry derivatives need scenes of flat-shaded surfaces (no vertex normals, normal / bump maps "
-                "or anisotropic BSDFs) so far")
+    if structure.tangents:
+        return ("geometry derivatives need scenes without tangent frames (normal / bump maps, anisotropic BSDFs) "
+                "so far")
     if cam.kind != "perspective":
         return "geometry derivatives are implemented for the perspective sensor only"
     return _moving_why("geometry", "their surface", integrator, settings, structure, split)

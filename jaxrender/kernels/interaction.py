@@ -202,10 +202,11 @@ def on_analytic_shape(ctx, s, point: Vec):
 
 def following(ctx, si: SurfaceInteraction) -> SurfaceInteraction:
     """``si`` (a hit, or a miss) with its point, geometric normal and
-    shading frame following its surface at its material coordinates (flat
-    shading: the kernels that call this run for scenes without vertex
-    normals), the normal on the side the traced one is; its ``wi`` is left
-    to the caller, its UV held."""
+    shading frame following its surface at its material coordinates (the
+    shading normal interpolated from the moving ``tri_normals`` in scenes
+    with vertex normals; the kernels that call this run for scenes without
+    tangent frames), the normal on the side the traced one is; its ``wi``
+    is left to the caller, its UV held."""
     c1, c2 = material_coords(ctx, si)
     p, n, _ = surface_point(ctx, si.prim, c1, c2)
     n = n * ir.copysign(1.0, ir.dot(ir.detach(n), ir.detach(si.ng)))
@@ -213,9 +214,13 @@ def following(ctx, si: SurfaceInteraction) -> SurfaceInteraction:
     def keep(a: Vec, b: Vec) -> Vec:
         return Vec(*(ir.select(si.hit, x, y) for x, y in zip(a, b)))
     ng = keep(n, ir.detach(si.ng))
+    ns = ng
+    if ctx.structure.shading_normals:
+        smooth = triangle.shading_normal(ctx.b["tri_normals"], ir.maximum(si.prim, 0), c1, c2, ng)
+        ns = Vec(*(ir.select(si.hit & (shape_of(ctx, si.prim) < 0), a, b) for a, b in zip(smooth, ng)))
     # (a miss's point is at infinity: a finite stand-in, so that nothing
     # computed from it and then selected away carries a NaN into derivatives)
-    return dataclasses.replace(si, p=keep(p, ir.detach(si.o + si.d)), ng=ng, frame=Frame(ng),
+    return dataclasses.replace(si, p=keep(p, ir.detach(si.o + si.d)), ng=ng, frame=Frame(ns),
                                b1=ir.detach(si.b1), b2=ir.detach(si.b2))
 
 

@@ -84,11 +84,16 @@ def vertex_of(ctx, tri, slot):
 def _facing(origin: Vec, p: Vec, tangent: Vec, inner: Vec):
     """The unit normal of the plane through ``origin``, the edge point
     ``p`` and the edge's direction ``tangent``, on the side of ``inner``
-    (a point of the occluding surface), and whether it is defined."""
+    (a point of the occluding surface), and whether it is defined: not
+    where ``inner`` lies in that plane (within float error: an edge of the
+    origin's own plane lies on its horizon, a smooth-shaded point's
+    :func:`horizon_sample`, where flat shading has no term)."""
     m = ir.cross(p - origin, tangent)
     m_len = ir.sqrt(ir.dot(m, m))
-    side = ir.dot(m, inner - origin)
-    return m * (ir.copysign(1.0, side) / ir.select(m_len > 0.0, m_len, 1.0)), (m_len > 0.0) & (side != 0.0)
+    to_inner = inner - origin
+    side = ir.dot(m, to_inner)
+    off_plane = ir.abs(side) > 1e-5 * m_len * ir.sqrt(ir.dot(to_inner, to_inner))
+    return m * (ir.copysign(1.0, side) / ir.select(m_len > 0.0, m_len, 1.0)), (m_len > 0.0) & off_plane
 
 
 def _outline(geo, shape, which, origin: Vec, phi):
@@ -223,6 +228,64 @@ def edge_term(ctx, rec: EdgeSample, x: Vec):
     speed = ir.dot(w_edge - w_behind, rec.normal)
     delta = ir.select(rec.valid, speed - ir.detach(speed), 0.0)
     return rec.coef * delta
+
+
+@dataclasses.dataclass
+class HorizonSample:
+    """A direction on the geometric horizon of a smooth-shaded triangle's
+    point (traced, no derivatives): the shading normal leaves the BSDF
+    nonzero there, and the rays just above and just below the triangle's
+    plane leave from its two sides (below a closed mesh, into it), so the
+    radiance jumps where that plane turns. What lies on each side, and the
+    boundary term's coefficients."""
+    direction: Vec     # on the plane, traced
+    normal: Vec        # the plane's normal towards the side below, traced
+    sides: tuple       # per side (above, below): prim (-1: a miss), material coordinates, the direction, coef
+    valid: object
+
+
+def horizon_sample(ctx, si, u, valid, incident) -> HorizonSample:
+    """A direction uniform on the horizon of ``si``'s triangle and, where
+    the BSDF (shading frame) reflects towards it, the radiance arriving
+    from just above and just below it (``incident(o, d)``). Only
+    smooth-shaded triangles have a term (elsewhere the BSDF's cosine
+    vanishes there)."""
+    from ..bsdfs.surface import SurfaceBsdf
+    from ..sampling import Frame
+    plain = ctx.primal()
+    S = ctx.spectrum
+    phi = u * (2.0 * 3.141592653589793)
+    w = Frame(si.ng).to_world(Vec(ir.cos(phi), ir.sin(phi), ir.Float(0.0)))
+    f, _, _ = SurfaceBsdf(plain, si).query(si.frame.to_local(w), ir.Float(0.5), Vec(ir.Float(0.5), ir.Float(0.5)))
+    smooth = valid & si.hit & (shape_of(plain, si.prim) < 0) & (S.max(f) > 0.0)
+    sides = []
+    for sign in (1.0, -1.0):
+        d = ir.normalize(w + si.ng * (sign * BEHIND))
+        o = si.spawn(d)
+        hit = intersect(plain, o, d, ir.Float(0.0))
+        le = ir.cond(smooth, lambda o=o, d=d: incident(o, d), S.zero)
+        coef = Vec(*(ir.select(smooth, f[k] * le[k] * (2.0 * 3.141592653589793), 0.0) for k in range(S.channels)))
+        sides.append((hit.prim, *material_coords(plain, hit), d, coef))
+    return HorizonSample(w, -si.ng, tuple(sides), smooth)
+
+
+def horizon_term(ctx, rec: HorizonSample, x: Vec, ng: Vec):
+    """The boundary term of ``rec`` seen from the (moving) point ``x`` of
+    normal ``ng``: 0 in value, its derivative each side's coefficient
+    times the rate at which the horizon sweeps over what lies there (the
+    side above loses what the side below gains)."""
+    w_edge = ir.normalize(rec.direction - ng * ir.dot(ng, rec.direction))
+    off = ir.detach(x) + Vec(1.0, 0.0, 0.0)
+    out = None
+    for (prim, c1, c2, d, coef), sign in zip(rec.sides, (1.0, -1.0)):
+        seen = point_on_surface(ctx, prim, c1, c2)
+        seen = Vec(*(ir.select(rec.valid & (prim >= 0), a, c) for a, c in zip(seen, off)))
+        w_seen = ir.normalize(seen - x)
+        w_seen = Vec(*(ir.select(prim >= 0, a, ir.detach(c)) for a, c in zip(w_seen, d)))
+        speed = ir.dot(w_edge - w_seen, rec.normal)
+        term = coef * (ir.select(rec.valid, speed - ir.detach(speed), 0.0) * sign)
+        out = term if out is None else out + term
+    return out
 
 
 def followed_emitter_sample(ctx, fixed, si, es, es_u):

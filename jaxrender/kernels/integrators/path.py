@@ -79,7 +79,7 @@ class Vertex:
 @dataclasses.dataclass(frozen=True)
 class PathIntegrator(ReplayIntegrator):
     name = "path"
-    differentiable = ("bsdf_data", "emitter_radiance", "texels", "camera", "tris", "shape_data")
+    differentiable = ("bsdf_data", "emitter_radiance", "texels", "camera", "tris", "shape_data", "tri_normals")
 
     def own_inputs(self) -> dict:
         return {"max_depth": ir.Scalar("i32"),     # -1: unbounded
@@ -145,7 +145,10 @@ class PathIntegrator(ReplayIntegrator):
             es, nee = material.followed_emitter_sample(ctx, fixed, si, es, es_u)
             pair = ir.cond(depth > 0, lambda: material.pair_factor(ctx, si, fixed, prev, camera),
                            self.spectrum.one)
+            edge, horizon = edge
             boundary = material.edge_term(ctx, edge, si.p)
+            if horizon is not None:
+                boundary = boundary + material.horizon_term(ctx, horizon, si.p, si.ng)
         elif ctx.camera_motion:
             si = motion.attach_primary_wi(ctx, si, depth == 0)
         # Emission seen along the ray, weighted against emitter sampling.
@@ -202,7 +205,13 @@ class PathIntegrator(ReplayIntegrator):
             edge = material.edge_sample(ctx, si, ctx.rand(s, material.EDGE_GROUP + st.depth),
                                         si.hit & deeper & ~pass_through,
                                         lambda o, d: self._incident(ctx.primal(), s, st.depth + 1, o, d))
-            edge = ctx.detach(edge)
+            horizon = None
+            if ctx.structure.shading_normals:
+                # smooth shading: the horizon of the point's own triangle
+                horizon = material.horizon_sample(ctx, si, ctx.rand(s, material.EDGE_GROUP + st.depth)[1],
+                                                  si.hit & deeper & ~pass_through,
+                                                  lambda o, d: self._incident(ctx.primal(), s, st.depth + 1, o, d))
+            edge = ctx.detach((edge, horizon))
             sh = shade(si, es, u, st.depth, st.prev_pdf, st.prev_delta, show_emitters, st.prev, edge, es_u)
             beta = beta * sh.pair        # 1, carrying the derivative of reaching this point
         else:

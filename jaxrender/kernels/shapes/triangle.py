@@ -43,15 +43,20 @@ def surface(tris, normals, tri, o: Vec, d: Vec, t, b1, b2):
     the scene has no vertex normals (the shading normal is then ng)."""
     p0, p1, p2 = vertices(tris, tri)
     ng = ir.normalize(ir.cross(p1 - p0, p2 - p0))
-    ns = ng
-    if normals is not None:
-        w0 = 1.0 - b1 - b2
-        n = Vec(*(normals.read(tri, k) * w0 + normals.read(tri, 3 + k) * b1 + normals.read(tri, 6 + k) * b2
-                  for k in range(3)))
-        l2 = ir.dot(n, n)
-        smooth = l2 > 0.0
-        ns = ir.select(smooth, n * ir.rsqrt(ir.select(smooth, l2, 1.0)), ng)
+    ns = ng if normals is None else shading_normal(normals, tri, b1, b2, ng)
     return o + d * t, ng, ns, b1, b2
+
+
+def shading_normal(normals, tri, b1, b2, ng: Vec) -> Vec:
+    """The vertex normals of triangle ``tri`` (its ``tri_normals`` row)
+    interpolated at barycentrics (b1, b2) and normalised; ``ng`` where they
+    sum to zero (a mesh without them stores zeros)."""
+    w0 = 1.0 - b1 - b2
+    n = Vec(*(normals.read(tri, k) * w0 + normals.read(tri, 3 + k) * b1 + normals.read(tri, 6 + k) * b2
+              for k in range(3)))
+    l2 = ir.dot(n, n)
+    smooth = l2 > 0.0
+    return ir.select(smooth, n * ir.rsqrt(ir.select(smooth, l2, 1.0)), ng)
 
 
 def tangents(tris, uvs, tri, ng: Vec) -> tuple[Vec, Vec]:

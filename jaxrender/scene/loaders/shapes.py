@@ -212,22 +212,22 @@ def _placement(builder: SceneBuilder, props: Properties, m: np.ndarray, v: np.nd
                               normals_key=f"{props.key}.vertex_normals" if smooth else None,
                               uv_key=f"{props.key}.vertex_texcoords" if uv is not None else None)
     builder.add_param(placement.key, vw.astype(np.float32).reshape(-1), nondiff=why)
-    attribute_why = ("derivatives with respect to vertex normals and texture coordinates are not implemented "
-                     "(the kernels read them without derivatives); the value can change between renders")
+    uv_why = ("derivatives with respect to texture coordinates are not implemented (the kernels read them "
+              "without derivatives); the value can change between renders")
     if smooth:
-        builder.add_param(placement.normals_key, nw.astype(np.float32).reshape(-1), nondiff=attribute_why)
+        builder.add_param(placement.normals_key, nw.astype(np.float32).reshape(-1), nondiff=why)
     else:
         builder.unexposed[f"{props.key}.vertex_normals"] = (
             "this mesh shades with its face normals (face_normals, or Mitsuba's rectangle and cube), a kernel "
             "variant without vertex normals; load it with smooth normals to change them")
     if uv is not None:
-        builder.add_param(placement.uv_key, uv.astype(np.float32).reshape(-1), nondiff=attribute_why)
+        builder.add_param(placement.uv_key, uv.astype(np.float32).reshape(-1), nondiff=uv_why)
     return placement
 
 
-_GEOMETRY_WHY = ("geometry derivatives are implemented for flat-shaded meshes (vertex_positions, a rectangle's "
-                 "to_world) and analytic shapes (to_world) under the path and direct integrators so far; the value "
-                 "can change between renders, without recompiling")
+_GEOMETRY_WHY = ("geometry derivatives are implemented for meshes (vertex_positions, vertex_normals, a "
+                 "rectangle's to_world) and analytic shapes (to_world) under the path and direct integrators so "
+                 "far; the value can change between renders, without recompiling")
 
 
 # ---------------------------------------------------------------------------
