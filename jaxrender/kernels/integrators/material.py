@@ -187,25 +187,30 @@ def edge_sample(ctx, si, u, valid, incident) -> EdgeSample:
     dist_o = ir.maximum(ir.sqrt(ir.dot(from_o, from_o)), 1e-30)
     w_o = from_o / dist_o
     m_o, _ = _facing(o, p_o, tangent, inner)
-    seen = valid & silhouette & ~occluded(ctx.geo, o, w_o, ir.Float(0.0), dist_o * (1.0 - 1e-3))
     d_behind = ir.normalize(w_o - m_o * BEHIND)
-    hit = intersect(plain, o, d_behind, ir.Float(0.0))
-    # what lies past the edge: not its own surface, and not in front of it
-    # (a surface the edge's mesh touches there, e.g. a floor under a box,
-    # lies at its distance)
-    along = hit.t * ir.dot(d_behind, w_o)
-    own = ir.select(shape >= 0, shape_of(plain, hit.prim) == shape, (hit.prim == tri_a) | (hit.prim == tri_b))
-    # (its own surface only where the ray grazes it at the edge: beyond,
-    # e.g. a tube's inside past its rim, it is what lies behind)
-    past = ~hit.hit | ((along > dist_o * (1.0 - 1e-3)) & ~(own & (along < dist_o * (1.0 + 1e-2))))
-    ok = seen & past
+
+    def trace():
+        """Whether the edge is seen, and what lies past it: not its own
+        surface, and not in front of it (a surface the edge's mesh touches
+        there, e.g. a floor under a box, lies at its distance)."""
+        seen = ~occluded(ctx.geo, o, w_o, ir.Float(0.0), dist_o * (1.0 - 1e-3))
+        hit = intersect(plain, o, d_behind, ir.Float(0.0))
+        along = hit.t * ir.dot(d_behind, w_o)
+        own = ir.select(shape >= 0, shape_of(plain, hit.prim) == shape, (hit.prim == tri_a) | (hit.prim == tri_b))
+        # (its own surface only where the ray grazes it at the edge: beyond,
+        # e.g. a tube's inside past its rim, it is what lies behind)
+        past = ~hit.hit | ((along > dist_o * (1.0 - 1e-3)) & ~(own & (along < dist_o * (1.0 + 1e-2))))
+        return (seen & past, hit.prim, *material_coords(plain, hit))
+
+    # (the rays only for a silhouette: most sampled edges are none)
+    ok, behind, c1, c2 = ir.cond(valid & silhouette, trace,
+                                 lambda: (ir.Bool(False), ir.Int(-1), ir.Float(0.0), ir.Float(0.0)))
     # the radiance arriving from behind the edge, and the BSDF towards it
     le = ir.cond(ok, lambda: incident(o, d_behind), S.zero)
     f, _, _ = SurfaceBsdf(plain, si).query(si.frame.to_local(w), ir.Float(0.5), Vec(ir.Float(0.5), ir.Float(0.5)))
     weight = ir.cast(n_items, "f32") * share * per_sample
     coef = Vec(*(ir.select(ok, f[k] * le[k] * weight, 0.0) for k in range(S.channels)))
-    c1, c2 = material_coords(plain, hit)
-    return EdgeSample(tri_a, s0, s1, t, shape, which, normal, hit.prim, c1, c2, d_behind, coef, ok)
+    return EdgeSample(tri_a, s0, s1, t, shape, which, normal, behind, c1, c2, d_behind, coef, ok)
 
 
 def edge_term(ctx, rec: EdgeSample, x: Vec):
@@ -262,10 +267,13 @@ def horizon_sample(ctx, si, u, valid, incident) -> HorizonSample:
     for sign in (1.0, -1.0):
         d = ir.normalize(w + si.ng * (sign * BEHIND))
         o = si.spawn(d)
-        hit = intersect(plain, o, d, ir.Float(0.0))
-        le = ir.cond(smooth, lambda o=o, d=d: incident(o, d), S.zero)
+
+        def trace(o=o, d=d):
+            hit = intersect(plain, o, d, ir.Float(0.0))
+            return (hit.prim, *material_coords(plain, hit), incident(o, d))
+        prim, c1, c2, le = ir.cond(smooth, trace, lambda: (ir.Int(-1), ir.Float(0.0), ir.Float(0.0), S.zero()))
         coef = Vec(*(ir.select(smooth, f[k] * le[k] * (2.0 * 3.141592653589793), 0.0) for k in range(S.channels)))
-        sides.append((hit.prim, *material_coords(plain, hit), d, coef))
+        sides.append((prim, c1, c2, d, coef))
     return HorizonSample(w, -si.ng, tuple(sides), smooth)
 
 
