@@ -17,6 +17,7 @@ from .primitives.boundary import edge_topology as boundary_topology
 from .primitives.bsdf_tables import bsdf_table
 from .primitives.film import FilmGeometry, has_alpha, to_pixel_format
 from .primitives.render_rules import PixelSplit, RenderConfig, nondifferentiable, render_image
+from .kernels import textures as ktex
 from .scene.camera import fov_key
 from .scene.errors import SceneError
 
@@ -241,6 +242,8 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     scene.check_params(params)
     camera_keys = [k for k in (cam_key, fov_key(cam_key)) if params and k in params]
     geometry_keys = [k for k in _geometry_keys(scene) if params and k in params]
+    uv_keys = [p.uv_key for p in (scene.moving.placements if scene.moving is not None else ())
+               if p is not None and p.uv_key is not None and params and p.uv_key in params]
     if params:
         nondiff = {**scene.nondifferentiable, **integrator.nondifferentiable_params(scene)}
         why_camera = _camera_why(scene, cam, integrator, settings, structure, split) if camera_keys else None
@@ -253,6 +256,11 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
                     nondiff.pop(k, None)
                 else:
                     nondiff[k] = f"{k}: {why_geometry}"
+        if uv_keys:
+            why_uv = _texcoords_why(scene, integrator, structure)
+            nondiff.update({k: f"{k}: {why_uv}" for k in uv_keys if why_uv is not None})
+            for k in uv_keys if why_uv is None else ():
+                nondiff.pop(k, None)
         params = {k: nondifferentiable(v, nondiff[k]) if k in nondiff else v for k, v in params.items()}
     inputs = kernel_inputs(scene, params, sensor, media="medium_data" in integrator.inputs())
     inputs.update(settings, spp=np.uint32(spp), seed=seed, seed_grad=seed_grad, spp_grad=np.uint32(spp_grad))
@@ -260,7 +268,7 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
         inputs["edge_topology"] = inputs["edges"] = edge_topology(scene)
     # The camera's reason is the scene's, for its to_world parameter.
     why = (("camera", scene.nondifferentiable.get(cam_key, "")), ("tris", _GEOMETRY_WHY),
-           ("shape_data", _GEOMETRY_WHY), ("tri_normals", _GEOMETRY_WHY))
+           ("shape_data", _GEOMETRY_WHY), ("tri_normals", _GEOMETRY_WHY), ("tri_uv", _GEOMETRY_WHY))
     film = FilmGeometry(grid=cam.grid_size[::-1], border=cam.border, footprint=cam.footprint)
     config = RenderConfig(film, method, why, structure, integrator, split)
     return to_pixel_format(render_image(config, inputs), cam.pixel_format)
@@ -302,17 +310,39 @@ def _geometry_keys(scene) -> list:
             + [s.param for s in g.shapes if s.param is not None])
 
 
+def _surface_why(what: str, buffer: str, integrator, structure) -> str | None:
+    """Why ``what`` derivatives (of the input ``buffer``) are unsupported by
+    this integrator or in this scene's structure, or None."""
+    if buffer not in integrator.differentiable:
+        return f"{what} derivatives are implemented for the path and direct integrators, not {integrator.name!r}"
+    if structure.tangents:
+        return f"{what} derivatives need scenes without tangent frames (normal / bump maps, anisotropic BSDFs) so far"
+    return None
+
+
 def _geometry_why(cam, integrator, settings, structure, split) -> str | None:
     """Why this render cannot differentiate its geometry, or None."""
-    if "tris" not in integrator.differentiable:
-        return (f"geometry derivatives are implemented for the path and direct integrators, "
-                f"not {integrator.name!r}")
-    if structure.tangents:
-        return ("geometry derivatives need scenes without tangent frames (normal / bump maps, anisotropic BSDFs) "
-                "so far")
+    why = _surface_why("geometry", "tris", integrator, structure)
+    if why is not None:
+        return why
     if cam.kind != "perspective":
         return "geometry derivatives are implemented for the perspective sensor only"
     return _moving_why("geometry", "their surface", integrator, settings, structure, split)
+
+
+def _texcoords_why(scene, integrator, structure) -> str | None:
+    """Why this render cannot differentiate its meshes' texture
+    coordinates, or None: where a point's UVs move, what its textures read
+    must change continuously (bilinear bitmaps)."""
+    why = _surface_why("texture-coordinate", "tri_uv", integrator, structure)
+    if why is not None:
+        return why
+    jumps = [t for t in scene.textures if t.kind == ktex.CHECKERBOARD or t.plugin is not None
+             or (t.kind == ktex.BITMAP and t.filter == ktex.FILTER_NEAREST)]
+    if jumps:
+        return ("texture-coordinate derivatives need bilinear bitmaps: a checkerboard's, a procedural texture's or "
+                "a nearest-filtered bitmap's value jumps where the UVs move (boundaries these kernels do not sample)")
+    return None
 
 
 def edge_topology(scene):

@@ -362,3 +362,39 @@ def test_smooth_shaded_meshes_match_finite_differences(case, tmp_path):
     grad = jax.jit(lambda p, n, s: sum(jnp.sum(g * t) for g, t in zip(jax.grad(loss, (0, 1))(p, n, s), tangent)))
     rev = np.array([float(grad(*value, jnp.uint32(s))) for s in range(64)])
     assert abs(_z(rev, fd)) < 4.0, (rev.mean(), fd.mean())
+
+
+def _textured_floor(tmp_path, texture: dict) -> jaxrender.Scene:
+    """The shadow scene with its floor an OBJ quad with texture coordinates."""
+    obj = tmp_path / "floor.obj"
+    obj.write_text("v -2 0 -2\nv 2 0 -2\nv 2 0 2\nv -2 0 2\nvt 0 0\nvt 1 0\nvt 1 1\nvt 0 1\n"
+                   "f 1/1 4/4 3/3\nf 1/1 3/3 2/2\n")
+    d = shadow_scene()
+    d["floor"] = {"type": "obj", "filename": str(obj), "face_normals": True,
+                  "bsdf": {"type": "diffuse", "reflectance": texture}}
+    return jaxrender.load_dict(d)
+
+
+def test_texture_coordinates_match_finite_differences(tmp_path):
+    """A mesh's vertex_texcoords scaled about the texture's middle: a
+    bilinear bitmap's value moves under each point, with the point held."""
+    img = np.random.default_rng(2).uniform(0.1, 0.9, (8, 8, 3)).astype(np.float32)
+    scene = _textured_floor(tmp_path, {"type": "bitmap", "bitmap": img})
+    key = "floor.vertex_texcoords"
+    value = jnp.asarray(scene.params[key])
+    tangent = value - 0.5
+    fd = _fd(scene, key, value, tangent, seeds=range(1000, 1064))
+    rev = _reverse(scene, key, value, tangent, range(32))
+    assert abs(_z(rev, fd)) < 4.0, (rev.mean(), fd.mean())
+    assert abs(rev.mean()) > 10 * rev.std() / np.sqrt(len(rev))
+
+
+@pytest.mark.parametrize("texture", [{"type": "checkerboard"},
+                                     {"type": "bitmap", "bitmap": np.ones((2, 2, 3), np.float32),
+                                      "filter_type": "nearest"}])
+def test_texture_coordinates_under_jumping_textures_raise(tmp_path, texture):
+    scene = _textured_floor(tmp_path, texture)
+    key = "floor.vertex_texcoords"
+    value = jnp.asarray(scene.params[key])
+    with pytest.raises(NotDifferentiableError, match="bilinear"):
+        jax.grad(lambda v: jnp.sum(jaxrender.render(scene, {key: v}, spp=1)))(value)

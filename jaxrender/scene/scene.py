@@ -325,12 +325,12 @@ class Scene:
         values = {k: p[k] for k in moved}
         out = self._built(("geometry", moved), lambda v, xp: g.buffers(v, xp, self.emitter_geom), values)
         if any(is_traced(v) for v in values.values()):
-            # Only the triangles, their vertex normals and the analytic
-            # shapes' rows carry derivatives: the BVH, the light sampling tables and areas are
+            # Only the triangles, their vertex normals and texture
+            # coordinates and the analytic shapes' rows carry derivatives: the BVH, the light sampling tables and areas are
             # sampling (their motion changes no estimate's expectation), and
             # the kernels follow moving points through the surfaces themselves.
             import jax
-            out = {k: v if k in ("tris", "shape_data", "tri_normals") else jax.lax.stop_gradient(v)
+            out = {k: v if k in ("tris", "shape_data", "tri_normals", "tri_uv") else jax.lax.stop_gradient(v)
                    for k, v in out.items()}
         if not any(is_traced(v) for v in values.values()):
             area = out.get("emitter_geom", self.emitter_geom)[:, layout.GEOM_AREA]

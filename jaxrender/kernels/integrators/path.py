@@ -79,7 +79,8 @@ class Vertex:
 @dataclasses.dataclass(frozen=True)
 class PathIntegrator(ReplayIntegrator):
     name = "path"
-    differentiable = ("bsdf_data", "emitter_radiance", "texels", "camera", "tris", "shape_data", "tri_normals")
+    differentiable = ("bsdf_data", "emitter_radiance", "texels", "camera", "tris", "shape_data", "tri_normals",
+                      "tri_uv")
 
     def own_inputs(self) -> dict:
         return {"max_depth": ir.Scalar("i32"),     # -1: unbounded

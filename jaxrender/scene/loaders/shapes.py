@@ -212,8 +212,8 @@ def _placement(builder: SceneBuilder, props: Properties, m: np.ndarray, v: np.nd
                               normals_key=f"{props.key}.vertex_normals" if smooth else None,
                               uv_key=f"{props.key}.vertex_texcoords" if uv is not None else None)
     builder.add_param(placement.key, vw.astype(np.float32).reshape(-1), nondiff=why)
-    uv_why = ("derivatives with respect to texture coordinates are not implemented (the kernels read them "
-              "without derivatives); the value can change between renders")
+    uv_why = ("texture-coordinate derivatives are implemented under the path and direct integrators for "
+              "bilinear bitmaps; the value can change between renders")
     if smooth:
         builder.add_param(placement.normals_key, nw.astype(np.float32).reshape(-1), nondiff=why)
     else:
