@@ -250,17 +250,9 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
         if why_camera is not None:
             nondiff.update({k: f"{k}: {why_camera}" for k in camera_keys if k not in nondiff})
         if geometry_keys:
-            why_geometry = _geometry_why(cam, integrator, settings, structure, split)
-            for k in geometry_keys:
-                if why_geometry is None:
-                    nondiff.pop(k, None)
-                else:
-                    nondiff[k] = f"{k}: {why_geometry}"
+            _decide(nondiff, geometry_keys, _geometry_why(cam, integrator, settings, structure, split))
         if uv_keys:
-            why_uv = _texcoords_why(scene, integrator, structure)
-            nondiff.update({k: f"{k}: {why_uv}" for k in uv_keys if why_uv is not None})
-            for k in uv_keys if why_uv is None else ():
-                nondiff.pop(k, None)
+            _decide(nondiff, uv_keys, _texcoords_why(scene, integrator, structure))
         params = {k: nondifferentiable(v, nondiff[k]) if k in nondiff else v for k, v in params.items()}
     inputs = kernel_inputs(scene, params, sensor, media="medium_data" in integrator.inputs())
     inputs.update(settings, spp=np.uint32(spp), seed=seed, seed_grad=seed_grad, spp_grad=np.uint32(spp_grad))
@@ -272,6 +264,16 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     film = FilmGeometry(grid=cam.grid_size[::-1], border=cam.border, footprint=cam.footprint)
     config = RenderConfig(film, method, why, structure, integrator, split)
     return to_pixel_format(render_image(config, inputs), cam.pixel_format)
+
+
+def _decide(nondiff: dict, keys: list, why: str | None) -> None:
+    """Mark ``keys`` differentiable in ``nondiff`` (the reasons by key), or
+    not differentiable for ``why``."""
+    for k in keys:
+        if why is None:
+            nondiff.pop(k, None)
+        else:
+            nondiff[k] = f"{k}: {why}"
 
 
 def _moving_why(what: str, moves: str, integrator, settings, structure, split) -> str | None:

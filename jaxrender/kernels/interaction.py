@@ -146,15 +146,19 @@ def shape_of(ctx, prim):
     return ir.select(prim >= 0, ctx.geo.prim_shape[ir.maximum(prim, 0)], -1)
 
 
+def _shape_coords(geo, s, point: Vec):
+    """The material coordinates (no derivatives) of analytic shape ``s``'s
+    point under the world point ``point``."""
+    return tuple(ir.detach(c) for c in shapes.material_coords(geo, s, geo.to_object(s, ir.detach(point))))
+
+
 def material_coords(ctx, si: SurfaceInteraction):
     """The material coordinates of ``si``'s point (no derivatives)."""
     if not ctx.structure.analytic:
         return ir.detach(si.b1), ir.detach(si.b2)
     s = shape_of(ctx, si.prim)
-    geo = ctx.geo
-    return tuple(ir.detach(c) for c in ir.cond(
-        si.hit & (s >= 0), lambda: shapes.material_coords(geo, s, geo.to_object(s, ir.detach(si.p))),
-        lambda: (si.b1, si.b2)))
+    return tuple(ir.detach(c) for c in ir.cond(si.hit & (s >= 0), lambda: _shape_coords(ctx.geo, s, si.p),
+                                               lambda: (si.b1, si.b2)))
 
 
 def _on_shape(geo, s, c1, c2):
@@ -195,9 +199,7 @@ def on_analytic_shape(ctx, s, point: Vec):
     """(point, unit normal up to orientation, measure) of analytic shape
     ``s`` at the material point under the world point ``point`` (taken as
     fixed), following the shape."""
-    geo = ctx.geo
-    c1, c2 = (ir.detach(c) for c in shapes.material_coords(geo, s, geo.to_object(s, ir.detach(point))))
-    return _on_shape(geo, s, c1, c2)
+    return _on_shape(ctx.geo, s, *_shape_coords(ctx.geo, s, point))
 
 
 def following(ctx, si: SurfaceInteraction) -> SurfaceInteraction:
@@ -207,8 +209,14 @@ def following(ctx, si: SurfaceInteraction) -> SurfaceInteraction:
     with vertex normals; the kernels that call this run for scenes without
     tangent frames), the normal on the side the traced one is; its ``wi``
     is left to the caller, its UV held."""
+    return followed(ctx, si)[0]
+
+
+def followed(ctx, si: SurfaceInteraction):
+    """(:func:`following`'s interaction, the measure of its material
+    coordinates as ``surface_point`` gives it: 1 for a miss)."""
     c1, c2 = material_coords(ctx, si)
-    p, n, _ = surface_point(ctx, si.prim, c1, c2)
+    p, n, measure = surface_point(ctx, si.prim, c1, c2)
     n = n * ir.copysign(1.0, ir.dot(ir.detach(n), ir.detach(si.ng)))
 
     def keep(a: Vec, b: Vec) -> Vec:
@@ -220,11 +228,6 @@ def following(ctx, si: SurfaceInteraction) -> SurfaceInteraction:
         ns = Vec(*(ir.select(si.hit & (shape_of(ctx, si.prim) < 0), a, b) for a, b in zip(smooth, ng)))
     # (a miss's point is at infinity: a finite stand-in, so that nothing
     # computed from it and then selected away carries a NaN into derivatives)
-    return dataclasses.replace(si, p=keep(p, ir.detach(si.o + si.d)), ng=ng, frame=Frame(ns),
-                               b1=ir.detach(si.b1), b2=ir.detach(si.b2))
-
-
-def surface_measure(ctx, si: SurfaceInteraction):
-    """The measure of ``si``'s material coordinates (``surface_point``'s),
-    following its surface."""
-    return surface_point(ctx, si.prim, *material_coords(ctx, si))[2]
+    return (dataclasses.replace(si, p=keep(p, ir.detach(si.o + si.d)), ng=ng, frame=Frame(ns),
+                                b1=ir.detach(si.b1), b2=ir.detach(si.b2)),
+            ir.select(si.hit, measure, 1.0))

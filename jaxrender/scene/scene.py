@@ -37,6 +37,7 @@ from ..kernels import emitters as kemitters
 from ..kernels import layout
 from ..kernels import textures as ktex
 from ..kernels.bsdfs import registry as bsdf_registry
+from ..kernels.context import GEOMETRY
 from . import sunsky as sunsky_model
 from . import textures as tex_io
 from .arrays import is_traced
@@ -325,13 +326,14 @@ class Scene:
         values = {k: p[k] for k in moved}
         out = self._built(("geometry", moved), lambda v, xp: g.buffers(v, xp, self.emitter_geom), values)
         if any(is_traced(v) for v in values.values()):
-            # Only the triangles, their vertex normals and texture
-            # coordinates and the analytic shapes' rows carry derivatives: the BVH, the light sampling tables and areas are
-            # sampling (their motion changes no estimate's expectation), and
-            # the kernels follow moving points through the surfaces themselves.
+            # Only the buffers the kernels follow carry derivatives (the
+            # triangles, their vertex normals and texture coordinates, the
+            # analytic shapes' rows): the BVH, the light sampling tables and
+            # areas are sampling (their motion changes no estimate's
+            # expectation), and the kernels follow moving points through the
+            # surfaces themselves.
             import jax
-            out = {k: v if k in ("tris", "shape_data", "tri_normals", "tri_uv") else jax.lax.stop_gradient(v)
-                   for k, v in out.items()}
+            out = {k: v if k in GEOMETRY + ("tri_uv",) else jax.lax.stop_gradient(v) for k, v in out.items()}
         if not any(is_traced(v) for v in values.values()):
             area = out.get("emitter_geom", self.emitter_geom)[:, layout.GEOM_AREA]
             for e, _ in g.lights + g.shape_lights:

@@ -64,7 +64,13 @@ def sample(ctx, si, d: Vec, u) -> EmitterSample:
     came from) with one dimension group ``u`` = (x, y, a, b) of the sampler
     (``Context.rand``): ``a`` chooses the emitter, ``b`` a part of it (a
     mesh's triangle) and (x, y) the point on it."""
-    return _sample(ctx, lambda: si.p + si.ng * ir.copysign(si.scale, -ir.dot(si.ng, d)), u)
+    return _sample(ctx, lambda: reference_point(si, d), u)
+
+
+def reference_point(si, d: Vec) -> Vec:
+    """Where emitter samples at interaction ``si`` (reached along ``d``) are
+    taken from: its point offset to the side the ray came from."""
+    return si.p + si.ng * ir.copysign(si.scale, -ir.dot(si.ng, d))
 
 
 def sample_from(ctx, ref: Vec, u) -> EmitterSample:

@@ -20,8 +20,8 @@ behind it, sampled uniformly among the welded triangle edges (``edges``:
 
 Example (inside a kernel traced with ``ctx.geometry_motion``)::
 
-    si = following(ctx, si)                        # p, ng, frame follow the surface
-    j = relative(area_jacobian(x_prev, si.p, si.ng, surface_measure(ctx, fixed)))
+    si, measure = followed(ctx, si)                # p, ng, frame follow the surface
+    j = relative(area_jacobian(x_prev, si.p, si.ng, measure))
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from ...ir import Vec
 from ..geometry import occluded
 from ..geometry import INF
 from ..interaction import (KnownHit, following, intersect, material_coords, on_analytic_shape,
-                           point_on_surface, shape_of, surface_measure, surface_point)
+                           point_on_surface, shape_of, surface_point)
 from ..shapes import curve_point, triangle
 from ..sensors import motion
 from ..sensors.motion import relative
@@ -181,7 +181,7 @@ def edge_sample(ctx, si, u, valid, incident) -> EdgeSample:
     o = si.spawn(w)
     p_o = p
     if analytic:
-        q_o, _ = _outline(plain.geo, s, which, o, t)
+        q_o = curve_point(plain.geo, s, which, o, t)
         p_o = Vec(*(ir.select(shape >= 0, a, c) for a, c in zip(q_o, p)))
     from_o = p_o - o
     dist_o = ir.maximum(ir.sqrt(ir.dot(from_o, from_o)), 1e-30)
@@ -213,26 +213,39 @@ def edge_sample(ctx, si, u, valid, incident) -> EdgeSample:
     return EdgeSample(tri_a, s0, s1, t, shape, which, normal, behind, c1, c2, d_behind, coef, ok)
 
 
+def _apart(x: Vec, a: Vec, ok) -> Vec:
+    """``a`` where ``ok``, else a point away from ``x``: a finite
+    derivative of the direction towards it, selected away."""
+    return Vec(*(ir.select(ok, c, e) for c, e in zip(a, ir.detach(x) + Vec(1.0, 0.0, 0.0))))
+
+
+def _seen_direction(ctx, x: Vec, prim, c1, c2, traced: Vec, valid) -> Vec:
+    """The direction from the (moving) point ``x`` to what a boundary
+    sample saw past its edge: a surface point following its surface at
+    material coordinates (c1, c2), or, where the ray missed (prim -1), the
+    ``traced`` direction."""
+    seen = point_on_surface(ctx, prim, c1, c2)
+    w = ir.normalize(_apart(x, seen, valid & (prim >= 0)) - x)
+    return Vec(*(ir.select(prim >= 0, a, ir.detach(c)) for a, c in zip(w, traced)))
+
+
+def _sweep(speed, valid):
+    """0 in value, ``speed``'s derivative where ``valid``."""
+    return ir.select(valid, speed - ir.detach(speed), 0.0)
+
+
 def edge_term(ctx, rec: EdgeSample, x: Vec):
     """The boundary term of ``rec`` as seen from the (moving) point ``x``:
     0 in value, its derivative the coefficient times the rate at which the
     edge sweeps over what lies behind it (normal velocity in directions)."""
-    def apart(a: Vec, ok) -> Vec:
-        # where there is no term, a point away from x (a finite derivative, selected away)
-        return Vec(*(ir.select(ok, c, e) for c, e in zip(a, ir.detach(x) + Vec(1.0, 0.0, 0.0))))
-
     p = vertex_of(ctx, rec.tri, rec.slot0) * (1.0 - rec.t) + vertex_of(ctx, rec.tri, rec.slot1) * rec.t
     if ctx.structure.analytic:
         on_edge = p
         p = ir.cond(rec.valid & (rec.shape >= 0),
                     lambda: curve_point(ctx.geo, ir.maximum(rec.shape, 0), rec.which, x, rec.t), lambda: on_edge)
-    w_edge = ir.normalize(apart(p, rec.valid) - x)
-    behind = point_on_surface(ctx, rec.behind, rec.b1, rec.b2)
-    w_behind = ir.normalize(apart(behind, rec.valid & (rec.behind >= 0)) - x)
-    w_behind = Vec(*(ir.select(rec.behind >= 0, a, ir.detach(c)) for a, c in zip(w_behind, rec.direction)))
-    speed = ir.dot(w_edge - w_behind, rec.normal)
-    delta = ir.select(rec.valid, speed - ir.detach(speed), 0.0)
-    return rec.coef * delta
+    w_edge = ir.normalize(_apart(x, p, rec.valid) - x)
+    w_behind = _seen_direction(ctx, x, rec.behind, rec.b1, rec.b2, rec.direction, rec.valid)
+    return rec.coef * _sweep(ir.dot(w_edge - w_behind, rec.normal), rec.valid)
 
 
 @dataclasses.dataclass
@@ -283,15 +296,10 @@ def horizon_term(ctx, rec: HorizonSample, x: Vec, ng: Vec):
     times the rate at which the horizon sweeps over what lies there (the
     side above loses what the side below gains)."""
     w_edge = ir.normalize(rec.direction - ng * ir.dot(ng, rec.direction))
-    off = ir.detach(x) + Vec(1.0, 0.0, 0.0)
     out = None
     for (prim, c1, c2, d, coef), sign in zip(rec.sides, (1.0, -1.0)):
-        seen = point_on_surface(ctx, prim, c1, c2)
-        seen = Vec(*(ir.select(rec.valid & (prim >= 0), a, c) for a, c in zip(seen, off)))
-        w_seen = ir.normalize(seen - x)
-        w_seen = Vec(*(ir.select(prim >= 0, a, ir.detach(c)) for a, c in zip(w_seen, d)))
-        speed = ir.dot(w_edge - w_seen, rec.normal)
-        term = coef * (ir.select(rec.valid, speed - ir.detach(speed), 0.0) * sign)
+        w_seen = _seen_direction(ctx, x, prim, c1, c2, d, rec.valid)
+        term = coef * (_sweep(ir.dot(w_edge - w_seen, rec.normal), rec.valid) * sign)
         out = term if out is None else out + term
     return out
 
@@ -303,14 +311,13 @@ def followed_emitter_sample(ctx, fixed, si, es, es_u):
     surface, a light triangle or an analytic shape, at its material
     coordinates), and the relative change of the sample's weight, the area
     its solid angle covers (|cos| measure / d^2; a point light's 1 / d^2)."""
-    from ..emitters import TYPE_ID, area
+    from ..emitters import TYPE_ID, area, reference_point
     finite = es.dist < INF
     lt, bc = area.mesh_point(ctx, ir.maximum(es.sel, 0), (es_u[3], es_u[0], es_u[1]))
     q, nl, measure = surface_point(ctx, lt, bc.x, bc.y)
     on_surface = es.kind == TYPE_ID["area"]
     if ctx.structure.analytic:
-        reference = fixed.p + fixed.ng * ir.copysign(fixed.scale, -ir.dot(fixed.ng, fixed.d))
-        q_fixed = reference + es.w * ir.select(finite, es.dist, 0.0)
+        q_fixed = reference_point(fixed, fixed.d) + es.w * ir.select(finite, es.dist, 0.0)
         on_shape = ir.Bool(False)
         for name in ("area_sphere", "area_disk", "area_cylinder"):
             on_shape = on_shape | (es.kind == TYPE_ID[name])
@@ -326,11 +333,12 @@ def followed_emitter_sample(ctx, fixed, si, es, es_u):
     return dataclasses.replace(es, w=w), relative(ir.select(follows, j, 1.0))
 
 
-def pair_factor(ctx, si, fixed, prev, camera: Vec) -> Vec:
-    """1, with the derivative of reaching ``si`` from the previous vertex
-    (``prev``: its hit, the ray that found it and the hit before it): that
-    vertex's BSDF (times cosine) towards this point and the area this
-    point's solid angle covers there; a miss keeps its direction."""
+def pair_factor(ctx, si, fixed, measure, prev, camera: Vec) -> Vec:
+    """1, with the derivative of reaching ``si`` (``followed``'s, with the
+    ``measure`` of its coordinates) from the previous vertex (``prev``: its
+    hit, the ray that found it and the hit before it): that vertex's BSDF
+    (times cosine) towards this point and the area this point's solid
+    angle covers there; a miss keeps its direction."""
     from ..bsdfs.surface import SurfaceBsdf
     prim, b1, b2, o, d, t, prim2, b1_2, b2_2 = prev
     traced = intersect(ctx.primal(), o, d, ir.Float(0.0), INF, KnownHit(ir.Bool(True), t, prim, b1, b2, ir.Int(-1)))
@@ -341,6 +349,6 @@ def pair_factor(ctx, si, fixed, prev, camera: Vec) -> Vec:
     wo = ir.normalize(si.p - before.p)
     wo = Vec(*(ir.select(si.hit, a, c) for a, c in zip(wo, fixed.d)))
     f, _, _ = SurfaceBsdf(ctx, before).query(before.frame.to_local(wo), ir.Float(0.5), Vec(ir.Float(0.5), ir.Float(0.5)))
-    j = ir.select(si.hit, area_jacobian(before.p, si.p, si.ng, surface_measure(ctx, fixed)), 1.0)
+    j = ir.select(si.hit, area_jacobian(before.p, si.p, si.ng, measure), 1.0)
     r = relative(j)
     return Vec(*(relative(c) * r for c in f))

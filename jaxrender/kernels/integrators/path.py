@@ -24,7 +24,7 @@ from ...ir import Vec
 from .. import emitters, sensors
 from ..bsdfs.surface import SurfaceBsdf, sampled_eta, samples_null
 from ..geometry import INF, occluded
-from ..interaction import following, intersect, material_coords, point_on_surface
+from ..interaction import followed, intersect, material_coords, point_on_surface
 from ..sampling import mis_weight
 from ..sensors import motion
 from . import material
@@ -136,7 +136,7 @@ class PathIntegrator(ReplayIntegrator):
         pair = boundary = None
         if ctx.geometry_motion:
             fixed = si
-            si = following(ctx, si)
+            si, measure = followed(ctx, si)
             camera = motion.camera_origin(ctx)
             x_prev = Vec(*(ir.select(depth == 0, a, b) for a, b in
                            zip(camera, point_on_surface(ctx, prev[0], prev[1], prev[2]))))
@@ -144,7 +144,7 @@ class PathIntegrator(ReplayIntegrator):
             si = dataclasses.replace(si, wi=Vec(*(ir.select(si.hit, a, b)
                                                   for a, b in zip(si.frame.to_local(toward), si.wi))))
             es, nee = material.followed_emitter_sample(ctx, fixed, si, es, es_u)
-            pair = ir.cond(depth > 0, lambda: material.pair_factor(ctx, si, fixed, prev, camera),
+            pair = ir.cond(depth > 0, lambda: material.pair_factor(ctx, si, fixed, measure, prev, camera),
                            self.spectrum.one)
             edge, horizon = edge
             boundary = material.edge_term(ctx, edge, si.p)
@@ -203,15 +203,16 @@ class PathIntegrator(ReplayIntegrator):
         beta = st.throughput
         if ctx.geometry_motion:
             # the boundary term of this point's incident radiance, sampled on the scene's edges
-            edge = material.edge_sample(ctx, si, ctx.rand(s, material.EDGE_GROUP + st.depth),
-                                        si.hit & deeper & ~pass_through,
-                                        lambda o, d: self._incident(ctx.primal(), s, st.depth + 1, o, d))
+            edge_u = ctx.rand(s, material.EDGE_GROUP + st.depth)
+            continues = si.hit & deeper & ~pass_through
+
+            def incident(o, d):
+                return self._incident(ctx.primal(), s, st.depth + 1, o, d)
+            edge = material.edge_sample(ctx, si, edge_u, continues, incident)
             horizon = None
             if ctx.structure.shading_normals:
                 # smooth shading: the horizon of the point's own triangle
-                horizon = material.horizon_sample(ctx, si, ctx.rand(s, material.EDGE_GROUP + st.depth)[1],
-                                                  si.hit & deeper & ~pass_through,
-                                                  lambda o, d: self._incident(ctx.primal(), s, st.depth + 1, o, d))
+                horizon = material.horizon_sample(ctx, si, edge_u[1], continues, incident)
             edge = ctx.detach((edge, horizon))
             sh = shade(si, es, u, st.depth, st.prev_pdf, st.prev_delta, show_emitters, st.prev, edge, es_u)
             beta = beta * sh.pair        # 1, carrying the derivative of reaching this point

@@ -26,7 +26,7 @@ import dataclasses
 
 from ... import ir
 from ...ir import Vec
-from ..interaction import following, intersect, surface_measure
+from ..interaction import followed, intersect
 from . import film
 from .perspective import CameraRow
 
@@ -84,8 +84,7 @@ def primary_point(ctx, s):
     si = intersect(ctx.primal(), o, d, t_min, t_max)     # (found in transport; following() moves it)
     measure = ir.Float(1.0)
     if ctx.geometry_motion:
-        measure = ir.select(si.hit, surface_measure(ctx, si), 1.0)
-        si = following(ctx, si)
+        si, measure = followed(ctx, si)
     return si.hit, ir.select(si.hit, si.p, d), si.ng, measure
 
 
