@@ -21,7 +21,7 @@ class UsageError(Exception):
     """A mistake on the command line (reported as one line, exit status 2)."""
 
 
-def _load(path: str | None, defines: list[str]):
+def _load(path: str | None, defines: list[str], variant: str | None = None):
     import jaxrender
     overrides = {}
     for d in defines or []:
@@ -32,8 +32,8 @@ def _load(path: str | None, defines: list[str]):
     if path is None:
         if overrides:
             raise UsageError("-D overrides need a scene file")
-        return jaxrender.load_dict(jaxrender.cornell_box())
-    return jaxrender.load_file(path, **overrides)
+        return jaxrender.load_dict(jaxrender.cornell_box(), variant=variant)
+    return jaxrender.load_file(path, variant=variant, **overrides)
 
 
 def linear_to_srgb8(img: np.ndarray) -> np.ndarray:
@@ -50,13 +50,15 @@ def write_image(path: Path, img: np.ndarray, channels: list[str] | None = None) 
     img = np.ascontiguousarray(img, dtype=np.float32)
     if ext == ".exr":
         import OpenEXR
-        layers = ({"RGB": img} if channels is None else
+        layers = ({"Y": np.ascontiguousarray(img[..., 0])} if channels is None and img.shape[-1] == 1 else
+                  {"RGB": img} if channels is None else
                   {name: np.ascontiguousarray(img[..., k]) for k, name in enumerate(channels)})
         OpenEXR.File({"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage},
                      layers).write(str(path))
     elif ext == ".png":
         from PIL import Image
-        Image.fromarray(linear_to_srgb8(img), mode="RGB").save(path)
+        grey = img.shape[-1] == 1      # a mono render
+        Image.fromarray(linear_to_srgb8(img[..., 0] if grey else img), mode="L" if grey else "RGB").save(path)
     else:
         np.save(path, img)
 
@@ -85,7 +87,7 @@ def cmd_render(args) -> None:
     import jaxrender
     out = Path(args.output)
     check_output(out)
-    scene = _load(args.scene, args.define)
+    scene = _load(args.scene, args.define, args.variant)
     aov = jaxrender.aov_names(scene) if scene.integrator["type"] == "aov" else None
     check_output(out, aov is not None)
     if args.spp is not None and args.spp < 0:
@@ -111,7 +113,7 @@ def cmd_render(args) -> None:
 
 
 def cmd_info(args) -> None:
-    scene = _load(args.scene, args.define)
+    scene = _load(args.scene, args.define, args.variant)
     cam = scene.camera
     print(f"film {cam.width}x{cam.height}, {cam.spp} spp, filter {cam.rfilter}; integrator {scene.integrator}")
     n_shapes = len(scene.shapes)
@@ -135,11 +137,13 @@ def main(argv=None) -> None:
     r.add_argument("--sensor", type=int, default=0, help="which sensor of the scene (file order)")
     r.add_argument("--passes", type=int, default=8, help="sample passes (progress bar granularity; the independent sampler only)")
     r.add_argument("-D", "--define", action="append", help="override an XML <default>: name=value")
+    r.add_argument("--variant", default=None, help="colour variant: rgb (default), mono or spectral")
     r.add_argument("-q", "--quiet", action="store_true")
     r.set_defaults(fn=cmd_render)
     i = sub.add_parser("info", help="list a scene's parameters")
     i.add_argument("scene", nargs="?")
     i.add_argument("-D", "--define", action="append")
+    i.add_argument("--variant", default=None, help="colour variant: rgb (default), mono or spectral")
     i.set_defaults(fn=cmd_info)
     args = ap.parse_args(argv)
     from .scene.errors import SceneError

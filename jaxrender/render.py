@@ -17,8 +17,10 @@ from .primitives.boundary import edge_topology as boundary_topology
 from .primitives.bsdf_tables import bsdf_table
 from .primitives.film import FilmGeometry, has_alpha, to_pixel_format
 from .primitives.render_rules import PixelSplit, RenderConfig, nondifferentiable, render_image
+from .kernels import spectrum
 from .kernels import textures as ktex
 from .scene.camera import fov_key
+from .scene import variants
 from .scene.errors import SceneError
 
 _GEOMETRY_WHY = ("gradients with respect to scene geometry are implemented for meshes and analytic shapes under "
@@ -226,6 +228,9 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
         settings = integrator.settings(scene.integrator)
     except ValueError as exc:
         raise SceneError(str(exc)) from None
+    if scene.variant != "rgb":
+        _check_variant(scene, cam)
+        integrator = dataclasses.replace(integrator, spectrum=spectrum.BY_NAME[scene.variant])
     if cam.pixel_format != "rgb":
         if scene.integrator["type"] == "aov":
             raise SceneError(f"pixel_format {cam.pixel_format!r} with an aov integrator is not supported yet (rgb)")
@@ -256,6 +261,8 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
         params = {k: nondifferentiable(v, nondiff[k]) if k in nondiff else v for k, v in params.items()}
     inputs = kernel_inputs(scene, params, sensor, media="medium_data" in integrator.inputs())
     inputs.update(settings, spp=np.uint32(spp), seed=seed, seed_grad=seed_grad, spp_grad=np.uint32(spp_grad))
+    if integrator.spectrum.spectral:
+        inputs["spectral_data"] = variants.spectral_tables()
     if (camera_keys and cam_key not in scene.nondifferentiable) or geometry_keys:
         inputs["edge_topology"] = inputs["edges"] = edge_topology(scene)
     # The camera's reason is the scene's, for its to_world parameter.
@@ -263,7 +270,29 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
            ("shape_data", _GEOMETRY_WHY), ("tri_normals", _GEOMETRY_WHY), ("tri_uv", _GEOMETRY_WHY))
     film = FilmGeometry(grid=cam.grid_size[::-1], border=cam.border, footprint=cam.footprint)
     config = RenderConfig(film, method, why, structure, integrator, split)
-    return to_pixel_format(render_image(config, inputs), cam.pixel_format)
+    image = render_image(config, inputs)
+    # mono: the film's one colour channel is the luminance, whatever the format (as Mitsuba's)
+    return image if scene.variant == "mono" else to_pixel_format(image, cam.pixel_format)
+
+
+def _check_variant(scene, cam) -> None:
+    """What the scene's variant (mono, spectral) cannot render yet: a SceneError."""
+    name = scene.variant
+    if scene.integrator["type"] == "aov":
+        raise SceneError(f"the aov integrator in the {name} variant is not supported yet (rgb)")
+    if name == "mono":
+        if cam.pixel_format.startswith("xyz"):
+            raise SceneError(f"pixel_format {cam.pixel_format!r} in the mono variant: Mitsuba's mono film "
+                             "writes luminance (use luminance or luminance_alpha)")
+        if scene.sunsky is not None:
+            raise SceneError("the sunsky emitter in the mono variant is not supported yet")
+        return
+    why = variants.spectral_why(scene)
+    if why is not None:
+        raise SceneError(f"the spectral variant cannot render this scene yet: {why}")
+    if cam.pixel_format not in ("rgb", "rgba"):
+        raise SceneError(f"pixel_format {cam.pixel_format!r} in the spectral variant is not supported yet "
+                         "(rgb, rgba)")
 
 
 def _decide(nondiff: dict, keys: list, why: str | None) -> None:
@@ -287,7 +316,8 @@ def _moving_why(what: str, moves: str, integrator, settings, structure, split) -
                      (samples_null(structure), "scenes with pass-through (null, mask) BSDFs"),
                      (int(settings.get("hide_emitters", 0)), "hide_emitters"),
                      (integrator.alpha, "a film with an alpha channel"),
-                     (split.tiles > 1 or split.shards > 1, "an image split into tiles or shards")):
+                     (split.tiles > 1 or split.shards > 1, "an image split into tiles or shards"),
+                     (integrator.spectrum.spectral, "the spectral variant")):
         if bad:
             return f"{what} derivatives of {why} are not supported yet"
     return None

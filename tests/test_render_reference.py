@@ -44,7 +44,7 @@ def blocks(img: np.ndarray) -> np.ndarray:
     """Mean over BLOCK x BLOCK tiles (the image is cropped to whole tiles)."""
     h, w = img.shape[-3] // BLOCK * BLOCK, img.shape[-2] // BLOCK * BLOCK
     x = img[..., :h, :w, :]
-    x = x.reshape(*x.shape[:-3], h // BLOCK, BLOCK, w // BLOCK, BLOCK, 3)
+    x = x.reshape(*x.shape[:-3], h // BLOCK, BLOCK, w // BLOCK, BLOCK, x.shape[-1])
     return x.mean(axis=(-4, -2))
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from .. import ir
 from ..ir.bvh_query import LEAF_WORDS, NODE_WORDS
+from .spectrum import SPECTRAL_ROW
 
 # --- triangles, in BVH leaf order --------------------------------------------
 TRI_ROW = 9                    # tris: p0, p1, p2
@@ -147,17 +148,20 @@ def media_inputs() -> dict:
     }
 
 
-def scene_inputs(channels: int = 3) -> dict:
-    """The buffers every rendering kernel reads (name -> ``ir.In``), for a
-    colour type of ``channels`` values (``Spectrum.channels``)."""
-    return {
+def scene_inputs(spectrum=None) -> dict:
+    """The buffers every rendering kernel reads (name -> ``ir.In``), for
+    the colour type ``spectrum`` (``spectrum.SpectrumType``, default RGB):
+    its emitter rows, and for a spectral one its tables."""
+    emitter_width = 3 if spectrum is None else spectrum.emitter_width
+    extra = {"spectral_data": ir.In("f32", (SPECTRAL_ROW,))} if spectrum is not None and spectrum.spectral else {}
+    return {**extra,
         "tris": ir.In("f32", (TRI_ROW,)),
         "tri_attr": ir.In("i32", (ATTR_ROW,)),
         "bvh_bounds": ir.In("f32", (BVH_BOUNDS_ROW,)),
         "bvh_links": ir.In("i32", (BVH_LINKS_ROW,)),
         "bsdf_type": ir.In("i32"),                        # bsdfs.registry type id per BSDF
         "bsdf_data": ir.In("f32", (BSDF_ROW,)),
-        "emitter_radiance": ir.In("f32", (channels,)),
+        "emitter_radiance": ir.In("f32", (emitter_width,)),
         "light_tris": ir.In("i32"),                       # emissive triangles (leaf order), grouped by emitter
         "light_cdf": ir.In("f32"),                        # cumulative area within each emitter's group
         "emitter_meta": ir.In("i32", (EMITTER_META_ROW,)),

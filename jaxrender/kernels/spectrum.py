@@ -2,31 +2,75 @@
 
 Radiance, throughput, BSDF values and emitted power are a ``Spectrum``:
 an ``ir.Vec`` of ``channels`` values. Kernels create and read colours
-only through a :class:`SpectrumType` (``ctx.spectrum``), so a monochrome,
-spectral or polarized variant can come as another ``SpectrumType`` without
-rewriting the kernels that use it. RGB (linear sRGB, three channels) is the
-one variant today.
+only through a :class:`SpectrumType` (``ctx.spectrum``), so one kernel
+source serves every variant:
+
+* ``rgb``: linear sRGB, three channels;
+* ``mono``: one channel, the luminance (Mitsuba's ``mono``);
+* ``spectral``: four wavelengths per path, sampled at the camera
+  (Mitsuba's ``spectral``), the film receiving their linear sRGB.
+
+What a colour *parameter* stores is the variant's business too (three
+floats per colour in every variant, ``layout``): RGB values in ``rgb``,
+the luminance in ``mono`` (first float), and in ``spectral`` the three
+coefficients of Jakob & Hanika's sigmoid-polynomial spectrum (what
+``scene/spectra.py`` fits to an RGB value). :meth:`SpectrumType.color`
+turns a stored colour into the path's spectrum, :meth:`emission` an
+emitter's radiance row, :meth:`to_film` the path's spectrum into what the
+film accumulates.
 
 Example::
 
-    S = RGB
+    S = ctx.spectrum
     beta = S.one()
-    L = L + beta * S.read(buf, row)          # a colour stored in a buffer row
-    q = S.max(beta)                          # Russian roulette's throughput
+    albedo = S.color(Vec(*row[k:k + 3]))       # a BSDF colour parameter
+    L = L + beta * S.emission(buf, row)         # an emitter's radiance
+    q = S.max(beta)                             # Russian roulette's throughput
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
+from typing import Any
 
 from .. import ir
 from ..ir import Vec
 
+# Stored floats per colour parameter (BSDF rows, texels, medium rows) in every variant.
+STORED = 3
+# Sampler dimension group of the wavelengths (``Context.rand``): far above
+# the groups path vertices use, so adding it leaves their numbers unchanged.
+WAVELENGTH_GROUP = 0xFFF0
+
+# The spectral tables (``spectral_data`` input): one row per 5 nm from
+# CIE_MIN to CIE_MAX: the colour matching functions turned into linear
+# sRGB and scaled so that a unit spectrum has luminance 1 (r, g, b), D65
+# scaled to unit luminance, and the plain CIE y-bar (peak 1).
+CIE_MIN, CIE_MAX, CIE_STEP = 360.0, 830.0, 5.0
+CIE_SAMPLES = 95
+SPECTRAL_ROW = 5
+# A spectral emitter row: sigmoid coefficients (3), scale, and 1 where the
+# spectrum is multiplied by D65 (an RGB radiance), 0 where not (a uniform one).
+EMITTER_ROW = 5
+
 
 @dataclasses.dataclass(frozen=True)
 class SpectrumType:
-    """A colour representation: its name and how many floats one colour is."""
+    """A colour representation: ``channels`` floats per colour along a path,
+    ``film_channels`` per sample on the film, ``emitter_width`` floats per
+    emitter radiance row. A spectral type is *bound* to a path's
+    wavelengths by :meth:`bind` (trace-time data, not part of its identity)."""
     name: str
     channels: int
+    film_channels: int
+    emitter_width: int
+    wavelengths: Any = dataclasses.field(default=None, compare=False, repr=False)
+    tables: Any = dataclasses.field(default=None, compare=False, repr=False)
+
+    @property
+    def spectral(self) -> bool:
+        return self.name == "spectral"
 
     def zero(self) -> Vec:
         return self.full(0.0)
@@ -38,8 +82,12 @@ class SpectrumType:
         return Vec(*(value,) * self.channels)
 
     def read(self, buf, row, start: int = 0) -> Vec:
-        """The colour stored at ``start`` in row ``row`` of ``buf``."""
+        """``channels`` floats stored at ``start`` in row ``row`` of ``buf``."""
         return Vec(*(buf.read(row, start + k) for k in range(self.channels)))
+
+    def read_film(self, buf, row, start: int = 0) -> Vec:
+        """``film_channels`` floats at ``start`` of row ``row`` (an image's)."""
+        return Vec(*(buf.read(row, start + k) for k in range(self.film_channels)))
 
     def max(self, v: Vec):
         """The largest channel."""
@@ -48,5 +96,164 @@ class SpectrumType:
             m = ir.maximum(m, x)
         return m
 
+    def luminance(self, v: Vec):
+        """Mitsuba's ``luminance(value, wavelengths)``: Rec. 709 weights of
+        an RGB colour, a mono value itself, and for a spectrum the mean of
+        y-bar times it over the path's wavelengths."""
+        if self.name == "rgb":
+            return v[0] * 0.212671 + v[1] * 0.715160 + v[2] * 0.072169
+        if self.name == "mono":
+            return v[0]
+        return self.mean(Vec(*(x * self._table(lam, 4) for x, lam in zip(v, self._bound()))))
 
-RGB = SpectrumType("rgb", 3)
+    def mean(self, v: Vec):
+        """The mean of the channels."""
+        return sum(v[1:], v[0]) * (1.0 / len(v))
+
+    # -- stored colours ---------------------------------------------------------
+    def color(self, stored) -> Vec:
+        """The spectrum of a stored colour parameter (``STORED`` floats)."""
+        stored = tuple(stored)
+        if self.name == "rgb":
+            return Vec(*stored)
+        if self.name == "mono":
+            return Vec(stored[0])
+        return Vec(*(sigmoid_polynomial(stored, lam) for lam in self._bound()))
+
+    def emission(self, buf, row) -> Vec:
+        """The radiance of emitter row ``row`` of ``buf`` (``emitter_width`` floats)."""
+        if not self.spectral:
+            return self.read(buf, row)
+        c = [buf.read(row, k) for k in range(3)]
+        scale, d65 = buf.read(row, 3), buf.read(row, 4)
+        return Vec(*(sigmoid_polynomial(c, lam) * scale * ir.select(d65 > 0.5, self._table(lam, 3), 1.0)
+                     for lam in self._bound()))
+
+    # -- wavelengths and the film -------------------------------------------------
+    def bind(self, ctx, s):
+        """``ctx`` with its spectrum bound to sample ``s``'s wavelengths (a
+        spectral type: four, stratified from one sampler dimension and
+        importance-sampled for RGB output); other types: ``ctx`` itself."""
+        if not self.spectral:
+            return ctx
+        u = ctx.rand(s, WAVELENGTH_GROUP)[2]
+        lams = []
+        for j in range(4):
+            uj = u + j * 0.25
+            lams.append(sample_wavelength(ir.select(uj >= 1.0, uj - 1.0, uj)))
+        bound = dataclasses.replace(self, wavelengths=tuple(lams), tables=ctx.b["spectral_data"])
+        # code without a context at hand (a BSDF's luminance) sees the bound type
+        # from here to the end of the kernel being traced (``using`` restores it)
+        _ACTIVE.set(bound)
+        return dataclasses.replace(ctx, spectrum=bound)
+
+    def to_film(self, value: Vec) -> Vec:
+        """What the film accumulates for a path's spectrum ``value``."""
+        if not self.spectral:
+            return value
+        out = [0.0, 0.0, 0.0]
+        for lam, v in zip(self._bound(), value):
+            w = v * (0.25 / pdf_wavelength(lam))
+            out = [o + w * self._table(lam, c) for c, o in enumerate(out)]
+        return Vec(*out)
+
+    def film_transpose(self, d_film: Vec) -> Vec:
+        """The transpose of :meth:`to_film`: a film cotangent as the path
+        spectrum's cotangent."""
+        if not self.spectral:
+            return d_film
+        return Vec(*(sum((d_film[c] * self._table(lam, c) for c in range(1, 3)), d_film[0] * self._table(lam, 0))
+                     * (0.25 / pdf_wavelength(lam)) for lam in self._bound()))
+
+    def _bound(self) -> tuple:
+        if self.wavelengths is None:
+            raise ValueError("a spectral colour was asked for outside a path: bind the spectrum to its "
+                             "wavelengths first (SpectrumType.bind)")
+        return self.wavelengths
+
+    def _table(self, lam, column: int):
+        """Column ``column`` of the spectral tables at wavelength ``lam``
+        (linear interpolation between the 5 nm rows)."""
+        t = (lam - CIE_MIN) * (1.0 / CIE_STEP)
+        i0 = ir.clamp(ir.cast(ir.floor(t), "i32"), 0, CIE_SAMPLES - 2)
+        w1 = ir.clamp(t - ir.cast(i0, "f32"), 0.0, 1.0)
+        return (1.0 - w1) * self.tables.read(i0, column) + w1 * self.tables.read(i0 + 1, column)
+
+
+def sigmoid_polynomial(c, lam):
+    """Jakob & Hanika's reflectance model: sigmoid(c0 lam^2 + c1 lam + c2),
+    sigmoid(x) = 1/2 + x / (2 sqrt(1 + x^2)); black and white are stored
+    with c2 = -/+ 1e18, where it gives 0 and 1 exactly."""
+    v = ir.fma(ir.fma(c[0], lam, c[1]), lam, c[2])
+    return ir.maximum(0.0, ir.fma(0.5 * v, ir.rsqrt(ir.fma(v, v, 1.0)), 0.5))
+
+
+# The wavelength density, proportional to 1 / cosh^2(K (lam - MID)) on
+# [CIE_MIN, CIE_MAX] (Radziszewski et al. 2009): its CDF is a tanh.
+_K, _MID = 0.0072, 538.0
+
+
+def _tanh(x: float) -> float:
+    import math
+    return math.tanh(x)
+
+
+_T0, _T1 = _tanh(_K * (CIE_MIN - _MID)), _tanh(_K * (CIE_MAX - _MID))
+
+
+def sample_wavelength(u):
+    """A wavelength (nm) with density :func:`pdf_wavelength`, from u in [0, 1)."""
+    x = _T0 + (_T1 - _T0) * u          # tanh(K (lam - MID)), uniformly spread
+    atanh = 0.5 * ir.log((1.0 + x) / (1.0 - x))
+    return _MID + atanh * (1.0 / _K)
+
+
+def pdf_wavelength(lam):
+    """The density of :func:`sample_wavelength` at ``lam`` (inside the range)."""
+    e = ir.exp(-2.0 * _K * ir.abs(lam - _MID))
+    sech2 = 4.0 * e / ((1.0 + e) * (1.0 + e))
+    return sech2 * (_K / (_T1 - _T0))
+
+
+RGB = SpectrumType("rgb", 3, 3, 3)
+MONO = SpectrumType("mono", 1, 1, 1)
+SPECTRAL = SpectrumType("spectral", 4, 3, EMITTER_ROW)
+BY_NAME = {t.name: t for t in (MONO, RGB, SPECTRAL)}
+
+
+# The colour type of the kernel being traced, for code that makes colour
+# constants without a colour at hand (a BSDF's black): set by whoever
+# traces a kernel (``using``), RGB outside one.
+_ACTIVE: contextvars.ContextVar = contextvars.ContextVar("jaxrender_spectrum", default=None)
+
+
+def active() -> SpectrumType:
+    """The colour type of the kernel being traced (RGB outside :func:`using`)."""
+    return _ACTIVE.get() or RGB
+
+
+@contextlib.contextmanager
+def using(spectrum: SpectrumType):
+    """Trace kernels of colour type ``spectrum`` within this block."""
+    token = _ACTIVE.set(spectrum)
+    try:
+        yield spectrum
+    finally:
+        _ACTIVE.reset(token)
+
+
+def black() -> Vec:
+    """Zero in every channel of the traced kernel's colour type."""
+    z = ir.Float(0.0)
+    return Vec(*(z,) * active().channels)
+
+
+def uniform(value) -> Vec:
+    """``value`` in every channel of the traced kernel's colour type."""
+    return Vec(*(value,) * active().channels)
+
+
+def luminance(v: Vec):
+    """The luminance of colour ``v`` in the traced kernel's colour type
+    (:meth:`SpectrumType.luminance`)."""
+    return active().luminance(v)

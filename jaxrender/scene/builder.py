@@ -19,6 +19,7 @@ import numpy as np
 
 from ..kernels import shapes as kshapes
 from ..kernels import textures as ktex
+from . import variants
 from .camera import Camera, fov_key
 from .errors import SceneError
 from .properties import Properties, is_plugin
@@ -32,7 +33,7 @@ from .loaders.media import MEDIA, PHASES
 from .loaders.registry import PluginRegistry, category_of, load_plugin
 from .loaders.sensors import FILMS, RFILTERS, SAMPLERS, SENSORS
 from .loaders.shapes import SHAPES
-from .loaders.textures import TEXTURES
+from .loaders.textures import TEXTURES, parse_texture
 from .plugin_names import ALL_PLUGINS, did_you_mean
 
 REGISTRIES: tuple[PluginRegistry, ...] = (SHAPES, EMITTERS, SENSORS, INTEGRATORS, BSDFS, TEXTURES, FILMS, RFILTERS,
@@ -180,6 +181,7 @@ class SceneBuilder:
         """The index of medium ``spec`` (loaded once per key or id)."""
         spec, key = self.resolve(spec, key)
         if key not in self._medium_index:
+            variants.refuse(key, "participating media")
             if spec.get("type") not in MEDIA:
                 raise SceneError(f"{key}: medium type {spec.get('type')!r} is not supported yet "
                                  f"({', '.join(MEDIA.supported())})")
@@ -200,7 +202,7 @@ class SceneBuilder:
         elif value.get("type") not in TEXTURES:
             return None
         if key not in self._texture_index:
-            self._texture_index[key] = (self.add_texture(load_plugin(TEXTURES, self.params, value, key, width)), width)
+            self._texture_index[key] = (self.add_texture(parse_texture(value, key, width, self.params)), width)
         index, w = self._texture_index[key]
         if w != width and self.textures[index].kind == ktex.CHECKERBOARD:
             raise SceneError(f"{key}: a checkerboard cannot be used for both colour and scalar parameters")

@@ -29,6 +29,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from .errors import SceneError
+from . import variants
 from .plugin_names import ALL_PLUGINS, did_you_mean
 
 # Mitsuba's named indices of refraction (the ones its documentation lists).
@@ -369,8 +370,11 @@ class Properties:
         return self._value(parse_filename, name, _MISSING)
 
     def rgb(self, name: str, default: Any, label: str | None = None, illuminant: bool = False) -> np.ndarray:
-        """A colour (see :func:`parse_rgb`; ``illuminant``: an emitter's)."""
-        return self._value(lambda v, where: parse_rgb(v, where, illuminant), name, default, label)
+        """A colour (see :func:`parse_rgb`; ``illuminant``: an emitter's), as
+        the variant being loaded stores it (``variants.encode_color``)."""
+        def parse(v, where):
+            return variants.encode_color(v, parse_rgb(v, where, illuminant), where, illuminant)
+        return self._value(parse, name, default, label)
 
     def ior(self, name: str, default: Any) -> float:
         return self._value(parse_ior, name, default)

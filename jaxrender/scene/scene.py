@@ -41,6 +41,7 @@ from ..kernels.context import GEOMETRY
 from . import sunsky as sunsky_model
 from . import textures as tex_io
 from .arrays import is_traced
+from . import variants
 from .builder import SceneBuilder
 from .camera import Camera, filter_table, fov_key, is_rigid
 from .errors import SceneError
@@ -57,11 +58,14 @@ __all__ = ["Camera", "Scene", "SceneError", "filter_table", "load_dict"]
 EMITTER_FRAME_WIDTH = layout.EMITTER_FRAME_ROW
 
 
-def load_dict(d: Mapping, *, expand_instances: bool = False) -> Scene:
+def load_dict(d: Mapping, *, variant: str | None = None, expand_instances: bool = False) -> Scene:
     """Build a Scene from a ``mitsuba.load_dict``-style dictionary (or the
     dict ``xml_loader.parse_xml`` returns, whose errors then name the file
     and line).
 
+    ``variant``: the colour type (``"mono"``, ``"rgb"``, ``"spectral"``;
+    default: the one ``jaxrender.set_variant`` selected, else rgb), as
+    Mitsuba's ``variant`` (``scene/variants.py``).
     ``expand_instances``: copy each instance's meshes into the scene
     instead of sharing its shapegroup (the same image from larger buffers;
     for comparisons).
@@ -70,7 +74,8 @@ def load_dict(d: Mapping, *, expand_instances: bool = False) -> Scene:
 
         scene = jaxrender.load_dict(jaxrender.cornell_box())
     """
-    return Scene(**scene_fields(SceneBuilder(expand_instances=expand_instances).load_scene(d)))
+    with variants.loading(variant) as name:
+        return Scene(**scene_fields(SceneBuilder(expand_instances=expand_instances).load_scene(d)), variant=name)
 
 
 @dataclass
@@ -130,6 +135,8 @@ class Scene:
     # (scene/instancing.py), whose primitives' rows follow the scene's own
     # in triangles, tri_attr, ...; None without instances of meshes.
     instancing: dict | None = None
+    # The variant it was loaded in (scene/variants.py): its colours' encoding.
+    variant: str = "rgb"
     # Participating media: loaders.media.MediumSpec per medium; per leaf
     # entry its interior and exterior medium (-1: none; no rows without media).
     media: list = field(default_factory=list)
@@ -386,7 +393,8 @@ class Scene:
                 # a field is a parameter key, a constant (a flag such as
                 # nonlinear), or None: a textured field, filled in by the kernel
                 parts = [np.zeros(w, f32) if k is None else
-                         xp.asarray(p[k], f32).reshape(w) if isinstance(k, str) else np.full(w, k, f32)
+                         xp.broadcast_to(xp.asarray(p[k], f32).reshape(-1), (w,)) if isinstance(k, str) else
+                         np.full(w, k, f32)
                          for k, w in fields]
                 used = sum(w for _, w in fields)
                 parts.append(np.zeros(layout.BSDF_ROW - 1 - used, f32))
@@ -397,9 +405,10 @@ class Scene:
         def emitter_radiance(p, xp):
             # (an envmap's row is its scalar scale, broadcast; a sunsky's, which has no
             # radiance parameter (key None), is 1: its radiance is in its emitter_frame row)
-            rad = [np.ones(3, f32) if k is None else xp.broadcast_to(xp.asarray(p[k], f32).reshape(-1), (3,))
+            width = variants.emitter_width(self.variant)
+            rad = [np.ones(width, f32) if k is None else xp.broadcast_to(xp.asarray(p[k], f32).reshape(-1), (width,))
                    for k in self.emitter_keys]
-            return xp.stack(rad) if rad else np.zeros((0, 3), f32)
+            return xp.stack(rad) if rad else np.zeros((0, width), f32)
 
         cam_key, cam = self.sensor(sensor)
 

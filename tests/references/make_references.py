@@ -1,4 +1,5 @@
-"""Render the reference images with Mitsuba 3 (scalar_rgb) and store their
+"""Render the reference images with Mitsuba 3 (scalar_rgb; COLOR_VARIANTS in
+their colour variant) and store their
 per-pixel mean and standard error as small committed test data.
 
     pip install mitsuba && python tests/references/make_references.py [name ...]
@@ -19,19 +20,25 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from scenes import AOV_VARIANTS, RENDERS, SAMPLER_VARIANTS, SPP, VARIANTS  # noqa: E402
+from scenes import AOV_VARIANTS, COLOR_VARIANTS, RENDERS, SAMPLER_VARIANTS, SPP, VARIANTS  # noqa: E402
 
 OUT = HERE.parent / "data" / "references"
+# Mitsuba's variant per colour type (mono only exists as llvm_ad_mono: it
+# needs libLLVM, DRJIT_LIBLLVM_PATH).
+MITSUBA_VARIANT = {"rgb": "scalar_rgb", "mono": "llvm_ad_mono", "spectral": "scalar_spectral"}
 
 
 def main() -> None:
     import mitsuba as mi
-    mi.set_variant("scalar_rgb")
     OUT.mkdir(parents=True, exist_ok=True)
-    everything = {**VARIANTS, **AOV_VARIANTS, **SAMPLER_VARIANTS}
+    everything = {**VARIANTS, **AOV_VARIANTS, **SAMPLER_VARIANTS, **COLOR_VARIANTS}
     names = sys.argv[1:] or list(everything)
     for name in names:
         make = everything[name]
+        colour = "rgb"
+        if name in COLOR_VARIANTS:
+            colour, make = make
+        mi.set_variant(MITSUBA_VARIANT[colour])
         scene = mi.load_dict(make(mi.cornell_box()))
         spp = 0 if name in SAMPLER_VARIANTS else SPP          # 0: the scene's sampler's sample count
         imgs = np.stack([np.array(mi.render(scene, spp=spp, seed=s)) for s in range(RENDERS)])

@@ -555,3 +555,38 @@ def shapes_aovs(d):
 
 
 AOV_VARIANTS = {f.__name__: f for f in (cbox_aovs, shapes_aovs)}
+
+
+# Colour variants other than rgb: name -> (jaxrender / Mitsuba variant, scene).
+# Mitsuba renders mono with llvm_ad_mono (it has no scalar_mono), spectral
+# with scalar_spectral; tests/test_variants.py compares.
+def cbox_conductors(d):
+    """Named and default conductors (mono: luminances of their RGB constants)."""
+    d = _base(d)
+    d["large-box"]["bsdf"] = {"type": "roughconductor", "distribution": "ggx", "alpha": 0.2, "material": "Au"}
+    d["small-box"]["bsdf"] = {"type": "conductor", "material": "Cu"}
+    return d
+
+
+def cbox_spectral_mix(d):
+    """Glass, plastic, a mirror and uniform-spectrum colours: what the
+    spectral variant renders without textures."""
+    d = _base(d)
+    d["large-box"]["bsdf"] = {"type": "roughplastic", "distribution": "ggx", "alpha": 0.15,
+                              "diffuse_reflectance": {"type": "rgb", "value": [0.1, 0.3, 0.8]}}
+    d["small-box"]["bsdf"] = {"type": "dielectric", "int_ior": 1.5}
+    d["back"]["bsdf"] = {"type": "diffuse", "reflectance": {"type": "spectrum", "value": 0.6}}
+    d["floor"]["bsdf"] = {"type": "conductor"}
+    d["integrator"] = {"type": "path", "max_depth": 6}
+    return d
+
+
+COLOR_VARIANTS = {
+    "mono_cbox": ("mono", cbox_gaussian),
+    "mono_conductors": ("mono", cbox_conductors),
+    "mono_textured": ("mono", cbox_textured),
+    "mono_env_lit": ("mono", env_lit),
+    "spectral_cbox": ("spectral", cbox_gaussian),
+    "spectral_mix": ("spectral", cbox_spectral_mix),
+    "spectral_shape_lights": ("spectral", cbox_shape_lights),
+}

@@ -27,6 +27,7 @@ from typing import Callable
 
 from ... import ir
 from ...ir import Vec
+from .. import spectrum
 from .. import layout
 from ..params import ARRAY, BSDF, COLOR, FLAG, FLOAT, IOR, KINDS, OPTION, SCALAR, TEXTURE, ArrayView, Param
 
@@ -137,10 +138,10 @@ class BsdfType:
         raise KeyError(f"BSDF {self.name!r} has no parameter {name!r} (it has {', '.join(q.name for q in self.params)})")
 
 
-def zero3() -> Vec:
-    """A black colour (one zero constant, shared by the three channels)."""
-    z = ir.Float(0.0)
-    return Vec(z, z, z)
+def black() -> Vec:
+    """A black colour in the traced kernel's colour type (one zero constant,
+    shared by its channels)."""
+    return spectrum.black()
 
 
 class ParamView:
@@ -150,7 +151,7 @@ class ParamView:
 
     def __init__(self, t: BsdfType, row: list, table=None, buffers: dict | None = None, spectrum=None):
         self._t, self._row, self.table, self._b = t, row, table, buffers
-        self._channels = 3 if spectrum is None else spectrum.channels
+        self._spectrum = spectrum
 
     def __getattr__(self, name: str):
         if name.startswith("_"):
@@ -161,7 +162,8 @@ class ParamView:
             raise AttributeError(exc.args[0]) from None
         k = self._t.slot(name)
         if p.kind == COLOR:
-            return Vec(*self._row[k:k + self._channels])
+            stored = self._row[k:k + p.width()]
+            return Vec(*stored) if self._spectrum is None else self._spectrum.color(stored)
         if p.kind == OPTION:
             return dict(self._t.options)[name]
         if p.kind in (BSDF, TEXTURE):

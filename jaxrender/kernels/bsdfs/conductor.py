@@ -14,9 +14,9 @@ import dataclasses
 from ... import ir
 from ...ir import Vec
 from .base import COLOR, BsdfType, Param
+from ..spectrum import black
 from .fresnel import fresnel_conductor_rgb, reflect
 
-ZERO = (0.0, 0.0, 0.0)
 
 
 @dataclasses.dataclass
@@ -27,7 +27,7 @@ class ConductorParams:
 
 
 def eval(params: ConductorParams, wi: Vec, wo: Vec) -> Vec:
-    return Vec(ir.Float(0.0), ir.Float(0.0), ir.Float(0.0))
+    return black()
 
 
 def pdf(params: ConductorParams, wi: Vec, wo: Vec):
@@ -37,7 +37,7 @@ def pdf(params: ConductorParams, wi: Vec, wo: Vec):
 def sample(params: ConductorParams, wi: Vec, u1, u2: Vec):
     cos_i = wi.z
     F = fresnel_conductor_rgb(cos_i, params.eta, params.k) * params.specular_reflectance
-    weight = ir.select(cos_i > 0.0, F, Vec(*ZERO))
+    weight = ir.select(cos_i > 0.0, F, black())
     return reflect(wi), ir.Float(1.0), weight, ir.Bool(True)
 
 

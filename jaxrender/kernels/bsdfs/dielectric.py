@@ -21,7 +21,7 @@ from typing import Any
 
 from ... import ir
 from ...ir import Vec
-from .base import COLOR, IOR, BsdfType, Param, zero3
+from .base import COLOR, IOR, BsdfType, Param, black
 
 from .fresnel import fresnel, reflect, refract
 
@@ -36,7 +36,7 @@ class DielectricParams:
 
 
 def eval(params: DielectricParams, wi: Vec, wo: Vec) -> Vec:  # noqa: A001 - BSDF interface name
-    return zero3()
+    return black()
 
 
 def pdf(params: DielectricParams, wi: Vec, wo: Vec):

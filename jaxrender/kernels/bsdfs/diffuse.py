@@ -10,6 +10,7 @@ import math
 
 from ... import ir
 from ...ir import Vec
+from ..spectrum import black
 from .base import COLOR, BsdfType, Param
 from .. import sampling
 
@@ -23,7 +24,7 @@ class DiffuseParams:
 
 def eval(params: DiffuseParams, wi: Vec, wo: Vec) -> Vec:
     ok = (wi.z > 0.0) & (wo.z > 0.0)
-    return ir.select(ok, params.reflectance * (INV_PI * wo.z), Vec(0.0, 0.0, 0.0))
+    return ir.select(ok, params.reflectance * (INV_PI * wo.z), black())
 
 
 def pdf(params: DiffuseParams, wi: Vec, wo: Vec):
@@ -35,7 +36,7 @@ def sample(params: DiffuseParams, wi: Vec, u1, u2: Vec):
     wo = sampling.square_to_cosine_hemisphere(u2)
     p = sampling.square_to_cosine_hemisphere_pdf(wo)
     ok = (wi.z > 0.0) & (p > 0.0)
-    weight = ir.select(ok, params.reflectance, Vec(0.0, 0.0, 0.0))
+    weight = ir.select(ok, params.reflectance, black())
     return wo, p, weight, ir.Bool(False)
 
 

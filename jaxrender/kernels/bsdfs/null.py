@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from ... import ir
 from ...ir import Vec
+from ..spectrum import black, uniform
 from .base import BsdfType
 
 
 def eval(params, wi: Vec, wo: Vec) -> Vec:  # noqa: A001 - BSDF interface name
-    return Vec(0.0, 0.0, 0.0)
+    return black()
 
 
 def pdf(params, wi: Vec, wo: Vec):
@@ -24,7 +25,7 @@ def pdf(params, wi: Vec, wo: Vec):
 
 
 def sample(params, wi: Vec, u1, u2: Vec):
-    return -wi, ir.Float(1.0), Vec(1.0, 1.0, 1.0), ir.Bool(True)
+    return -wi, ir.Float(1.0), uniform(1.0), ir.Bool(True)
 
 
 TYPE = BsdfType("null", "null", (), lambda p: None, eval, pdf, sample, null=True)

@@ -23,6 +23,7 @@ from typing import Any
 
 from ... import ir
 from ...ir import Vec
+from ..spectrum import uniform
 from .base import COLOR, IOR, OPTION, BsdfType, Param
 from .. import sampling
 from .dielectric import fresnel, reflect
@@ -60,7 +61,7 @@ class PlasticParams:
 
 
 def _mean(v: Vec):
-    return (v.x + v.y + v.z) * (1.0 / 3.0)
+    return sum(v[1:], v[0]) * (1.0 / len(v))
 
 
 def specular_sampling_weight(params):
@@ -72,8 +73,8 @@ def internal_scattering(d: Vec, fdr_int, nonlinear) -> Vec:
     """d / (1 - fdr_int) or, nonlinear, d / (1 - d * fdr_int)."""
     lin = d / (1.0 - fdr_int)
     if isinstance(nonlinear, bool):
-        return d / (Vec(1.0, 1.0, 1.0) - d * fdr_int) if nonlinear else lin
-    return ir.select(nonlinear, d / (Vec(1.0, 1.0, 1.0) - d * fdr_int), lin)
+        return d / (1.0 - d * fdr_int) if nonlinear else lin
+    return ir.select(nonlinear, d / (1.0 - d * fdr_int), lin)
 
 
 def _diffuse_scale(params) -> Vec:
@@ -97,7 +98,7 @@ def eval(params: PlasticParams, wi: Vec, wo: Vec) -> Vec:  # noqa: A001
     value = _diffuse_scale(params) * (
         sampling.square_to_cosine_hemisphere_pdf(wo) * (1.0 - f_i) * (1.0 - f_o))
     z = ir.Float(0.0)
-    return ir.select(active, value, Vec(z, z, z))
+    return ir.select(active, value, uniform(z))
 
 
 def pdf(params: PlasticParams, wi: Vec, wo: Vec):
@@ -122,9 +123,8 @@ def sample(params: PlasticParams, wi: Vec, u1, u2: Vec):
     w_diff = _diffuse_scale(params) * ((1.0 - f_i) * (1.0 - f_o) / prob_diff)
     weight = ir.select(is_spec, w_spec, w_diff)
     z = ir.Float(0.0)
-    zero3 = Vec(z, z, z)
-    wo = ir.select(active, wo, zero3)
-    return wo, ir.select(active, p, 0.0), ir.select(active, weight, zero3), is_spec & active
+    wo = ir.select(active, wo, Vec(z, z, z))
+    return wo, ir.select(active, p, 0.0), ir.select(active, weight, uniform(z)), is_spec & active
 
 
 def _type(nonlinear: bool) -> BsdfType:

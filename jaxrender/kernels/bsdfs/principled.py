@@ -47,9 +47,10 @@ from typing import Any
 
 from ... import ir
 from ...ir import Vec
+from .. import spectrum
+from ..spectrum import uniform
 from .. import sampling
-from ..textures import luminance
-from .base import COLOR, FLOAT, OPTION, SCALAR, BsdfType, Param, zero3
+from .base import COLOR, FLOAT, OPTION, SCALAR, BsdfType, Param, black
 from .fresnel import fresnel, reflect_about, refract_about
 from .microfacet import Microfacet
 
@@ -102,11 +103,11 @@ def lerp(a, b, t):
 
 def tint(color: Vec) -> Vec:
     """``color`` over its luminance (white for a black colour)."""
-    lum = luminance(color)
+    lum = spectrum.luminance(color)
     ok = lum > 0.0
     inv = 1.0 / ir.select(ok, lum, 1.0)
     one = ir.Float(1.0)
-    return ir.select(ok, color * inv, Vec(one, one, one))
+    return ir.select(ok, color * inv, uniform(one))
 
 
 def _fresnel_reflect(p, F, cos_i, front, bsdf) -> Vec:
@@ -116,7 +117,7 @@ def _fresnel_reflect(p, F, cos_i, front, bsdf) -> Vec:
     tinted = tinted_schlick(p.base_color, eta_it, cos_i, p.eta) * ((1.0 - p.metallic) * p.spec_tint)
     front_f = metal + tinted + (1.0 - p.metallic) * (1.0 - p.spec_tint) * F
     inside = bsdf * F
-    return ir.select(front, front_f, Vec(inside, inside, inside))
+    return ir.select(front, front_f, uniform(inside))
 
 
 def tinted_schlick(color: Vec, eta_r0, cos_i, eta) -> Vec:
@@ -185,7 +186,7 @@ def burley(roughness, flatness, aci, aco, cos_d):
 def sheen_color(base_color: Vec, sheen_tint) -> Vec:
     """White blended towards ``tint(base_color)`` by ``sheen_tint``."""
     one = ir.Float(1.0)
-    return Vec(one, one, one) * (1.0 - sheen_tint) + tint(base_color) * sheen_tint
+    return uniform(one) * (1.0 - sheen_tint) + tint(base_color) * sheen_tint
 
 
 def compatible(m: Vec, wi: Vec, wo: Vec, cos_i, reflection: bool):
@@ -238,7 +239,7 @@ def eval(params: PrincipledParams, wi: Vec, wo: Vec, transmission: bool = False)
     d = _ggx(p)
     DG = d.eval(h) * d.G(wi, wo, h)
     compat_r = compatible(h, wi, wo, ci, True)
-    zero = zero3()
+    zero = black()
 
     spec_on = active & reflect & compat_r & (F > 0.0)
     spec = _fresnel_reflect(p, F, wi_h, front, bsdf) * (DG / (4.0 * ir.abs(ci)))
@@ -258,7 +259,7 @@ def eval(params: PrincipledParams, wi: Vec, wo: Vec, transmission: bool = False)
     Fcc = schlick(0.04, wi_h, p.eta)
     coat = (p.clearcoat * 0.25) * Fcc * GTR1(p.clearcoat_gloss).D(h) * (
         _smith_ggx1(wi, h, CLEARCOAT_MASKING_ALPHA) * _smith_ggx1(wo, h, CLEARCOAT_MASKING_ALPHA)) * aco
-    value = value + ir.select(coat_on, Vec(coat, coat, coat), zero)
+    value = value + ir.select(coat_on, uniform(coat), zero)
 
     diff_on = active & (brdf > 0.0) & reflect & front
     diffuse = p.base_color * (brdf * aco * INV_PI * burley(p.roughness, p.flatness, ir.abs(ci), aco, wo_h))
@@ -320,7 +321,7 @@ def sample(params: PrincipledParams, wi: Vec, u1, u2: Vec, transmission: bool = 
         wo = ir.select(is_t, wo_t, wo)
     wo = ir.select(pick_d, wo_d, wo)
     ok = ir.select(pick_d, ci * wo_d.z > 0.0, ok)
-    zero = zero3()
+    zero = black()
     wo = ir.select(active, wo, zero)
     active = active & ok
     pd = ir.select(active, pdf(p, wi, wo, transmission), 0.0)

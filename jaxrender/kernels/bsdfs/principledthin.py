@@ -47,7 +47,7 @@ from typing import Any
 from ... import ir
 from ...ir import Vec
 from .. import sampling
-from .base import COLOR, FLOAT, SCALAR, BsdfType, Param, zero3
+from .base import COLOR, FLOAT, SCALAR, BsdfType, Param, black
 from .fresnel import fresnel, reflect_about
 from .principled import burley, compatible, ggx, lerp, schlick_weight, sheen_color, tinted_schlick
 
@@ -110,7 +110,7 @@ def eval(params: ThinParams, wi: Vec, wo: Vec) -> Vec:  # noqa: A001
     dt = 0.5 * p.diff_trans
     wi_h = ir.dot(wi, h)
     F = fresnel(wi_h, p.eta)[0]
-    zero = zero3()
+    zero = black()
 
     glossy = p.spec_trans / (4.0 * ci)
     d = ggx(p.roughness, p.anisotropic)
@@ -176,7 +176,7 @@ def sample(params: ThinParams, wi: Vec, u1, u2: Vec):
     cos_hemi = sampling.square_to_cosine_hemisphere(u2)
     wo = ir.select(pick_d, cos_hemi, ir.select(pick_l, -cos_hemi, wo))
     ok = ok | pick_d | pick_l
-    zero = zero3()
+    zero = black()
     wo = ir.select(active, wo * s, zero)
     active = active & ok
     pd = ir.select(active, pdf(p, wi, wo), 0.0)

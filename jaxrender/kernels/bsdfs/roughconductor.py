@@ -15,10 +15,10 @@ from ... import ir
 from ...ir import Vec
 from . import microfacet
 from .conductor import PARAMS as CONDUCTOR_PARAMS
+from ..spectrum import black
 from .fresnel import fresnel_conductor_rgb, reflect_about
 from .microfacet import Microfacet
 
-ZERO = (0.0, 0.0, 0.0)
 
 
 @dataclasses.dataclass
@@ -46,7 +46,7 @@ def eval(params: RoughConductorParams, wi: Vec, wo: Vec, distribution: str = "be
     ok = (wi.z > 0.0) & (wo.z > 0.0) & (D != 0.0)
     f = D * d.G(wi, wo, h) / (4.0 * wi.z)
     F = fresnel_conductor_rgb(ir.dot(wi, h), params.eta, params.k) * params.specular_reflectance
-    return ir.select(ok, F * f, Vec(*ZERO))
+    return ir.select(ok, F * f, black())
 
 
 def pdf(params: RoughConductorParams, wi: Vec, wo: Vec, distribution: str = "beckmann",
@@ -73,7 +73,7 @@ def sample(params: RoughConductorParams, wi: Vec, u1, u2: Vec, distribution: str
         w = d.G(wi, wo, m) * ir.dot(wi, m) / (wi.z * m.z)
     p = pdf_m / (4.0 * ir.dot(wo, m))
     F = fresnel_conductor_rgb(ir.dot(wi, m), params.eta, params.k) * params.specular_reflectance
-    weight = ir.select(ok, F * w, Vec(*ZERO))
+    weight = ir.select(ok, F * w, black())
     return wo, ir.select(ok, p, 0.0), weight, ir.Bool(False)
 
 

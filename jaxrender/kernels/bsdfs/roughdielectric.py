@@ -21,7 +21,7 @@ from typing import Any
 from ... import ir
 from ...ir import Vec
 from . import microfacet
-from .base import zero3
+from .base import black
 from .dielectric import GLASS_PARAMS
 from .fresnel import fresnel, reflect_about, refract_about
 from .microfacet import Microfacet
@@ -69,7 +69,7 @@ def eval(params: RoughDielectricParams, wi: Vec, wo: Vec, distribution: str = "b
     denom = wi_m + eta * wo_m
     t = ir.abs(inv_eta * inv_eta * (1.0 - F) * D * G * eta * eta * wi_m * wo_m / (ci * (denom * denom)))
     t_val = params.specular_transmittance * t
-    return ir.select(active, ir.select(is_refl, r_val, t_val), zero3())
+    return ir.select(active, ir.select(is_refl, r_val, t_val), black())
 
 
 def pdf(params: RoughDielectricParams, wi: Vec, wo: Vec, distribution: str = "beckmann",
@@ -109,8 +109,8 @@ def sample(params: RoughDielectricParams, wi: Vec, u1, u2: Vec, distribution: st
     else:
         g = d.G(wi, wo, m) * wi_m / (ci * m.z)
     weight = weight * g
-    zero = zero3()
-    return (ir.select(active, wo, zero), ir.select(active, p, 0.0), ir.select(active, weight, zero),
+    z = ir.Float(0.0)
+    return (ir.select(active, wo, Vec(z, z, z)), ir.select(active, p, 0.0), ir.select(active, weight, black()),
             ir.Bool(False))
 
 

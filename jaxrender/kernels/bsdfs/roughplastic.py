@@ -29,6 +29,7 @@ import numpy as np
 
 from ... import ir
 from ...ir import Vec
+from ..spectrum import uniform
 from .base import COLOR, FLAG, IOR, OPTION, SCALAR, BsdfType, Param
 from .. import layout, sampling
 from .fresnel import fresnel, reflect_about, refract_about
@@ -67,7 +68,7 @@ def _lerp_table(table, x):
 
 
 def _mean(v: Vec):
-    return (v.x + v.y + v.z) * (1.0 / 3.0)
+    return sum(v[1:], v[0]) * (1.0 / len(v))
 
 
 def _probs(p, t_i):
@@ -93,7 +94,7 @@ def eval(params: RoughPlasticParams, wi: Vec, wo: Vec, distribution: str = "beck
     diff = internal_scattering(params.diffuse_reflectance, params.internal_reflectance, params.nonlinear)
     value = spec + diff * ((1.0 / math.pi) / (params.eta * params.eta) * co * t_i * t_o)
     z = ir.Float(0.0)
-    return ir.select(active, value, Vec(z, z, z))
+    return ir.select(active, value, uniform(z))
 
 
 def pdf(params: RoughPlasticParams, wi: Vec, wo: Vec, distribution: str = "beckmann",
@@ -124,9 +125,8 @@ def sample(params: RoughPlasticParams, wi: Vec, u1, u2: Vec, distribution: str =
     active = active & (p > 0.0)
     f = eval(params, wi, wo, distribution, sample_visible)
     z = ir.Float(0.0)
-    zero = Vec(z, z, z)
-    weight = ir.select(active, f / ir.select(active, p, 1.0), zero)
-    return ir.select(wi.z > 0.0, wo, zero), ir.select(wi.z > 0.0, p, 0.0), weight, ir.Bool(False)
+    weight = ir.select(active, f / ir.select(active, p, 1.0), uniform(z))
+    return ir.select(wi.z > 0.0, wo, Vec(z, z, z)), ir.select(wi.z > 0.0, p, 0.0), weight, ir.Bool(False)
 
 
 # ------------------------------------------------------- the tables ----

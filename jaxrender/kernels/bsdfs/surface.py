@@ -159,7 +159,7 @@ class SurfaceBsdf:
     def leaf_albedo(self, t, row, params, wi: Vec) -> Vec:
         if t.albedo is not None:
             k = t.slot(t.albedo)
-            return Vec(*row[k:k + self.ctx.spectrum.channels])
+            return self.ctx.spectrum.color(row[k:k + t.param(t.albedo).width()])
         return t.call("eval", params, wi, Vec(0.0, 0.0, 1.0)) * math.pi
 
     def albedo(self) -> Vec:

@@ -18,6 +18,7 @@ from typing import Any
 
 from ... import ir
 from ...ir import Vec
+from ..spectrum import uniform
 from .base import BsdfType
 from .dielectric import GLASS_PARAMS
 from .dielectric import fresnel, reflect
@@ -38,7 +39,7 @@ def reflectance(params: ThinDielectricParams, wi: Vec):
 
 def eval(params: ThinDielectricParams, wi: Vec, wo: Vec) -> Vec:  # noqa: A001
     z = ir.Float(0.0)
-    return Vec(z, z, z)
+    return uniform(z)
 
 
 def pdf(params: ThinDielectricParams, wi: Vec, wo: Vec):

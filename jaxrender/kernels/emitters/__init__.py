@@ -108,7 +108,7 @@ def eval_sample(ctx, es: EmitterSample) -> Vec:
     """Radiance arriving along the emitter sample (times its ``factor``;
     before the unshadowed / MIS weighting). Differentiable."""
     S = ctx.spectrum
-    em = S.read(ctx.b["emitter_radiance"], es.sel) * es.factor
+    em = S.emission(ctx.b["emitter_radiance"], es.sel) * es.factor
     for tid, t in _hooked(ctx, "eval"):
         em = em * ir.cond(es.kind == tid, lambda t=t: t.eval(ctx, es.sel, es.w), S.one)
     return em
@@ -121,13 +121,13 @@ def eval_hit(ctx, si) -> tuple[Vec, Any]:
     S, b = ctx.spectrum, ctx.b
     rad = b["emitter_radiance"]
     env = b["env_emitter"].value
-    le = S.read(rad, si.attr_em) * ir.select(si.is_emitter & (si.cos_l > 0.0), 1.0, 0.0)
+    le = S.emission(rad, si.attr_em) * ir.select(si.is_emitter & (si.cos_l > 0.0), 1.0, 0.0)
     env_le, env_pdf = S.one(), constant.pdf_direction(ctx, env, si.d)
     for tid, t in _hooked(ctx, "eval"):
         sees = ~si.hit & (env >= 0) & (b["emitter_meta"].read(env, layout.META_TYPE) == tid)
         env_le, env_pdf = ir.cond(sees, lambda t=t: (t.eval(ctx, env, si.d), t.pdf_direction(ctx, env, si.d)),
                                   lambda: (env_le, env_pdf))
-    le = ir.select(si.hit, le, S.read(rad, env) * env_le * ir.select(env >= 0, 1.0, 0.0))
+    le = ir.select(si.hit, le, S.emission(rad, env) * env_le * ir.select(env >= 0, 1.0, 0.0))
     return le, env_pdf
 
 

@@ -160,4 +160,4 @@ def sample(ctx, sel, ref: Vec, u) -> DirectionSample:
 
 TYPE = EmitterType("envmap", sample, environment=True,
                    pdf_direction=lambda ctx, sel, w: EnvMap(ctx.b, sel).pdf(w),
-                   eval=lambda ctx, sel, w: EnvMap(ctx.b, sel).eval(w), used=lambda structure: structure.envmap and not structure.sunsky)
+                   eval=lambda ctx, sel, w: ctx.spectrum.color(EnvMap(ctx.b, sel).eval(w)), used=lambda structure: structure.envmap and not structure.sunsky)

@@ -46,6 +46,7 @@ from ..geometry import closest_hit
 from ..sensors import film, motion
 from ..bsdfs import registry as bsdf_registry
 from ..context import MOVING, Context, Structure, moves_geometry
+from .. import spectrum
 from ..spectrum import RGB, SpectrumType
 
 ADJOINT_METHODS = ("prb", "rb", "rb_biased")
@@ -63,7 +64,8 @@ def _cached(kind: str):
         def get(self, *args):
             key = (self, kind, args)
             if key not in _KERNELS:
-                _KERNELS[key] = build(self, *args)
+                with spectrum.using(self.spectrum):
+                    _KERNELS[key] = build(self, *args)
             return _KERNELS[key]
         return get
     return wrap
@@ -126,12 +128,12 @@ class Integrator:
     @property
     def channels(self) -> int:
         """Floats per pixel of the image (the colour, then alpha if any)."""
-        return self.spectrum.channels + int(self.alpha)
+        return self.spectrum.film_channels + int(self.alpha)
 
     def inputs(self, structure: Structure = Structure()) -> dict:
         """Every input of this integrator's kernels for scenes of ``structure``."""
         shared = layout.instance_inputs() if structure.instanced else {}
-        return {**layout.scene_inputs(self.spectrum.channels), **shared, **self.own_inputs()}
+        return {**layout.scene_inputs(self.spectrum), **shared, **self.own_inputs()}
 
     def nondifferentiable_params(self, scene) -> dict:
         """Scene parameters (key -> why) that this integrator cannot
@@ -162,12 +164,16 @@ class Integrator:
 
     def _value(self, ctx: Context, s) -> Vec:
         """What one sample contributes to the image's channels."""
-        value = self.sample(ctx, s)
+        ctx = ctx.spectrum.bind(ctx, s)
+        value = ctx.spectrum.to_film(self.sample(ctx, s))
         return Vec(*value, self.sample_alpha(ctx, s)) if self.alpha else value
 
     def _variant(self, structure: Structure) -> str:
         """The kernel-name tail of this integrator's options and the scene's structure."""
-        return ("_alpha" if self.alpha else "") + structure.suffix()
+        return ("_alpha" if self.alpha else "") + self._spectrum_suffix() + structure.suffix()
+
+    def _spectrum_suffix(self) -> str:
+        return "" if self.spectrum.name == "rgb" else "_" + self.spectrum.name
 
     def kernel_name(self, structure: Structure) -> str:
         return self.name + self._variant(structure)
@@ -232,9 +238,9 @@ class Integrator:
             return {"weights": ir.fori_loop(ir.UInt(0), b["spp"].value,
                                             lambda s, acc: acc + Vec(*film.splat_weights(ctx, s, structure.footprint)),
                                             _zeros(structure.footprint ** 2))}
-        return ir.trace(body, layout.scene_inputs(self.spectrum.channels),
+        return ir.trace(body, layout.scene_inputs(self.spectrum),
                         {"weights": ir.Out("f32", (structure.footprint ** 2,))},
-                        name="film_weights" + structure.suffix())
+                        name="film_weights" + self._spectrum_suffix() + structure.suffix())
 
     def kernel_inputs(self, active: tuple, structure: Structure) -> dict:
         """The inputs of the derivative kernels for ``active``: with moving
@@ -333,17 +339,22 @@ class ReplayIntegrator(Integrator):
         footprint = structure.footprint
         stride = self.channels       # alpha, if any, follows the colour and has no derivative
         if footprint == 1:
-            d_item = S.read(b["grad_image"], ctx.item)
+            d_item = S.read_film(b["grad_image"], ctx.item)
+        unbound = ctx
 
         def one_sample(s, carry):
             # The cotangent of this sample's estimate: the splat's transpose,
-            # a weighted gather of the footprint's cotangents.
+            # a weighted gather of the footprint's cotangents, then the
+            # film's transpose (a spectral path's wavelengths).
             if footprint == 1:
                 d_l = d_item
             else:
-                d_l = S.zero()
-                for k, w in enumerate(film.splat_weights(ctx, s, footprint)):
-                    d_l = d_l + S.read(b["grad_image"], ctx.item, k * stride) * w
+                d_l = Vec(*(0.0,) * S.film_channels)
+                for k, w in enumerate(film.splat_weights(unbound, s, footprint)):
+                    d_l = d_l + S.read_film(b["grad_image"], unbound.item, k * stride) * w
+            ctx = S.bind(unbound, s)
+            plain = ctx.primal()
+            d_l = ctx.spectrum.film_transpose(d_l)
             state0 = self.start(ctx, s)
             gated = self.kept(state0) is not None
             camera = ctx.camera_motion or ctx.geometry_motion
@@ -357,7 +368,8 @@ class ReplayIntegrator(Integrator):
                 # times the sample's whole estimate.
                 estimate = final.radiance if not gated else ir.select(self.kept(final), final.radiance, S.zero())
                 _, weights_pullback = ir.vjp(lambda: motion.attached_weights(ctx, s, footprint), buffer_grads=grads)
-                weights_pullback([_dot(S.read(b["grad_image"], ctx.item, k * stride), estimate)
+                weights_pullback([_dot(S.read_film(b["grad_image"], ctx.item, k * stride),
+                                       ctx.spectrum.to_film(estimate))
                                   for k in range(footprint * footprint)])
 
             def replay(state):

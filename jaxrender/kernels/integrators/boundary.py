@@ -32,7 +32,7 @@ import dataclasses
 
 from ... import ir
 from ...ir import Vec
-from .. import layout
+from .. import layout, spectrum
 from ..shapes import curve_point
 from ..context import Context, Structure, moves_geometry
 from ..geometry import occluded
@@ -256,8 +256,10 @@ def forward_kernel(integrator, structure: Structure, active: tuple = ("camera",)
             ir.fori_loop(ir.UInt(0), b["spp"].value, one, ir.Int(0))
             return {}
 
-        _KERNELS[key] = ir.trace(lambda **b: body(**b), ins, {"canvas": ir.Accum("f32", (C,))},
-                                 name=f"{integrator.name}_boundary_forward_" + "_".join(active) + structure.suffix())
+        with spectrum.using(integrator.spectrum):
+            _KERNELS[key] = ir.trace(lambda **b: body(**b), ins, {"canvas": ir.Accum("f32", (C,))},
+                                 name=f"{integrator.name}_boundary_forward_" + "_".join(active)
+                                 + integrator._spectrum_suffix() + structure.suffix())
     return _KERNELS[key]
 
 
@@ -289,7 +291,9 @@ def adjoint_kernel(integrator, structure: Structure, active: tuple = ("camera",)
             ir.fori_loop(ir.UInt(0), b["spp"].value, one, ir.Int(0))
             return {}
 
-        _KERNELS[key] = ir.trace(lambda **b: body(**b), ins,
+        with spectrum.using(integrator.spectrum):
+            _KERNELS[key] = ir.trace(lambda **b: body(**b), ins,
                                  {"grad_" + n: ir.Accum("f32", ins[n].item_shape) for n in active},
-                                 name=f"{integrator.name}_boundary_adjoint_" + "_".join(active) + structure.suffix())
+                                 name=f"{integrator.name}_boundary_adjoint_" + "_".join(active)
+                                 + integrator._spectrum_suffix() + structure.suffix())
     return _KERNELS[key]

@@ -60,10 +60,10 @@ class MediumView:
 def read(ctx, m) -> MediumView:
     """The row of medium ``m`` (>= 0)."""
     data, meta, S = ctx.b["medium_data"], ctx.b["medium_meta"], ctx.spectrum
-    sigma_t = S.read(data, m, layout.MEDIUM_SIGMA_T)
+    sigma_t = S.color(data.read(m, layout.MEDIUM_SIGMA_T + k) for k in range(3))
     return MediumView(m, meta.read(m, layout.MEDIUM_KIND), meta.read(m, layout.MEDIUM_PHASE),
                       data.read(m, layout.MEDIUM_PHASE_G), data.read(m, layout.MEDIUM_SAMPLE_EMITTERS) > 0.5,
-                      sigma_t, sigma_t, S.read(data, m, layout.MEDIUM_ALBEDO))
+                      sigma_t, sigma_t, S.color(data.read(m, layout.MEDIUM_ALBEDO + k) for k in range(3)))
 
 
 def coefficients(ctx, mv: MediumView, p: Vec) -> tuple[Vec, Vec, Vec]:

@@ -19,6 +19,7 @@ from ...kernels import layout
 from ...kernels import shapes as kshapes
 from ...kernels import textures as ktex
 from .. import sunsky as ss
+from .. import variants
 from ..errors import SceneError
 from ..properties import Properties
 from ..shapes import AnalyticShape
@@ -156,9 +157,14 @@ def load_envmap(builder: SceneBuilder, props: Properties) -> int:
     _environment_slot(builder, props)
     _emitter_basics(builder, props)
     props.only("mis_compensation", False, Properties.bool, "mis_compensation")
+    variants.refuse(props.key, "the envmap emitter", ("spectral",))
     img = read_image(props, False, "an envmap")
     if img.shape[2] == 1:
         img = np.repeat(img, 3, axis=2)
+    if variants.current() == "mono":
+        # kept as three equal channels: the kernel reads the first, and the
+        # sampling tables (built from luminance) are unchanged
+        img = np.repeat(img @ variants.LUMINANCE.astype(img.dtype)[:, None], 3, axis=2)
     h, w, _ = img.shape
     if w < 2 or h < 3:
         raise props.error(f"the environment map must be at least 2 x 3 pixels (width x height), got {w} x {h}")
@@ -193,6 +199,7 @@ def load_sunsky(builder: SceneBuilder, props: Properties) -> int:
     ``sun_direction`` (world) or for a date, time and place, with Mitsuba's
     defaults (``jaxrender.scene.sunsky``). Its parameters are Mitsuba's keys;
     a render may change them (not trace them), and then rebuilds the sky."""
+    variants.refuse(props.key, "the sunsky emitter")
     _environment_slot(builder, props)
     _emitter_basics(builder, props)
     aperture = props.float("sun_aperture", 0.5358)

@@ -20,6 +20,7 @@ import numpy as np
 
 from ...kernels import textures as ktex
 from ...kernels.params import ARRAY, COLOR
+from .. import variants
 from ..errors import SceneError
 from ..properties import Properties, is_plugin
 from ..textures import TextureSpec, image_from_array, load_image
@@ -43,6 +44,10 @@ def parse_texture(spec: Mapping, prefix: str, width: int, params: dict) -> Textu
         t = parse_texture({"type": "checkerboard"}, "floor.bsdf.reflectance", 3, params)
         sorted(params)   # ['floor.bsdf.reflectance.color0.value', '....color1.value']
     """
+    kind = spec.get("type") if isinstance(spec, Mapping) else None
+    variants.refuse(prefix, "textures", ("spectral",))
+    if kind not in ("bitmap", "checkerboard"):
+        variants.refuse(prefix, f"the texture plugin {kind!r}")
     return load_plugin(TEXTURES, params, spec, prefix, width)
 
 
@@ -69,7 +74,9 @@ def load_checkerboard(params: dict, props: Properties, width: int) -> TextureSpe
         keys.reverse()
     # The 2 x 2 image (c0, c1; c1, c0), read nearest and repeating.
     keys = (keys[0], keys[1], keys[1], keys[0])
-    return TextureSpec(ktex.CHECKERBOARD, keys, 2, 2, width, ktex.WRAP_REPEAT, ktex.FILTER_NEAREST, uv)
+    # (mono: its colours are luminances, one value each)
+    channels = 1 if variants.current() == "mono" else width
+    return TextureSpec(ktex.CHECKERBOARD, keys, 2, 2, channels, ktex.WRAP_REPEAT, ktex.FILTER_NEAREST, uv)
 
 
 @TEXTURES.register("bitmap")
@@ -84,6 +91,9 @@ def load_bitmap(params: dict, props: Properties, width: int) -> TextureSpec:
         raise props.error(f"{fmt!r} is not one of {', '.join(FORMATS)}", "format")
     props.unsupported("data", "a bitmap from a raw tensor ('data')")
     img = read_image(props, raw)
+    if variants.current() == "mono" and img.shape[2] == 3:
+        # Mitsuba's mono bitmaps hold luminance
+        img = np.ascontiguousarray(img @ variants.LUMINANCE.astype(img.dtype))[..., None]
     key = f"{props.key}.data"
     params[key] = img
     h, w, c = img.shape

@@ -1,0 +1,217 @@
+"""Colour variants: mono and spectral rendering from the same kernels.
+
+What we compare with, that we did not write:
+* Mitsuba 3 images of the same scenes in its mono (``llvm_ad_mono``) and
+  spectral (``scalar_spectral``) variants (tests/data/references, made by
+  tests/references/make_references.py), judged against Monte Carlo noise
+  as tests/test_render_reference.py does;
+* Mitsuba's stored parameter values (a mono colour is its luminance);
+* central finite differences with common random numbers for gradients,
+  and the dot-product test between the forward and adjoint kernels.
+The rgb variant's images are pinned by the rest of the suite.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrender
+from jaxrender import NotDifferentiableError, SceneError
+from jaxrender.scene import spectra, variants
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "references"))
+
+from scenes import COLOR_VARIANTS  # noqa: E402
+from test_render_reference import disagreements  # noqa: E402
+
+OUR_SPP, OUR_RENDERS = 64, 8
+
+
+def our_renders(name: str, scale: float = 1.0) -> np.ndarray:
+    variant, make = COLOR_VARIANTS[name]
+    scene = jaxrender.load_dict(make(jaxrender.cornell_box()), variant=variant)
+    return scale * np.stack([np.asarray(jaxrender.render(scene, spp=OUR_SPP, seed=100 + k), np.float64)
+                             for k in range(OUR_RENDERS)])
+
+
+@pytest.mark.parametrize("name", sorted(COLOR_VARIANTS))
+def test_matches_mitsuba_within_noise(name):
+    ref = np.load(HERE / "data" / "references" / f"{name}.npz")
+    renders = our_renders(name)
+    assert renders.shape[1:] == ref["mean"].shape     # mono: one channel, as Mitsuba's film
+    assert np.all(np.isfinite(renders))
+    assert disagreements(renders, ref) == []
+
+
+def test_a_wrong_spectral_image_is_detected():
+    """Control: rendering the spectral Cornell box as rgb (what a missing
+    variant would give) or 3% too bright disagrees with Mitsuba's spectral image."""
+    ref = np.load(HERE / "data" / "references" / "spectral_cbox.npz")
+    assert disagreements(our_renders("spectral_cbox", 1.03), ref) != []
+    _, make = COLOR_VARIANTS["spectral_cbox"]
+    scene = jaxrender.load_dict(make(jaxrender.cornell_box()), variant="rgb")
+    rgb = np.stack([np.asarray(jaxrender.render(scene, spp=OUR_SPP, seed=100 + k), np.float64)
+                    for k in range(OUR_RENDERS)])
+    assert disagreements(rgb, ref) != []
+
+
+# ---------------------------------------------------------------------------
+# Choosing a variant
+# ---------------------------------------------------------------------------
+
+def test_set_variant_and_load_argument():
+    assert jaxrender.variants() == ["mono", "rgb", "spectral"]
+    assert jaxrender.variant() == "rgb"
+    try:
+        jaxrender.set_variant("mono")
+        assert jaxrender.variant() == "mono"
+        assert jaxrender.load_dict(jaxrender.cornell_box()).variant == "mono"
+        # the argument wins over the selected variant
+        assert jaxrender.load_dict(jaxrender.cornell_box(), variant="spectral").variant == "spectral"
+    finally:
+        jaxrender.set_variant("rgb")
+    assert jaxrender.load_dict(jaxrender.cornell_box()).variant == "rgb"
+
+
+@pytest.mark.parametrize("name, says", [("llvm_ad_spectral", "use 'spectral'"), ("spectral_polarized", "polarized"),
+                                        ("mono_polarized", "polarized"), ("grey", "one of mono, rgb, spectral")])
+def test_unknown_or_unimplemented_variants_raise(name, says):
+    with pytest.raises(SceneError, match=says):
+        jaxrender.set_variant(name)
+    with pytest.raises(SceneError, match=says):
+        jaxrender.load_dict(jaxrender.cornell_box(), variant=name)
+    assert jaxrender.variant() == "rgb"
+
+
+def test_mono_parameters_are_luminances_as_in_mitsuba():
+    """Mitsuba's mono traverse shows one value per colour, the Rec. 709
+    luminance of the RGB value (llvm_ad_mono: red 0.155201; the named
+    conductor Au: eta 0.402895, k 2.66884)."""
+    scene = jaxrender.load_dict(COLOR_VARIANTS["mono_conductors"][1](jaxrender.cornell_box()), variant="mono")
+    assert scene.params["red.reflectance.value"].shape == (1,)
+    np.testing.assert_allclose(scene.params["red.reflectance.value"], [0.155201], rtol=1e-5)
+    np.testing.assert_allclose(scene.params["large-box.bsdf.eta.value"], [0.402895], rtol=1e-5)
+    np.testing.assert_allclose(scene.params["large-box.bsdf.k.value"], [2.66884], rtol=1e-5)
+
+
+def test_spectral_parameters_are_model_coefficients():
+    """As Mitsuba's spectral traverse: a reflectance's value is the three
+    coefficients of its upsampled spectrum; Mitsuba 3.9.1 stores red
+    (0.570068, 0.0430135, 0.0443706) as (0.000136671, -0.133598, 30.4047)."""
+    scene = jaxrender.load_dict(jaxrender.cornell_box(), variant="spectral")
+    red = scene.params["red.reflectance.value"]
+    lam = np.linspace(360.0, 830.0, 95)
+    np.testing.assert_allclose(spectra.eval_coeffs(red, lam),
+                               spectra.eval_coeffs(np.array([0.000136671, -0.133598, 30.4047]), lam), atol=0.01)
+    # an RGB light: coefficients of rgb / s, s = 2 max(rgb), and the D65 flag
+    light = scene.params["light.emitter.radiance.value"]
+    assert light.shape == (5,) and light[3] == pytest.approx(2 * 18.387) and light[4] == 1.0
+
+
+@pytest.mark.parametrize("variant, edit, says", [
+    ("spectral", lambda d: d["floor"].update(bsdf={"type": "diffuse", "reflectance": {"type": "checkerboard"}}),
+     "textures in the spectral variant"),
+    ("spectral", lambda d: d["floor"].update(bsdf={"type": "conductor", "material": "Au"}), "named conductor"),
+    ("spectral", lambda d: d["floor"].update(bsdf={"type": "conductor", "eta": {"type": "rgb", "value": [0.2, 0.5, 1.4]},
+                                                   "k": 3.0}), "unbounded"),
+    ("spectral", lambda d: d.update(fog={"type": "homogeneous"}), "participating media"),
+    ("mono", lambda d: d.update(fog={"type": "homogeneous"}), "participating media"),
+    ("spectral", lambda d: d.update(env={"type": "envmap", "bitmap": np.ones((4, 8, 3), np.float32)}), "envmap"),
+    ("mono", lambda d: d.update(sky={"type": "sunsky"}), "sunsky"),
+])
+def test_what_a_variant_cannot_render_yet_is_an_error(variant, edit, says):
+    d = jaxrender.cornell_box()
+    edit(d)
+    with pytest.raises(SceneError, match=says):
+        jaxrender.render(jaxrender.load_dict(d, variant=variant), spp=1)
+
+
+def test_aov_in_mono_is_an_error():
+    d = jaxrender.cornell_box()
+    d["integrator"] = {"type": "aov", "aovs": "dd.y:depth"}
+    with pytest.raises(SceneError, match="aov integrator in the mono variant"):
+        jaxrender.render(jaxrender.load_dict(d, variant="mono"), spp=1)
+
+
+# ---------------------------------------------------------------------------
+# Gradients
+# ---------------------------------------------------------------------------
+
+def _cbox(variant, size=8):
+    d = jaxrender.cornell_box()
+    d["sensor"]["film"]["width"] = d["sensor"]["film"]["height"] = size
+    d["integrator"] = {"type": "path", "max_depth": 4, "rr_depth": 100}
+    return jaxrender.load_dict(d, variant=variant)
+
+
+@pytest.mark.parametrize("variant, key, components", [
+    ("mono", "red.reflectance.value", (0,)),
+    ("spectral", "red.reflectance.value", (0, 1, 2)),
+    ("spectral", "light.emitter.radiance.value", (1, 3)),
+])
+def test_gradient_matches_finite_differences(variant, key, components):
+    """Same random numbers (seed_grad == seed, no roulette): PRB's gradient
+    is the derivative of the primal estimator, so it equals central
+    differences to their accuracy. Spectral values are coefficients (and the
+    light's scale): the path's wavelengths come from the same seed."""
+    scene = _cbox(variant)
+    h_, w_ = scene.camera.height, scene.camera.width
+    weights = jnp.asarray(np.random.default_rng(0).uniform(0.5, 1.5, (h_, w_, 1 if variant == "mono" else 3)),
+                          jnp.float32)
+    x0 = jnp.asarray(scene.params[key], jnp.float32)
+
+    def loss(x, seed_grad):
+        return jnp.sum(weights * jaxrender.render(scene, {key: x}, spp=4, seed=7, seed_grad=seed_grad))
+
+    g = np.asarray(jax.grad(loss)(x0, 7))
+    for c in components:
+        h = 1e-3 * abs(float(x0[c]))      # (the coefficients span 1e-4 to 30; c0 multiplies lambda^2)
+        e = jnp.zeros_like(x0).at[c].set(h)
+        fd = (float(loss(x0 + e, 0)) - float(loss(x0 - e, 0))) / (2 * h)
+        assert abs(fd) > 1e-3 * (1 + abs(g[c])), (c, fd)
+        assert abs(g[c] - fd) <= 1e-2 * abs(fd) + 1e-4, (c, g[c], fd)
+
+
+def test_spectral_forward_and_adjoint_are_transposes():
+    """Dot-product test: <J t, w> from forward mode equals <t, J^T w> from
+    the adjoint, for the same seed."""
+    scene = _cbox("spectral")
+    key = "green.reflectance.value"
+    x0 = jnp.asarray(scene.params[key], jnp.float32)
+    f = lambda x: jaxrender.render(scene, {key: x}, spp=2, seed=3, seed_grad=3)
+    t = jnp.asarray([1e-4, -2e-2, 0.5], jnp.float32)
+    w = jnp.asarray(np.random.default_rng(1).normal(size=(8, 8, 3)), jnp.float32)
+    _, jt = jax.jvp(f, (x0,), (t,))
+    _, pullback = jax.vjp(f, x0)
+    (jtw,) = pullback(w)
+    a, b = float(jnp.sum(jt * w)), float(jnp.dot(t, jtw))
+    assert abs(a - b) <= 1e-3 * max(abs(a), abs(b)), (a, b)
+
+
+def test_camera_gradient_in_spectral_is_refused_and_mono_works():
+    key = "sensor.to_world"
+    spectral = _cbox("spectral")
+    with pytest.raises(NotDifferentiableError, match="spectral variant"):
+        jax.grad(lambda m: jnp.sum(jaxrender.render(spectral, {key: m}, spp=1)))(jnp.asarray(spectral.params[key]))
+    mono = _cbox("mono")
+    g = jax.grad(lambda m: jnp.sum(jaxrender.render(mono, {key: m}, spp=2)))(jnp.asarray(mono.params[key]))
+    assert np.all(np.isfinite(np.asarray(g))) and float(jnp.abs(g).max()) > 0
+
+
+def test_spectral_kernels_use_the_wavelength_tables():
+    """The film converts with the CIE tables the scene module builds: a
+    white furnace (unit-radiance D65 light seen directly) is white."""
+    d = {"type": "scene", "integrator": {"type": "path"},
+         "sensor": {"type": "perspective", "film": {"type": "hdrfilm", "width": 4, "height": 4,
+                                                    "rfilter": {"type": "box"}}},
+         "env": {"type": "constant", "radiance": {"type": "rgb", "value": [1.0, 1.0, 1.0]}},
+         "speck": {"type": "sphere", "center": [0, 0, -100], "radius": 0.01}}
+    img = np.asarray(jaxrender.render(jaxrender.load_dict(d, variant="spectral"), spp=4096))
+    np.testing.assert_allclose(img.mean(axis=(0, 1)), [1.0, 1.0, 1.0], atol=6e-3)
+    assert variants.spectral_tables().shape == (95, 5)
