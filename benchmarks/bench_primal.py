@@ -2,7 +2,7 @@
 
     apt-get install -y libllvm19     # Mitsuba's LLVM backend needs LLVM >= 19
     python benchmarks/bench_primal.py [--size 128] [--spp 64] [--seeds 8]
-        [--filters box,tent,gaussian] [--scenes cornell,mesh,envmap] [--json out.json]
+        [--filters box,tent,gaussian] [--scenes cornell,mesh,envmap] [--variant rgb] [--json out.json]
 
 Scenes: the Cornell box (max_depth 8), the Cornell box with a large
 tessellated mesh (a sphere of ~--mesh-tris triangles written to a PLY file,
@@ -23,6 +23,8 @@ table, each row's throughput and a check that the two renderers' mean
 images agree within noise (per-channel means over seeds, as a z-score).
 --first-frame also times jaxrender's cold-compile first frame (empty kernel
 cache) and warm first frame (kernels from the disk cache, new process).
+--variant mono or spectral renders both in that colour variant (Mitsuba's
+llvm_ad_mono / llvm_ad_spectral).
 """
 from __future__ import annotations
 
@@ -135,11 +137,12 @@ def first_frame(cache_dir: str) -> tuple[float, int, int]:
 SCENES = {"cornell": "cornell box", "mesh": "cornell box + mesh", "envmap": "mesh + envmap"}
 
 
-def compare(name: str, ours_dict: dict, mitsuba_dict: dict | None, rfilter: str, args, jaxrender, mi) -> dict:
+def compare(name: str, ours_dict: dict, mitsuba_dict: dict | None, rfilter: str, args, jaxrender, mi,
+            variant: str = "rgb") -> dict:
     """Render one scene with one filter --seeds times with each renderer,
     alternating, and return the measurements (row and checks)."""
     t0 = time.perf_counter()
-    scene = jaxrender.load_dict(set_filter(ours_dict, rfilter))
+    scene = jaxrender.load_dict(set_filter(ours_dict, rfilter), variant=variant)
     load = time.perf_counter() - t0
     runners = {"ours": lambda seed: np.asarray(jaxrender.render(scene, spp=args.spp, seed=seed))}
     if mi is not None:
@@ -186,6 +189,8 @@ def main(argv=None) -> None:
     ap.add_argument("--mesh-tris", type=int, default=1_000_000)
     ap.add_argument("--first-frame", action="store_true",
                     help="also time jaxrender's first frame in a new process, cold and warm kernel cache")
+    ap.add_argument("--variant", default="rgb", choices=("rgb", "mono", "spectral"),
+                    help="colour variant of both renderers (Mitsuba's llvm_ad_<variant>)")
     ap.add_argument("--json", help="also write the results to this file")
     args = ap.parse_args(argv)
     filters = parse_filters(args.filters)
@@ -215,7 +220,7 @@ def main(argv=None) -> None:
             sky_exr(env)
 
         import jaxrender
-        mi = import_mitsuba("llvm_ad_rgb")
+        mi = import_mitsuba(f"llvm_ad_{args.variant}")
         if isinstance(mi, str):
             print(f"{mi}: timing jaxrender alone")
             mi = None
@@ -226,7 +231,7 @@ def main(argv=None) -> None:
             for rfilter in filters:
                 ours_dict = scenes(args.size, args.spp, mesh, jaxrender.cornell_box, env)[name]
                 mi_dict = scenes(args.size, args.spp, mesh, mi.cornell_box, env)[name] if mi else None
-                r = compare(name, ours_dict, mi_dict, rfilter, args, jaxrender, mi)
+                r = compare(name, ours_dict, mi_dict, rfilter, args, jaxrender, mi, args.variant)
                 results["rows"].append(r)
                 print(f"{name}, {rfilter}: {r['triangles']} triangles, load + BVH {r['load_ours_s']:.2f} s; "
                       + throughput_line(r, args.size * args.size * args.spp), flush=True)

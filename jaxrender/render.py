@@ -263,6 +263,7 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     inputs.update(settings, spp=np.uint32(spp), seed=seed, seed_grad=seed_grad, spp_grad=np.uint32(spp_grad))
     if integrator.spectrum.spectral:
         inputs["spectral_data"] = variants.spectral_tables()
+        inputs["spectral_curves"] = scene.spectral_curves.reshape(-1)
     if (camera_keys and cam_key not in scene.nondifferentiable) or geometry_keys:
         inputs["edge_topology"] = inputs["edges"] = edge_topology(scene)
     # The camera's reason is the scene's, for its to_world parameter.

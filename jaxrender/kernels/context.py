@@ -65,6 +65,7 @@ class Structure:
     phases: tuple = ()
     sunsky: bool = False
     instanced: bool = False
+    spectral_curves: bool = False     # (spectral) colours may be tabulated spectra
 
     def __post_init__(self):
         if not (isinstance(self.footprint, int) and self.footprint >= 1 and self.footprint % 2 == 1):
@@ -112,7 +113,8 @@ class Structure:
                 + "".join(f"_{t}" for t in self.textures)
                 + ("" if self.footprint == 1 else f"_splat{self.footprint}")
                 + ("" if self.sampler == "independent" else f"_{self.sampler}")
-                + "".join(f"_{m}" for m in self.media + self.phases) + ("_instanced" if self.instanced else ""))
+                + "".join(f"_{m}" for m in self.media + self.phases) + ("_instanced" if self.instanced else "")
+                + ("_curves" if self.spectral_curves else ""))
 
 
 # The buffers whose derivatives move the scene's geometry (the triangles'

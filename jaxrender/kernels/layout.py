@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from .. import ir
 from ..ir.bvh_query import LEAF_WORDS, NODE_WORDS
-from .spectrum import SPECTRAL_ROW
 
 # --- triangles, in BVH leaf order --------------------------------------------
 TRI_ROW = 9                    # tris: p0, p1, p2
@@ -148,12 +147,18 @@ def media_inputs() -> dict:
     }
 
 
+# The spectral variant's tables (``spectral_data``, kernels/spectrum.py):
+# per 5 nm row, linear-sRGB colour matching functions (3), D65, y-bar.
+SPECTRAL_ROW = 5
+
+
 def scene_inputs(spectrum=None) -> dict:
     """The buffers every rendering kernel reads (name -> ``ir.In``), for
     the colour type ``spectrum`` (``spectrum.SpectrumType``, default RGB):
     its emitter rows, and for a spectral one its tables."""
     emitter_width = 3 if spectrum is None else spectrum.emitter_width
-    extra = {"spectral_data": ir.In("f32", (SPECTRAL_ROW,))} if spectrum is not None and spectrum.spectral else {}
+    extra = ({"spectral_data": ir.In("f32", (SPECTRAL_ROW,)), "spectral_curves": ir.In("f32")}
+             if spectrum is not None and spectrum.spectral else {})
     return {**extra,
         "tris": ir.In("f32", (TRI_ROW,)),
         "tri_attr": ir.In("i32", (ATTR_ROW,)),

@@ -49,10 +49,19 @@ WAVELENGTH_GROUP = 0xFFF0
 # scaled to unit luminance, and the plain CIE y-bar (peak 1).
 CIE_MIN, CIE_MAX, CIE_STEP = 360.0, 830.0, 5.0
 CIE_SAMPLES = 95
-SPECTRAL_ROW = 5
-# A spectral emitter row: sigmoid coefficients (3), scale, and 1 where the
-# spectrum is multiplied by D65 (an RGB radiance), 0 where not (a uniform one).
+# A spectral emitter row: a stored colour (3), scale, and 1 where the
+# spectrum is multiplied by D65 (an RGB radiance), 0 where not (a uniform
+# or tabulated one).
 EMITTER_ROW = 5
+# A stored spectral colour whose first float is TABULATED is a tabulated
+# spectrum: (TABULATED, its row of ``spectral_curves``, a scale). Curves
+# are sampled every CURVE_STEP nm from CIE_MIN to CIE_MAX.
+TABULATED = -1e30
+# A textured spectral colour at a hit: (-(texture + 2) * TEXTURED_UNIT, u, v)
+# (textures.apply_textures).
+TEXTURED_UNIT = 1e30
+CURVE_STEP = 1.0
+CURVE_SAMPLES = 471
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +76,8 @@ class SpectrumType:
     emitter_width: int
     wavelengths: Any = dataclasses.field(default=None, compare=False, repr=False)
     tables: Any = dataclasses.field(default=None, compare=False, repr=False)
+    curves: Any = dataclasses.field(default=None, compare=False, repr=False)   # None: no tabulated colours
+    texels: Any = dataclasses.field(default=None, compare=False, repr=False)   # the buffers; None: no textures
 
     @property
     def spectral(self) -> bool:
@@ -118,16 +129,36 @@ class SpectrumType:
             return Vec(*stored)
         if self.name == "mono":
             return Vec(stored[0])
+        values = self._model(stored)
+        if self.curves is not None:
+            tabulated = Vec(*(self._curve(stored[1], lam) * stored[2] for lam in self._bound()))
+            values = ir.select(stored[0] == TABULATED, tabulated, values)
+        if self.texels is None:
+            return values
+        # A textured colour (textures.apply_textures): decode the texels
+        # around the hit, then interpolate, as Mitsuba's spectral bitmaps do
+        # (the model is nonlinear: interpolating coefficients would differ).
+        from . import textures
+        tex = ir.cast(ir.round(stored[0] * (-1.0 / TEXTURED_UNIT)), "i32") - 2
+        return ir.cond(stored[0] < -1.5 * TEXTURED_UNIT,
+                       lambda: textures.spectral_lookup(self.texels, tex, Vec(stored[1], stored[2]), self._model),
+                       lambda: values)
+
+    def _model(self, stored) -> Vec:
         return Vec(*(sigmoid_polynomial(stored, lam) for lam in self._bound()))
+
+    def d65(self, value: Vec) -> Vec:
+        """(spectral) ``value`` times D65 (unit luminance) at the path's wavelengths."""
+        return Vec(*(v * self._table(lam, 3) for v, lam in zip(value, self._bound())))
 
     def emission(self, buf, row) -> Vec:
         """The radiance of emitter row ``row`` of ``buf`` (``emitter_width`` floats)."""
         if not self.spectral:
             return self.read(buf, row)
-        c = [buf.read(row, k) for k in range(3)]
+        color = self.color(buf.read(row, k) for k in range(3))
         scale, d65 = buf.read(row, 3), buf.read(row, 4)
-        return Vec(*(sigmoid_polynomial(c, lam) * scale * ir.select(d65 > 0.5, self._table(lam, 3), 1.0)
-                     for lam in self._bound()))
+        return Vec(*(v * scale * ir.select(d65 > 0.5, self._table(lam, 3), 1.0)
+                     for v, lam in zip(color, self._bound())))
 
     # -- wavelengths and the film -------------------------------------------------
     def bind(self, ctx, s):
@@ -141,7 +172,9 @@ class SpectrumType:
         for j in range(4):
             uj = u + j * 0.25
             lams.append(sample_wavelength(ir.select(uj >= 1.0, uj - 1.0, uj)))
-        bound = dataclasses.replace(self, wavelengths=tuple(lams), tables=ctx.b["spectral_data"])
+        bound = dataclasses.replace(self, wavelengths=tuple(lams), tables=ctx.b["spectral_data"],
+                                    curves=ctx.b["spectral_curves"] if ctx.structure.spectral_curves else None,
+                                    texels=ctx.b if ctx.structure.tex_slots else None)
         # code without a context at hand (a BSDF's luminance) sees the bound type
         # from here to the end of the kernel being traced (``using`` restores it)
         _ACTIVE.set(bound)
@@ -170,6 +203,14 @@ class SpectrumType:
             raise ValueError("a spectral colour was asked for outside a path: bind the spectrum to its "
                              "wavelengths first (SpectrumType.bind)")
         return self.wavelengths
+
+    def _curve(self, index, lam):
+        """Tabulated spectrum ``index`` (a float row number) at ``lam``."""
+        t = (lam - CIE_MIN) * (1.0 / CURVE_STEP)
+        i0 = ir.clamp(ir.cast(ir.floor(t), "i32"), 0, CURVE_SAMPLES - 2)
+        w1 = ir.clamp(t - ir.cast(i0, "f32"), 0.0, 1.0)
+        base = ir.cast(index, "i32") * CURVE_SAMPLES + i0
+        return (1.0 - w1) * self.curves.read(base) + w1 * self.curves.read(base + 1)
 
     def _table(self, lam, column: int):
         """Column ``column`` of the spectral tables at wavelength ``lam``

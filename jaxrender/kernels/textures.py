@@ -45,6 +45,10 @@ from ..ir import Vec
 from . import layout
 from .params import ARRAY, COLOR, FLOAT, ArrayView, add_plugin
 
+# What a spectral colour slot textured at a hit holds first: -(texture + 2)
+# times this (kernels/spectrum.py decodes it).
+TEXTURED_UNIT = 1e30
+
 # DATA: a BSDF's ARRAY parameter (bsdfs/base.py), read by index, never looked up at a UV;
 # VOLUME: a medium's 3D grid (media/volume.py; its z resolution in layout.TEX_DEPTH).
 BITMAP, CHECKERBOARD, ENVMAP, DATA, VOLUME = 0, 1, 2, 3, 4
@@ -70,13 +74,13 @@ class Texel:
         self.wrap = meta.read(tex, layout.TEX_WRAP)
         self.filter = meta.read(tex, layout.TEX_FILTER)
 
-    def fetch(self, index) -> Vec:
-        """Three values of texel ``index`` (row-major); a one-channel texture
+    def fetch(self, index, n: int = 3) -> Vec:
+        """``n`` values of texel ``index`` (row-major); a one-channel texture
         repeats its value."""
         base = self.offset + index * self.channels
         last = self.channels - 1
         t = self.b["texels"]
-        return Vec(t.read(base), t.read(base + ir.minimum(1, last)), t.read(base + ir.minimum(2, last)))
+        return Vec(*(t.read(base + ir.minimum(k, last)) for k in range(n)))
 
 
 def luminance(v: Vec):
@@ -100,17 +104,18 @@ def reduce_coord(u, mode):
     return ir.clamp(r, -1.0, 3.0)
 
 
-def corners(t: Texel, px, py, wrap_x, wrap_y) -> tuple:
-    """The four texels around continuous texel coordinates (px, py) (texel
-    centres at integers; integer coordinates wrapped per axis) and the
-    weights of the second ones: (v00, v10, v01, v11, wx, wy)."""
+def corners(t: Texel, px, py, wrap_x, wrap_y, n: int = 3) -> tuple:
+    """The four texels (``n`` values each) around continuous texel
+    coordinates (px, py) (texel centres at integers; integer coordinates
+    wrapped per axis) and the weights of the second ones: (v00, v10, v01,
+    v11, wx, wy)."""
     fx, fy = ir.floor(px), ir.floor(py)
     wx, wy = px - fx, py - fy
     x0, y0 = ir.cast(fx, "i32"), ir.cast(fy, "i32")
     xa, xb = wrap_index(x0, t.width, wrap_x), wrap_index(x0 + 1, t.width, wrap_x)
     ya, yb = wrap_index(y0, t.height, wrap_y) * t.width, wrap_index(y0 + 1, t.height, wrap_y) * t.width
-    v00, v10 = t.fetch(ya + xa), t.fetch(ya + xb)
-    v01, v11 = t.fetch(yb + xa), t.fetch(yb + xb)
+    v00, v10 = t.fetch(ya + xa, n), t.fetch(ya + xb, n)
+    v01, v11 = t.fetch(yb + xa, n), t.fetch(yb + xb, n)
     return v00, v10, v01, v11, wx, wy
 
 
@@ -228,6 +233,22 @@ def _image_lookup(t: Texel, st: Vec) -> Vec:
     return bilinear(t, px, py, t.wrap, t.wrap)
 
 
+def spectral_lookup(b: dict, tex, uv: Vec, decode: Callable) -> Vec:
+    """The spectrum of image texture ``tex`` (bitmap, checkerboard) at
+    surface ``uv`` whose texels are stored spectral colours: ``decode``
+    (stored colour -> spectrum) of each texel around the point, then
+    interpolated (Mitsuba's spectral bitmap)."""
+    t = Texel(b, tex)
+    st = _transform_uv(b, tex, uv)
+    fw, fh = ir.cast(t.width, "f32"), ir.cast(t.height, "f32")
+    u, v = reduce_coord(st.x, t.wrap), reduce_coord(st.y, t.wrap)
+    nearest = t.filter == FILTER_NEAREST
+    px = ir.select(nearest, ir.floor(u * fw), u * fw - 0.5)
+    py = ir.select(nearest, ir.floor(v * fh), v * fh - 0.5)
+    v00, v10, v01, v11, wx, wy = (decode(x) if isinstance(x, Vec) else x for x in corners(t, px, py, t.wrap, t.wrap))
+    return (v00 * (1.0 - wx) + v10 * wx) * (1.0 - wy) + (v01 * (1.0 - wx) + v11 * wx) * wy
+
+
 def gradient(b: dict, tex, uv: Vec) -> tuple:
     """Mitsuba's ``eval_1_grad`` of bitmap ``tex`` at surface ``uv``: the
     derivatives in u and v of its bilinear interpolant (of the luminance of
@@ -259,12 +280,13 @@ def hit_uv(b: dict, tri, b1, b2) -> Vec:
 
 
 def apply_textures(b: dict, bsdf, row: list, tri, b1, b2, active=True, max_slots: int = layout.MAX_TEX_SLOTS,
-                   plugins: tuple = ()) -> list:
+                   plugins: tuple = (), spectral: bool = False) -> list:
     """``row`` (the BSDF's parameter values) with its textured slots (at most
     ``max_slots``, a trace-time bound) replaced by texture lookups at the
     hit (``plugins``: the texture plugins the scene uses). Costs one read and
     a branch for a BSDF without textures. No loops, so reverse mode can go
-    through it."""
+    through it. ``spectral``: a colour slot gets (tag, u, v) instead, the
+    texture and point its spectrum is decoded from (``spectrum.SpectrumType.color``)."""
     first = b["bsdf_tex"].read(bsdf, layout.BSDF_TEX_FIRST)
     count = b["bsdf_tex"].read(bsdf, layout.BSDF_TEX_COUNT)
     n = len(row) - 1                   # the last value (twosided flag) is never textured
@@ -277,10 +299,18 @@ def apply_textures(b: dict, bsdf, row: list, tri, b1, b2, active=True, max_slots
             s = first + k
             live = count > k
 
-            def lookup(s=s):
+            def evaluated(s=s):
                 v = texture_eval(b, slots.read(s, layout.SLOT_TEXTURE), uv, plugins)
                 lum = luminance(v)
                 return ir.select(slots.read(s, layout.SLOT_LUMINANCE) != 0, Vec(lum, lum, lum), v)
+
+            def lookup(s=s, evaluated=evaluated):
+                if not spectral:
+                    return evaluated()
+                tex = slots.read(s, layout.SLOT_TEXTURE)
+                colour = (slots.read(s, layout.SLOT_WIDTH) == 3) & (slots.read(s, layout.SLOT_LUMINANCE) == 0)
+                tag = (ir.cast(tex, "f32") + 2.0) * -TEXTURED_UNIT
+                return ir.cond(colour, lambda: Vec(tag, uv.x, uv.y), evaluated)
             v = ir.cond(live, lookup, lambda: Vec(0.0, 0.0, 0.0))
             start, width = slots.read(s, layout.SLOT_START), ir.select(live, slots.read(s, layout.SLOT_WIDTH), 0)
             for j in range(n):

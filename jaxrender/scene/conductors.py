@@ -45,6 +45,7 @@ Points worth knowing:
 from __future__ import annotations
 
 import difflib
+from pathlib import Path
 
 import numpy as np
 
@@ -66,6 +67,16 @@ def complex_ior(name: str) -> tuple[np.ndarray, np.ndarray]:
     except (KeyError, TypeError):
         raise KeyError(_unknown_message(name)) from None
     return np.array(eta, np.float64), np.array(k, np.float64)
+
+
+def measured_ior(name: str, part: str) -> tuple[np.ndarray, np.ndarray]:
+    """(wavelengths in nm, values) of the measured ``part`` ("eta" or "k")
+    of preset ``name`` (not "none"), what the spectral variant renders:
+    Mitsuba's data/ior spectra (``data/conductor_spectra.npz``, made by
+    ``tools/make_conductor_spectra.py``; sources in
+    ``data/conductor_spectra_SOURCES.txt``)."""
+    with np.load(Path(__file__).resolve().parent.parent / "data" / "conductor_spectra.npz") as f:
+        return f[f"{name}.{part}.wavelengths"], f[f"{name}.{part}"]
 
 
 def _unknown_message(name: object) -> str:

@@ -373,7 +373,7 @@ class Properties:
         """A colour (see :func:`parse_rgb`; ``illuminant``: an emitter's), as
         the variant being loaded stores it (``variants.encode_color``)."""
         def parse(v, where):
-            return variants.encode_color(v, parse_rgb(v, where, illuminant), where, illuminant)
+            return variants.encode_color(v, where, illuminant, lambda v, w: parse_rgb(v, w, illuminant))
         return self._value(parse, name, default, label)
 
     def ior(self, name: str, default: Any) -> float:

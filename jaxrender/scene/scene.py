@@ -74,8 +74,9 @@ def load_dict(d: Mapping, *, variant: str | None = None, expand_instances: bool 
 
         scene = jaxrender.load_dict(jaxrender.cornell_box())
     """
-    with variants.loading(variant) as name:
-        return Scene(**scene_fields(SceneBuilder(expand_instances=expand_instances).load_scene(d)), variant=name)
+    with variants.loading(variant) as load:
+        fields = scene_fields(SceneBuilder(expand_instances=expand_instances).load_scene(d))
+        return Scene(**fields, variant=load.name, spectral_curves=load.curve_table())
 
 
 @dataclass
@@ -137,6 +138,8 @@ class Scene:
     instancing: dict | None = None
     # The variant it was loaded in (scene/variants.py): its colours' encoding.
     variant: str = "rgb"
+    # spectral: the tabulated spectra its colours refer to, (n, spectra.CURVE_SAMPLES)
+    spectral_curves: np.ndarray = field(default_factory=lambda: np.zeros((0, 471), np.float32))
     # Participating media: loaders.media.MediumSpec per medium; per leaf
     # entry its interior and exterior medium (-1: none; no rows without media).
     media: list = field(default_factory=list)
@@ -162,7 +165,7 @@ class Scene:
                          media=tuple(sorted({m.kind for m in self.media})),
                          phases=tuple(sorted({m.phase for m in self.media})),
                          sunsky=bool(np.any(self.emitter_meta[:, layout.META_TYPE] == EMITTER_SUNSKY)),
-                         instanced=self.instancing is not None)
+                         instanced=self.instancing is not None, spectral_curves=len(self.spectral_curves) > 0)
 
     def sensor_structure(self, index: int = 0):
         """:attr:`structure` with sensor ``index``'s type, sampler type and
@@ -406,7 +409,7 @@ class Scene:
             # (an envmap's row is its scalar scale, broadcast; a sunsky's, which has no
             # radiance parameter (key None), is 1: its radiance is in its emitter_frame row)
             width = variants.emitter_width(self.variant)
-            rad = [np.ones(width, f32) if k is None else xp.broadcast_to(xp.asarray(p[k], f32).reshape(-1), (width,))
+            rad = [np.ones(width, f32) if k is None else _radiance_row(xp.asarray(p[k], f32).reshape(-1), width, xp)
                    for k in self.emitter_keys]
             return xp.stack(rad) if rad else np.zeros((0, width), f32)
 
@@ -443,7 +446,8 @@ class Scene:
                     first = [xp.broadcast_to(majorant, (3,)),
                              np.array([m.sigma_t_volume, m.albedo_volume], f32), scale.reshape(1)]
                 else:
-                    first = [xp.asarray(p[m.sigma_t], f32).reshape(3) * scale, xp.asarray(p[m.albedo], f32).reshape(3)]
+                    first = [xp.broadcast_to(xp.asarray(p[m.sigma_t], f32).reshape(-1), (3,)) * scale,
+                             xp.broadcast_to(xp.asarray(p[m.albedo], f32).reshape(-1), (3,))]
                 rows.append(xp.concatenate([*first, g, np.full(1, float(m.sample_emitters), f32)]))
             return xp.stack(rows) if rows else np.zeros((0, layout.MEDIUM_ROW), f32)
 
@@ -454,6 +458,16 @@ class Scene:
                     camera=([cam_key] + ([fov] if fov else []), camera), texels=([k for t in self.textures for k in t.keys], texels),
                     env_dist=(list(env.keys) if env is not None else [], env_dist),
                     medium_data=(medium_keys, medium_data))
+
+
+def _radiance_row(value, width: int, xp):
+    """An emitter's ``emitter_radiance`` row from its parameter value: a
+    colour as stored, or a scalar (an envmap's scale) broadcast, in the
+    spectral variant as a constant spectrum of that value (the texels hold
+    the colour)."""
+    if width == variants.emitter_width("spectral") and value.shape[0] == 1:
+        return xp.concatenate([np.array([0.0, 0.0, variants.BIG], np.float32), value, np.zeros(1, np.float32)])
+    return xp.broadcast_to(value, (width,))
 
 
 def _replaced(array, where, value):

@@ -225,3 +225,75 @@ def sample_rgb_spectrum(u: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
     lam = np.clip(lam, CIE_MIN, CIE_MAX)
     weight = np.cosh(_RGB_PDF_A * (lam - _RGB_PDF_CENTER)) ** 2 / _RGB_PDF_K
     return lam, weight
+
+
+# ---------------------------------------------------------------------------
+# Tabulated spectra: <spectrum value="400:0.1, 500:0.2"/> and .spd files
+# ---------------------------------------------------------------------------
+# The grid tabulated spectra are resampled onto for the kernels (1 nm).
+CURVE_STEP: float = 1.0
+CURVE_SAMPLES: int = int(round((CIE_MAX - CIE_MIN) / CURVE_STEP)) + 1
+CURVE_WAVELENGTHS: np.ndarray = np.linspace(CIE_MIN, CIE_MAX, CURVE_SAMPLES)
+
+
+def read_spd(path: str) -> tuple[np.ndarray, np.ndarray]:
+    """(wavelengths, values) of an ASCII spectral power distribution file:
+    one "wavelength value" pair per line, ``#`` starts a comment (Mitsuba's
+    ``.spd``). Raises ValueError for a malformed file.
+
+    Example: ``read_spd("Au.eta.spd")`` -> ``(array([298.7570554, ...]), array([1.795, ...]))``.
+    """
+    wl, vals = [], []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            line = line.split("#", 1)[0].strip()
+            if not line:
+                continue
+            parts = line.split()
+            try:
+                if len(parts) != 2:
+                    raise ValueError
+                wl.append(float(parts[0]))
+                vals.append(float(parts[1]))
+            except ValueError:
+                raise ValueError(f"{path}:{n}: expected 'wavelength value', got {line!r}") from None
+    return check_list(np.array(wl), np.array(vals), path)
+
+
+def check_list(wavelengths, values, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(wavelengths, values)`` as float64 arrays if they make a spectrum
+    (as many of each, at least one, finite, wavelengths increasing), else
+    ValueError naming ``where``."""
+    wl, v = np.asarray(wavelengths, np.float64).reshape(-1), np.asarray(values, np.float64).reshape(-1)
+    if wl.size == 0 or wl.size != v.size:
+        raise ValueError(f"{where}: a spectrum needs as many wavelengths as values, at least one")
+    if not (np.all(np.isfinite(wl)) and np.all(np.isfinite(v))):
+        raise ValueError(f"{where}: a spectrum's wavelengths and values must be finite")
+    if np.any(np.diff(wl) <= 0):
+        raise ValueError(f"{where}: a spectrum's wavelengths must increase")
+    return wl, v
+
+
+def resample(wavelengths: np.ndarray, values: np.ndarray, grid: np.ndarray = CURVE_WAVELENGTHS) -> np.ndarray:
+    """A tabulated spectrum at ``grid``: linear between its samples, 0
+    outside them (Mitsuba's irregular spectrum). One sample: that value at
+    its wavelength only, so 0 on any grid that misses it.
+
+    Example: ``resample(np.array([400., 500.]), np.array([0., 1.]), np.array([450.]))`` -> ``[0.5]``.
+    """
+    return np.interp(grid, wavelengths, values, left=0.0, right=0.0) if len(wavelengths) > 1 else \
+        np.where(grid == wavelengths[0], values[0], 0.0)
+
+
+def spectrum_list_to_srgb(wavelengths: np.ndarray, values: np.ndarray, bounded: bool, d65_weighted: bool
+                          ) -> np.ndarray:
+    """Linear sRGB of a tabulated spectrum, as Mitsuba's RGB and mono
+    variants convert one at load: its XYZ (times D65 for a reflectance,
+    ``d65_weighted``), then sRGB clamped to [0, 1] (``bounded``) or to >= 0.
+
+    Example: ``spectrum_list_to_srgb(np.array([360., 830.]), np.ones(2), True, True)`` ≈ ``[1, 1, 1]``.
+    """
+    grid = np.linspace(CIE_MIN, CIE_MAX, 4701)            # 0.1 nm: the tables' kinks integrate exactly enough
+    v = resample(wavelengths, values, grid) * (d65(grid) if d65_weighted else 1.0)
+    rgb = xyz_to_srgb(spectrum_to_xyz(v, grid))
+    return np.clip(rgb, 0.0, 1.0) if bounded else np.maximum(rgb, 0.0)

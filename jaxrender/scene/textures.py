@@ -33,6 +33,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..kernels import textures as ktex
+from . import variants
 from .arrays import array_module
 from .errors import SceneError
 
@@ -188,7 +189,7 @@ def envmap_tables(tex: TextureSpec, data, xp=None):
         import jax
         img = jax.lax.stop_gradient(img)
     img = img[:, 1:W + 1, :]
-    lum = xp.maximum(img @ np.asarray(ktex.LUMINANCE, f32), f32(0.0))
+    lum = xp.maximum(variants.texel_luminance(img, xp), f32(0.0))
     lum = xp.where(xp.isfinite(lum), lum, f32(0.0))
     sin_rows = np.sin(np.pi * np.arange(H) / (H - 1)).astype(f32)
 

@@ -39,8 +39,34 @@ LUMINANCE = np.array([0.212671, 0.715160, 0.072169])
 # What a sigmoid coefficient of +-infinity is stored as (exactly 0 or 1 in float32).
 BIG = 1e18
 
+# Marks a stored spectral colour as tabulated: (TABULATED, curve index, scale).
+TABULATED = -1e30
+
 _selected = ["rgb"]
 _loading: contextvars.ContextVar = contextvars.ContextVar("jaxrender_variant", default=None)
+
+
+class Load:
+    """What a load in progress collects besides parameters: its variant and
+    (spectral) the tabulated spectra its colours refer to, each resampled on
+    ``spectra.CURVE_WAVELENGTHS``."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.curves: list[np.ndarray] = []
+
+    def curve(self, values: np.ndarray) -> int:
+        """The index of tabulated spectrum ``values`` (shared when equal)."""
+        for i, c in enumerate(self.curves):
+            if np.array_equal(c, values):
+                return i
+        self.curves.append(values)
+        return len(self.curves) - 1
+
+    def curve_table(self) -> np.ndarray:
+        """(curves, CURVE_SAMPLES) float32: the ``spectral_curves`` kernel input."""
+        from . import spectra
+        return (np.stack(self.curves) if self.curves else np.zeros((0, spectra.CURVE_SAMPLES))).astype(np.float32)
 
 
 def check(name: Any) -> str:
@@ -77,7 +103,7 @@ def variant() -> str:
 @contextlib.contextmanager
 def loading(name: str | None):
     """Load a scene in variant ``name`` (None: the selected one)."""
-    token = _loading.set(check(variant() if name is None else name))
+    token = _loading.set(Load(check(variant() if name is None else name)))
     try:
         yield _loading.get()
     finally:
@@ -86,7 +112,29 @@ def loading(name: str | None):
 
 def current() -> str:
     """The variant of the scene being loaded (the selected one outside a load)."""
-    return _loading.get() or variant()
+    load = _loading.get()
+    return variant() if load is None else load.name
+
+
+def _tabulated(value: Any, where: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(wavelengths, values) of a tabulated ``spectrum`` (a wavelength:value
+    list or an .spd file), None for any other value."""
+    if not (isinstance(value, Mapping) and value.get("type") == "spectrum"):
+        return None
+    from . import spectra
+    try:
+        if "filename" in value:
+            if set(value) - {"type", "filename"}:
+                raise ValueError(f"{where}: a spectrum file takes no other property")
+            return spectra.read_spd(value["filename"])
+        v = value.get("value")
+        if isinstance(v, (list, tuple)) and v and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in v):
+            return spectra.check_list([p[0] for p in v], [p[1] for p in v], where)
+    except OSError as exc:
+        raise SceneError(f"{where}: cannot read the spectrum file: {exc}") from None
+    except ValueError as exc:
+        raise SceneError(str(exc) if str(exc).startswith(where) else f"{where}: {exc}") from None
+    return None
 
 
 def _uniform(value: Any) -> float | None:
@@ -98,15 +146,28 @@ def _uniform(value: Any) -> float | None:
     return None
 
 
-def encode_color(value: Any, rgb: np.ndarray, where: str, illuminant: bool = False) -> np.ndarray:
-    """How the current variant stores a colour given as ``value`` whose
-    RGB-variant meaning is ``rgb`` (``properties.parse_rgb``)."""
+def encode_color(value: Any, where: str, illuminant: bool = False, parse=None, rgb: np.ndarray | None = None
+                 ) -> np.ndarray:
+    """How the current variant stores a colour given as ``value``: parsed
+    by ``parse(value, where)`` (``properties.parse_rgb``) to its RGB meaning,
+    or given as that meaning ``rgb``; a tabulated spectrum (wavelength:value
+    pairs, an .spd file) as Mitsuba's variants take it: integrated to RGB
+    (times D65 unless ``illuminant``) in rgb and mono, a curve in spectral."""
+    from . import spectra
     name = current()
+    listed = _tabulated(value, where)
+    if listed is not None:
+        if name == "spectral":
+            index = _loading.get().curve(spectra.resample(*listed))
+            stored = np.array([TABULATED, float(index), 1.0])
+            return np.concatenate([stored, [1.0, 0.0]]) if illuminant else stored
+        rgb = spectra.spectrum_list_to_srgb(*listed, bounded=not illuminant, d65_weighted=not illuminant)
+    elif rgb is None:
+        rgb = parse(value, where)
     if name == "rgb":
         return rgb
     if name == "mono":
         return np.array([float(LUMINANCE @ rgb)])
-    from . import spectra
     uniform = _uniform(value)
     if illuminant:
         if uniform is not None:
@@ -123,19 +184,57 @@ def encode_color(value: Any, rgb: np.ndarray, where: str, illuminant: bool = Fal
         if not 0.0 <= uniform <= 1.0:
             raise SceneError(f"{where}: the spectral variant stores colours as reflectance spectra in [0, 1]; "
                              f"{uniform} is outside (unbounded spectra are not supported yet)")
-        return np.array([0.0, 0.0, _inverse_sigmoid(uniform)])
+        return uniform_coeffs(np.array([uniform]))[0]
     if np.any(rgb < 0) or np.any(rgb > 1):
         raise SceneError(f"{where}: the spectral variant stores colours as reflectance spectra, RGB in [0, 1]; "
                          f"got {rgb.tolist()} (unbounded spectra are not supported yet)")
+    return reflectance_coeffs(rgb)
+
+
+def illuminant_texels(rgb: np.ndarray) -> np.ndarray:
+    """(spectral) An RGB radiance image (H, W, 3) as Mitsuba's spectral
+    envmap stores it: per texel the coefficients of rgb / s and s = 2 max(rgb),
+    (H, W, 4) float32."""
+    flat = np.maximum(np.asarray(rgb, np.float64).reshape(-1, 3), 0.0)
+    scale = 2.0 * flat.max(axis=1)
+    coeffs = reflectance_coeffs(flat / np.maximum(scale, 1e-8)[:, None])
+    return np.concatenate([coeffs, scale[:, None]], axis=1).reshape(rgb.shape[:2] + (4,)).astype(np.float32)
+
+
+def texel_luminance(data, xp=np):
+    """Luminance of envmap texels (..., C): Rec. 709 of RGB (C = 3), or of
+    spectral (coefficients, scale) texels (C = 4) the mean of the upsampled
+    colour over 16 wavelengths times the scale (Mitsuba's, for sampling)."""
+    f32 = np.float32
+    if data.shape[-1] == 3:
+        return data @ LUMINANCE.astype(f32)
+    lam = np.linspace(360.0, 830.0, 16).astype(f32)
+    c = [data[..., k:k + 1] for k in range(3)]
+    v = (c[0] * lam + c[1]) * lam + c[2]
+    s = f32(0.5) + f32(0.5) * v / xp.sqrt(f32(1.0) + v * v)
+    return xp.mean(s, axis=-1) * data[..., 3]
+
+
+def mono_or_rgb(rgb: np.ndarray) -> np.ndarray:
+    """RGB values (..., 3) as the variant being loaded stores them where
+    only rgb and mono are allowed (media): luminance (..., 1) in mono."""
+    if current() != "mono":
+        return rgb
+    return (np.asarray(rgb) @ LUMINANCE.astype(np.asarray(rgb).dtype))[..., None]
+
+
+def reflectance_coeffs(rgb: np.ndarray) -> np.ndarray:
+    """Stored spectral colours (n, 3) of RGB reflectances (n, 3) in [0, 1]."""
+    from . import spectra
     return _finite(spectra.srgb_to_coeffs(rgb))
 
 
-def _inverse_sigmoid(v: float) -> float:
-    """c with 1/2 + c / (2 sqrt(1 + c^2)) = v."""
-    y = 2.0 * v - 1.0
-    if abs(y) >= 1.0:
-        return float(np.copysign(BIG, y))
-    return y / np.sqrt(1.0 - y * y)
+def uniform_coeffs(values: np.ndarray) -> np.ndarray:
+    """Stored spectral colours (n, 3) of constant spectra ``values`` (n,) in [0, 1]."""
+    y = 2.0 * np.asarray(values, np.float64) - 1.0
+    with np.errstate(divide="ignore"):
+        c2 = np.where(np.abs(y) >= 1.0, np.copysign(BIG, y), y / np.sqrt(np.maximum(1.0 - y * y, 0.0)))
+    return np.stack([np.zeros_like(c2), np.zeros_like(c2), c2], axis=-1)
 
 
 def _finite(c: np.ndarray) -> np.ndarray:
@@ -172,8 +271,6 @@ def spectral_why(scene) -> str | None:
     """What of ``scene`` the spectral variant cannot render yet, or None."""
     if scene.media:
         return "participating media (their coefficients are unbounded spectra)"
-    if scene.textures:
-        return "textures (bitmap, checkerboard, envmap and texture plugins)"
     if scene.sunsky is not None:
         return "the sunsky emitter"
     return None

@@ -28,6 +28,7 @@ import numpy as np
 from ..kernels import layout
 from ..kernels import textures as ktex
 from .errors import SceneError
+from . import variants
 from .properties import Properties, parse_rgb
 from .textures import TextureSpec
 
@@ -113,7 +114,8 @@ def load_volume(builder: SceneBuilder, props: Properties, name: str, default: fl
             rgb = parse_rgb(inner.get("value", 1.0), inner.where("value", f"{key}.value.value"))
         except SceneError as exc:
             raise inner.locate(exc, "value") from None
-        data, grid_bbox, fixed = rgb.astype(np.float32).reshape(1, 1, 1, 3), None, None
+        rgb = variants.mono_or_rgb(rgb)
+        data, grid_bbox, fixed = rgb.astype(np.float32).reshape(1, 1, 1, -1), None, None
         pkey, wrap, filt = f"{key}.value.value", ktex.WRAP_CLAMP, ktex.FILTER_BILINEAR
         values = rgb.astype(np.float32)
     else:
@@ -128,6 +130,8 @@ def load_volume(builder: SceneBuilder, props: Properties, name: str, default: fl
         filt = _FILTER[inner.string("filter_type", "trilinear", choices=_FILTER)]
         inner.bool("raw", False)            # (RGB rendering: no spectral upsampling to disable)
         inner.bool("accel", True)           # (hardware texture lookups: CUDA only)
+        if data.shape[3] == 3:
+            data = np.ascontiguousarray(variants.mono_or_rgb(data), np.float32)
         pkey, values = f"{key}.data", data
     to_world = inner.transform()
     if inner.plugin == "gridvolume" and inner.bool("use_grid_bbox", False):

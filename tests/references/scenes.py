@@ -581,7 +581,33 @@ def cbox_spectral_mix(d):
     return d
 
 
+SPECTRA = TEXTURES.parent / "spectra"
+
+
+def cbox_spectrum_lists(d):
+    """Tabulated spectra: a wavelength:value list and an .spd file as
+    reflectances, a list as the light's radiance (Mitsuba integrates them to
+    RGB in rgb and mono, evaluates them per wavelength in spectral)."""
+    d = _base(d)
+    d["back"]["bsdf"] = {"type": "diffuse", "reflectance": {
+        "type": "spectrum", "value": [(400, 0.1), (450, 0.3), (500, 0.6), (550, 0.5), (600, 0.4), (650, 0.8),
+                                      (700, 0.2)]}}
+    d["large-box"]["bsdf"] = {"type": "diffuse", "reflectance": {"type": "spectrum",
+                                                                 "filename": str(SPECTRA / "leaf.spd")}}
+    d["light"]["emitter"]["radiance"] = {"type": "spectrum",
+                                         "value": [(380, 5.0), (500, 20.0), (600, 10.0), (780, 30.0)]}
+    return d
+
+
 COLOR_VARIANTS = {
+    "rgb_spectrum_lists": ("rgb", cbox_spectrum_lists),
+    "mono_spectrum_lists": ("mono", cbox_spectrum_lists),
+    "spectral_spectrum_lists": ("spectral", cbox_spectrum_lists),
+    "spectral_conductors": ("spectral", cbox_conductors),
+    "spectral_textured": ("spectral", cbox_textured),
+    "spectral_env_lit": ("spectral", env_lit),
+    "mono_medium_smoke": ("mono", cbox_medium_smoke),
+    "mono_medium_in_glass": ("mono", cbox_medium_in_glass),
     "mono_cbox": ("mono", cbox_gaussian),
     "mono_conductors": ("mono", cbox_conductors),
     "mono_textured": ("mono", cbox_textured),

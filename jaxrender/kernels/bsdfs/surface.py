@@ -106,7 +106,8 @@ class SurfaceBsdf:
         b, si, st = self.ctx.b, self.si, self.ctx.structure
         row = [b["bsdf_data"].read(bsdf, k) for k in range(layout.BSDF_ROW)]
         if st.tex_slots:
-            row = textures.apply_textures(b, bsdf, row, si.prim, si.b1, si.b2, si.hit, st.tex_slots, st.textures)
+            row = textures.apply_textures(b, bsdf, row, si.prim, si.b1, si.b2, si.hit, st.tex_slots, st.textures,
+                                          self.ctx.spectrum.spectral)
         return row, b["bsdf_type"][bsdf], TableRow(b["bsdf_table"], bsdf)
 
     def params(self, t, row=None, table=None):

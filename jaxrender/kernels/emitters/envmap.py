@@ -36,7 +36,8 @@ from ... import ir
 from ...ir import Vec
 from .. import layout
 from ..sampling import sample_cdf
-from ..textures import WRAP_CLAMP, WRAP_REPEAT, Texel, bilinear, wrap_index
+from ..spectrum import RGB, SpectrumType
+from ..textures import WRAP_CLAMP, WRAP_REPEAT, Texel, bilinear, corners, wrap_index
 from .base import INF, DirectionSample, EmitterType
 
 INV_PI = 1.0 / math.pi
@@ -75,12 +76,23 @@ class EnvMap:
         v = ir.acos(ir.clamp(d.y, -1.0, 1.0)) * INV_PI
         return u, ir.clamp(v, 0.0, 1.0)
 
-    def eval(self, d_world: Vec) -> Vec:
+    def eval(self, d_world: Vec, spectrum: SpectrumType = RGB) -> Vec:
         """Radiance (before ``scale``) arriving from direction ``d_world``
-        (pointing away from the scene). Reads the texels: call it only
-        where derivatives are wanted (an integrator's shading)."""
+        (pointing away from the scene), of colour type ``spectrum``. Reads
+        the texels: call it only where derivatives are wanted (an
+        integrator's shading). Spectral texels are (coefficients, scale) of
+        an RGB radiance, as Mitsuba's spectral envmap holds them: as there,
+        the upsampled spectra of the four around the point and their scales
+        are interpolated separately, and their product is times D65."""
         u, v = self.uv(d_world)
-        return bilinear(self.t, u * self.fW - 0.5, v * (self.fH - 1.0), WRAP_REPEAT, WRAP_CLAMP)
+        px, py = u * self.fW - 0.5, v * (self.fH - 1.0)
+        if not spectrum.spectral:
+            return spectrum.color(bilinear(self.t, px, py, WRAP_REPEAT, WRAP_CLAMP))
+        v00, v10, v01, v11, wx, wy = corners(self.t, px, py, WRAP_REPEAT, WRAP_CLAMP, 4)
+        s00, s10, s01, s11 = (spectrum.color(c[:3]) for c in (v00, v10, v01, v11))
+        s = (s00 * (1.0 - wx) + s10 * wx) * (1.0 - wy) + (s01 * (1.0 - wx) + s11 * wx) * wy
+        f = (v00[3] * (1.0 - wx) + v10[3] * wx) * (1.0 - wy) + (v01[3] * (1.0 - wx) + v11[3] * wx) * wy
+        return spectrum.d65(s * f)
 
     # Offsets into env_dist.
     def _off_marginal(self):
@@ -160,4 +172,4 @@ def sample(ctx, sel, ref: Vec, u) -> DirectionSample:
 
 TYPE = EmitterType("envmap", sample, environment=True,
                    pdf_direction=lambda ctx, sel, w: EnvMap(ctx.b, sel).pdf(w),
-                   eval=lambda ctx, sel, w: ctx.spectrum.color(EnvMap(ctx.b, sel).eval(w)), used=lambda structure: structure.envmap and not structure.sunsky)
+                   eval=lambda ctx, sel, w: EnvMap(ctx.b, sel).eval(w, ctx.spectrum), used=lambda structure: structure.envmap and not structure.sunsky)

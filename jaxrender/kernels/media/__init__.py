@@ -88,8 +88,8 @@ def heterogeneous(ctx, mv: MediumView, p: Vec) -> tuple[Vec, Vec, Vec]:
     tex_t = ir.cast(data.read(mv.index, layout.MEDIUM_SIGMA_T_VOLUME), "i32")
     tex_a = ir.cast(data.read(mv.index, layout.MEDIUM_ALBEDO_VOLUME), "i32")
     value, inside = volume.lookup(ctx.b, tex_t, p)
-    sigma_t = value * ir.select(inside, data.read(mv.index, layout.MEDIUM_SCALE), 0.0)
-    albedo, _ = volume.lookup(ctx.b, tex_a, p)
+    sigma_t = ctx.spectrum.color(value) * ir.select(inside, data.read(mv.index, layout.MEDIUM_SCALE), 0.0)
+    albedo = ctx.spectrum.color(volume.lookup(ctx.b, tex_a, p)[0])
     return sigma_t * albedo, mv.majorant - sigma_t, sigma_t
 
 

@@ -42,7 +42,7 @@ from ...kernels import textures as ktex
 from ...kernels.bsdfs import base
 from ...kernels.bsdfs import registry as bsdf_registry
 from .. import variants
-from ..conductors import complex_ior
+from ..conductors import complex_ior, measured_ior
 from ..properties import Properties
 from ..textures import TextureSpec
 from .registry import PluginRegistry, load_plugin
@@ -198,8 +198,9 @@ def _value_param(builder: SceneBuilder, props: Properties, prm: base.Param, name
             raise props.error(f"the {props.plugin} plugin needs the property {name!r}")
         if name in fixed:
             value = fixed[name]
-            if prm.kind == base.COLOR:    # (an RGB value a rule computed: stored as the variant stores colours)
-                value = variants.encode_color(value, np.asarray(value, np.float64), props.where(name, pkey))
+            if prm.kind == base.COLOR:    # (a value a rule computed: stored as the variant stores colours)
+                rgb = None if isinstance(value, Mapping) else np.asarray(value, np.float64)
+                value = variants.encode_color(value, props.where(name, pkey), rgb=rgb)
         elif prm.kind == base.COLOR:
             value = props.rgb(name, prm.default, label=pkey)
         else:
@@ -267,9 +268,9 @@ def _conductor_material(props: Properties) -> dict:
         eta, k = complex_ior(material)
     except KeyError as exc:
         raise props.error(exc.args[0], "material") from None
-    variants.refuse(props.where("material"), "a named conductor (its measured spectra are not in jaxrender yet)",
-                    ("spectral",))
     props.hint("k", f"material {material!r} sets eta and k")
+    if variants.current() == "spectral":      # the measured spectra themselves
+        return {part: {"type": "spectrum", "value": list(zip(*measured_ior(material, part)))} for part in ("eta", "k")}
     return {"eta": eta, "k": k}
 
 

@@ -157,7 +157,6 @@ def load_envmap(builder: SceneBuilder, props: Properties) -> int:
     _environment_slot(builder, props)
     _emitter_basics(builder, props)
     props.only("mis_compensation", False, Properties.bool, "mis_compensation")
-    variants.refuse(props.key, "the envmap emitter", ("spectral",))
     img = read_image(props, False, "an envmap")
     if img.shape[2] == 1:
         img = np.repeat(img, 3, axis=2)
@@ -168,11 +167,13 @@ def load_envmap(builder: SceneBuilder, props: Properties) -> int:
     h, w, _ = img.shape
     if w < 2 or h < 3:
         raise props.error(f"the environment map must be at least 2 x 3 pixels (width x height), got {w} x {h}")
+    if variants.current() == "spectral":
+        img = variants.illuminant_texels(img)          # (H, W, 4): coefficients and scale per texel
     data = np.concatenate([img[:, -1:], img, img[:, :1]], axis=1)
     builder.add_param(f"{props.key}.data", np.ascontiguousarray(data, np.float32))
     builder.add_param(f"{props.key}.scale", props.scalar("scale", 1.0).astype(np.float32))
     m = _rotation(props, "an envmap")
-    texture = builder.add_texture(TextureSpec(ktex.ENVMAP, (f"{props.key}.data",), w, h, 3, ktex.WRAP_REPEAT,
+    texture = builder.add_texture(TextureSpec(ktex.ENVMAP, (f"{props.key}.data",), w, h, img.shape[2], ktex.WRAP_REPEAT,
                                               ktex.FILTER_BILINEAR, None))
     index = builder.add_emitter(TYPE_ID["envmap"], np.zeros(4), texture, f"{props.key}.scale")
     builder.set_environment(index, texture, m)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Mapping
 import numpy as np
 
 from ...kernels.media import phase as kphase
+from .. import variants
 from ..errors import SceneError
 from ..properties import Properties, parse_rgb
 from ..volumes import load_volume
@@ -116,8 +117,8 @@ def attached(builder: SceneBuilder, props: Properties, name: str, key: str) -> i
 @MEDIA.register("homogeneous")
 def load_homogeneous(builder: SceneBuilder, props: Properties) -> MediumSpec:
     key = props.key
-    sigma_t = _volume_rgb(props, "sigma_t", 1.0, f"{key}.sigma_t.value.value")
-    albedo = _volume_rgb(props, "albedo", 0.75, f"{key}.albedo.value.value")
+    sigma_t = variants.mono_or_rgb(_volume_rgb(props, "sigma_t", 1.0, f"{key}.sigma_t.value.value"))
+    albedo = variants.mono_or_rgb(_volume_rgb(props, "albedo", 0.75, f"{key}.albedo.value.value"))
     if np.any(sigma_t < 0):
         raise props.error(f"must not be negative, got {sigma_t.tolist()}", "sigma_t")
     scale = props.float("scale", 1.0)

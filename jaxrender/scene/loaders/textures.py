@@ -45,7 +45,6 @@ def parse_texture(spec: Mapping, prefix: str, width: int, params: dict) -> Textu
         sorted(params)   # ['floor.bsdf.reflectance.color0.value', '....color1.value']
     """
     kind = spec.get("type") if isinstance(spec, Mapping) else None
-    variants.refuse(prefix, "textures", ("spectral",))
     if kind not in ("bitmap", "checkerboard"):
         variants.refuse(prefix, f"the texture plugin {kind!r}")
     return load_plugin(TEXTURES, params, spec, prefix, width)
@@ -94,10 +93,32 @@ def load_bitmap(params: dict, props: Properties, width: int) -> TextureSpec:
     if variants.current() == "mono" and img.shape[2] == 3:
         # Mitsuba's mono bitmaps hold luminance
         img = np.ascontiguousarray(img @ variants.LUMINANCE.astype(img.dtype))[..., None]
+    elif variants.current() == "spectral":
+        img = _spectral_texels(props, img, raw, width)
     key = f"{props.key}.data"
     params[key] = img
     h, w, c = img.shape
     return TextureSpec(ktex.BITMAP, (key,), w, h, c, wrap, filt, uv)
+
+
+def _spectral_texels(props: Properties, img: np.ndarray, raw: bool, width: int) -> np.ndarray:
+    """A bitmap's texels in the spectral variant: for a colour, each texel's
+    stored colour (``variants.encode_color``: the coefficients of its
+    upsampled spectrum, as Mitsuba's spectral bitmaps hold them, so
+    ``<key>.data`` is those coefficients); for a float (roughness), its
+    values unchanged."""
+    if width == 1:
+        if img.shape[2] == 3 and not raw:
+            raise props.error("a colour bitmap queried for a float (e.g. a roughness) in the spectral variant: "
+                              "its texels are spectra; give raw=true (as Mitsuba requires)", "raw")
+        return img
+    if raw:
+        raise props.error("a raw bitmap used as a colour in the spectral variant (it cannot be upsampled to "
+                          "spectra; Mitsuba refuses it too)", "raw")
+    flat = np.clip(img.reshape(-1, img.shape[2]).astype(np.float64), 0.0, 1.0)
+    # (a one-channel bitmap: a uniform spectrum per texel, as Mitsuba's)
+    coeffs = variants.uniform_coeffs(flat[:, 0]) if img.shape[2] == 1 else variants.reflectance_coeffs(flat)
+    return coeffs.reshape(img.shape[:2] + (3,)).astype(np.float32)
 
 
 def load_texture_plugin(params: dict, props: Properties, width: int) -> TextureSpec:
