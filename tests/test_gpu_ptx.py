@@ -21,6 +21,7 @@ import llvmlite.binding as llvm
 from jaxrender import ir
 from jaxrender.kernels.context import Structure
 from jaxrender.kernels.integrators import PathIntegrator, boundary
+from jaxrender.kernels.spectrum import SPECTRAL
 from jaxrender.lowering import bvh_traversal, ptx, toolkit
 
 import test_codegen_lanes
@@ -58,6 +59,10 @@ MEGAKERNELS = {
     "adjoint_prb": lambda: PATH.adjoint_kernel(DIFF, "prb", CLASSIC_STRUCTURE),
     "adjoint_rb": lambda: PATH.adjoint_kernel(DIFF, "rb", RB_STRUCTURE),
     "adjoint_rb_biased": lambda: PATH.adjoint_kernel(DIFF, "rb_biased", RB_STRUCTURE),
+    # the spectral variant: wavelength sampling, the film's conversion, upsampled,
+    # tabulated and textured colours (254 registers, no spills on sm_80 / sm_90)
+    "path_spectral": lambda: dataclasses.replace(PATH, spectrum=SPECTRAL).primal_kernel(
+        Structure(bsdfs=("diffuse", "roughplastic-ggx", "conductor"), tex_slots=1, spectral_curves=True)),
 }
 # Shared shapegroups: the ranged BVH query and the instance walk (with analytic shapes: the skip-link path too).
 INSTANCED = {"path_instanced": lambda: PATH.primal_kernel(Structure(instanced=True)),

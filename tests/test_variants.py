@@ -122,7 +122,9 @@ def _floor_bitmap(**kw):
 @pytest.mark.parametrize("variant, edit, says", [
     ("spectral", lambda d: d["floor"].update(bsdf={"type": "conductor", "eta": {"type": "rgb", "value": [0.2, 0.5, 1.4]},
                                                    "k": 3.0}), "unbounded"),
-    ("spectral", lambda d: d.update(fog={"type": "homogeneous"}), "participating media"),
+    ("spectral", lambda d: d["large-box"].update(bsdf={"type": "null"}, interior={
+        "type": "heterogeneous", "sigma_t": {"type": "gridvolume", "data": np.ones((2, 2, 2, 3), np.float32)}}),
+     "RGB extinction in the spectral variant"),
     ("mono", lambda d: d.update(sky={"type": "sunsky"}), "sunsky"),
     ("spectral", _floor_bitmap(), "give raw=true"),
     ("spectral", lambda d: d["floor"].update(bsdf={"type": "diffuse", "reflectance": {
@@ -288,3 +290,36 @@ def test_spectral_texture_gradient_matches_finite_differences():
         fd = (float(loss(x0 + e, 0)) - float(loss(x0 - e, 0))) / (2 * h)
         assert abs(fd) > 1e-4, (idx, fd)
         assert abs(g[idx] - fd) <= 2e-2 * abs(fd) + 1e-4, (idx, g[idx], fd)
+
+
+def test_spectral_medium_gradients():
+    """prbvolpath in spectral: the albedo's coefficients (they move no
+    sampling decision) against central differences with the same random
+    numbers, and the dot-product test of forward and adjoint over the
+    medium's parameters (a float extinction, its coefficients, scale, g)."""
+    from test_media_gradients import SIZE, scene_dict
+    d = scene_dict(sigma_t=1.5)
+    scene = jaxrender.load_dict(d, variant="spectral")
+    key = "box.interior_medium.albedo.value.value"
+    keys = [k for k in scene.params if k.startswith("box.interior_medium.")]
+    assert key in keys and scene.params["box.interior_medium.sigma_t.value.value"].shape == (1,)
+    w = jnp.asarray(np.random.default_rng(0).uniform(0.5, 1.5, (SIZE, SIZE, 3)), jnp.float32)
+    x0 = jnp.asarray(scene.params[key])
+    loss = lambda x, sg: jnp.sum(w * jaxrender.render(scene, {key: x}, spp=4, seed=7, seed_grad=sg))
+    g = np.asarray(jax.grad(loss)(x0, 7))
+    for c in (1, 2):
+        h = 1e-3 * abs(float(x0[c]))
+        e = jnp.zeros(3).at[c].set(h)
+        fd = (float(loss(x0 + e, 0)) - float(loss(x0 - e, 0))) / (2 * h)
+        assert abs(fd) > 1e-3, (c, fd)
+        assert abs(g[c] - fd) <= 1e-2 * abs(fd) + 1e-4, (c, g[c], fd)
+    x = {k: jnp.asarray(scene.params[k]) for k in keys}
+    f = lambda p: jaxrender.render(scene, p, spp=4, seed=3, seed_grad=5)
+    r = np.random.default_rng(1)
+    dx = {k: jnp.asarray(r.standard_normal(np.shape(v)) * 1e-2 * (1e-3 + np.abs(v)), jnp.float32)
+          for k, v in x.items()}
+    dy = jnp.asarray(r.standard_normal((SIZE, SIZE, 3)), jnp.float32)
+    _, t = jax.jvp(f, (x,), (dx,))
+    (gx,) = jax.vjp(f, x)[1](dy)
+    lhs, rhs = float(jnp.vdot(t, dy)), sum(float(jnp.vdot(dx[k], gx[k])) for k in keys)
+    assert abs(lhs) > 1e-2 and abs(lhs - rhs) <= 1e-3 * abs(lhs), (lhs, rhs)

@@ -101,8 +101,10 @@ SEG_SHAPE, SEG_CURVE = 4, 5    # a curve's shape_data row and which curve (integ
 SEG_TRI, SEG_SLOT0, SEG_SLOT1, SEG_LO, SEG_HI = 12, 13, 14, 15, 16   # SEG_TRI -1: not a mesh edge
 
 # --- participating media (read by volumetric integrators only: media_inputs) ------------
-MEDIUM_ROW = 8                 # medium_data: sigma_t (scale applied), albedo, phase parameter, sample_emitters
+MEDIUM_ROW = 9                 # medium_data: sigma_t (scale applied), albedo, phase parameter, sample_emitters,
 MEDIUM_SIGMA_T, MEDIUM_ALBEDO, MEDIUM_PHASE_G, MEDIUM_SAMPLE_EMITTERS = 0, 3, 6, 7
+# and (spectral) what the stored sigma_t spectrum is multiplied by (a float extinction, scale) (else 1)
+MEDIUM_EXTINCTION_SCALE = 8
 # A heterogeneous medium's row: its majorant (scale times a bound of the sigma_t
 # values, scene.loaders.media.grid_majorant; in each channel) where a homogeneous one has sigma_t, then its
 # sigma_t and albedo volumes (tex_meta rows, as floats) and its scale.

@@ -181,7 +181,6 @@ class SceneBuilder:
         """The index of medium ``spec`` (loaded once per key or id)."""
         spec, key = self.resolve(spec, key)
         if key not in self._medium_index:
-            variants.refuse(key, "participating media", ("spectral",))
             if spec.get("type") not in MEDIA:
                 raise SceneError(f"{key}: medium type {spec.get('type')!r} is not supported yet "
                                  f"({', '.join(MEDIA.supported())})")

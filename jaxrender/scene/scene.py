@@ -445,10 +445,18 @@ class Scene:
                         majorant = jax.lax.stop_gradient(majorant)
                     first = [xp.broadcast_to(majorant, (3,)),
                              np.array([m.sigma_t_volume, m.albedo_volume], f32), scale.reshape(1)]
+                    multiplier = np.ones(1, f32)
+                elif self.variant == "spectral":     # (kernels/media.read)
+                    sigma_t = xp.asarray(p[m.sigma_t], f32).reshape(-1)
+                    flat = sigma_t.shape[0] == 1                  # a float: a flat spectrum times it
+                    first = [np.array([0.0, 0.0, variants.BIG], f32) if flat else sigma_t,
+                             xp.asarray(p[m.albedo], f32).reshape(3)]
+                    multiplier = (sigma_t * scale if flat else scale.reshape(1)).reshape(1)
                 else:
                     first = [xp.broadcast_to(xp.asarray(p[m.sigma_t], f32).reshape(-1), (3,)) * scale,
                              xp.broadcast_to(xp.asarray(p[m.albedo], f32).reshape(-1), (3,))]
-                rows.append(xp.concatenate([*first, g, np.full(1, float(m.sample_emitters), f32)]))
+                    multiplier = np.ones(1, f32)
+                rows.append(xp.concatenate([*first, g, np.full(1, float(m.sample_emitters), f32), multiplier]))
             return xp.stack(rows) if rows else np.zeros((0, layout.MEDIUM_ROW), f32)
 
         medium_keys = [k for m in self.media for k in (m.sigma_t, m.scale, m.albedo, m.g) if k is not None]

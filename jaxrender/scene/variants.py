@@ -137,7 +137,7 @@ def _tabulated(value: Any, where: str) -> tuple[np.ndarray, np.ndarray] | None:
     return None
 
 
-def _uniform(value: Any) -> float | None:
+def uniform_value(value: Any) -> float | None:
     """The value of a uniform ``spectrum`` (None for anything else)."""
     if isinstance(value, Mapping) and value.get("type") == "spectrum":
         v = value.get("value")
@@ -168,7 +168,7 @@ def encode_color(value: Any, where: str, illuminant: bool = False, parse=None, r
         return rgb
     if name == "mono":
         return np.array([float(LUMINANCE @ rgb)])
-    uniform = _uniform(value)
+    uniform = uniform_value(value)
     if illuminant:
         if uniform is not None:
             return np.array([0.0, 0.0, BIG, uniform, 0.0])
@@ -269,8 +269,6 @@ _TABLES: list = []
 
 def spectral_why(scene) -> str | None:
     """What of ``scene`` the spectral variant cannot render yet, or None."""
-    if scene.media:
-        return "participating media (their coefficients are unbounded spectra)"
     if scene.sunsky is not None:
         return "the sunsky emitter"
     return None

@@ -114,7 +114,7 @@ def load_volume(builder: SceneBuilder, props: Properties, name: str, default: fl
             rgb = parse_rgb(inner.get("value", 1.0), inner.where("value", f"{key}.value.value"))
         except SceneError as exc:
             raise inner.locate(exc, "value") from None
-        rgb = variants.mono_or_rgb(rgb)
+        rgb = _spectral_values(inner, variants.mono_or_rgb(rgb), name, inner.get("value", 1.0))
         data, grid_bbox, fixed = rgb.astype(np.float32).reshape(1, 1, 1, -1), None, None
         pkey, wrap, filt = f"{key}.value.value", ktex.WRAP_CLAMP, ktex.FILTER_BILINEAR
         values = rgb.astype(np.float32)
@@ -132,6 +132,7 @@ def load_volume(builder: SceneBuilder, props: Properties, name: str, default: fl
         inner.bool("accel", True)           # (hardware texture lookups: CUDA only)
         if data.shape[3] == 3:
             data = np.ascontiguousarray(variants.mono_or_rgb(data), np.float32)
+        data = _spectral_values(inner, data, name)
         pkey, values = f"{key}.data", data
     to_world = inner.transform()
     if inner.plugin == "gridvolume" and inner.bool("use_grid_bbox", False):
@@ -147,6 +148,25 @@ def load_volume(builder: SceneBuilder, props: Properties, name: str, default: fl
     tex = builder.add_texture(TextureSpec(ktex.VOLUME, (pkey,), x, y, c, wrap=wrap, filter=filt,
                                           depth=z, header=_header(to_world)))
     return VolumeRef(tex, pkey, fixed)
+
+
+def _spectral_values(props: Properties, values: np.ndarray, name: str, given: Any = None) -> np.ndarray:
+    """A medium's volume values (..., C) as the spectral variant stores
+    them (else unchanged): extinction as densities (one channel: a flat
+    spectrum times the value), an albedo as reflectance spectra (each value's
+    stored colour, three channels)."""
+    if variants.current() != "spectral":
+        return values
+    uniform = given is not None and (not isinstance(given, Mapping) or variants.uniform_value(given) is not None)
+    if name == "sigma_t":
+        if not (values.shape[-1] == 1 or uniform):
+            raise props.error("an RGB extinction in the spectral variant is not supported yet (give a float or a "
+                              "one-channel grid)")
+        return np.ascontiguousarray(values[..., :1], np.float32)
+    flat = np.clip(np.asarray(values, np.float64).reshape(-1, values.shape[-1]), 0.0, 1.0)
+    grey = values.shape[-1] == 1 or uniform
+    coeffs = variants.uniform_coeffs(flat[:, 0]) if grey else variants.reflectance_coeffs(flat)
+    return coeffs.reshape(values.shape[:-1] + (3,)).astype(np.float32)
 
 
 def _grid_values(props: Properties) -> tuple[np.ndarray, np.ndarray | None]:

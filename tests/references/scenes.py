@@ -606,6 +606,8 @@ COLOR_VARIANTS = {
     "spectral_conductors": ("spectral", cbox_conductors),
     "spectral_textured": ("spectral", cbox_textured),
     "spectral_env_lit": ("spectral", env_lit),
+    "spectral_medium_slab": ("spectral", cbox_medium_slab),
+    "spectral_medium_smoke": ("spectral", cbox_medium_smoke),
     "mono_medium_smoke": ("mono", cbox_medium_smoke),
     "mono_medium_in_glass": ("mono", cbox_medium_in_glass),
     "mono_cbox": ("mono", cbox_gaussian),

@@ -123,8 +123,9 @@ class PathIntegrator(ReplayIntegrator):
     def _value(self, ctx, s) -> Vec:
         if not (self.alpha and samples_null(ctx.structure)):
             return super()._value(ctx, s)
+        ctx = ctx.spectrum.bind(ctx, s)
         final = self.run(ctx, s, self.start(ctx, s))
-        return Vec(*ir.select(final.valid, final.radiance, self.spectrum.zero()),
+        return Vec(*ctx.spectrum.to_film(ir.select(final.valid, final.radiance, self.spectrum.zero())),
                    ir.select(final.valid, 1.0, 0.0))
 
     def shade(self, ctx, si, es, u, depth, prev_pdf, prev_delta, show_emitters, prev=None, edge=None,

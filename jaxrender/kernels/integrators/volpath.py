@@ -151,8 +151,10 @@ class VolpathIntegrator(PathIntegrator):
         return None             # (Mitsuba's volpath counts every path; valid is its alpha only)
 
     def _value(self, ctx, s) -> Vec:
+        ctx = ctx.spectrum.bind(ctx, s)
         final = self.run(ctx, s, self.start(ctx, s))
-        return Vec(*final.radiance, ir.select(final.valid, 1.0, 0.0)) if self.alpha else final.radiance
+        radiance = ctx.spectrum.to_film(final.radiance)
+        return Vec(*radiance, ir.select(final.valid, 1.0, 0.0)) if self.alpha else radiance
 
     def start(self, ctx, s) -> VolpathState:
         o, d, t_min, t_max = sensors.sample_ray(ctx, s)

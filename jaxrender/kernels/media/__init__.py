@@ -61,6 +61,12 @@ def read(ctx, m) -> MediumView:
     """The row of medium ``m`` (>= 0)."""
     data, meta, S = ctx.b["medium_data"], ctx.b["medium_meta"], ctx.spectrum
     sigma_t = S.color(data.read(m, layout.MEDIUM_SIGMA_T + k) for k in range(3))
+    if S.spectral:
+        # a stored spectrum and its multiplier; a heterogeneous medium's majorant is a plain number
+        sigma_t = sigma_t * data.read(m, layout.MEDIUM_EXTINCTION_SCALE)
+        if "heterogeneous" in ctx.structure.media:
+            hetero = meta.read(m, layout.MEDIUM_KIND) == ctx.structure.media.index("heterogeneous")
+            sigma_t = ir.select(hetero, S.full(data.read(m, layout.MEDIUM_MAJORANT)), sigma_t)
     return MediumView(m, meta.read(m, layout.MEDIUM_KIND), meta.read(m, layout.MEDIUM_PHASE),
                       data.read(m, layout.MEDIUM_PHASE_G), data.read(m, layout.MEDIUM_SAMPLE_EMITTERS) > 0.5,
                       sigma_t, sigma_t, S.color(data.read(m, layout.MEDIUM_ALBEDO + k) for k in range(3)))
@@ -88,7 +94,9 @@ def heterogeneous(ctx, mv: MediumView, p: Vec) -> tuple[Vec, Vec, Vec]:
     tex_t = ir.cast(data.read(mv.index, layout.MEDIUM_SIGMA_T_VOLUME), "i32")
     tex_a = ir.cast(data.read(mv.index, layout.MEDIUM_ALBEDO_VOLUME), "i32")
     value, inside = volume.lookup(ctx.b, tex_t, p)
-    sigma_t = ctx.spectrum.color(value) * ir.select(inside, data.read(mv.index, layout.MEDIUM_SCALE), 0.0)
+    # (spectral: extinction grids hold densities, one value; albedo volumes stored spectra)
+    density = ctx.spectrum.full(value[0]) if ctx.spectrum.spectral else ctx.spectrum.color(value)
+    sigma_t = density * ir.select(inside, data.read(mv.index, layout.MEDIUM_SCALE), 0.0)
     albedo = ctx.spectrum.color(volume.lookup(ctx.b, tex_a, p)[0])
     return sigma_t * albedo, mv.majorant - sigma_t, sigma_t
 

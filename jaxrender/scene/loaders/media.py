@@ -20,7 +20,7 @@ some headroom, or is the volume's ``max_value``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
@@ -80,8 +80,9 @@ def grid_majorant(peak, fixed_max: float | None, xp):
     return xp.where(peak <= fixed_max, np.float32(fixed_max), auto)
 
 
-def _volume_rgb(props: Properties, name: str, default: float, key: str) -> np.ndarray:
-    """A homogeneous volume value: a float, an rgb (in [0, 1]) or a constvolume of one."""
+def _volume_rgb(props: Properties, name: str, default: float, key: str) -> tuple[np.ndarray, Any]:
+    """A homogeneous volume value: a float, an rgb (in [0, 1]) or a
+    constvolume of one, as (rgb, the value as given)."""
     props.mark_read(name)
     value = props.values.get(name, default)
     where = props.where(name, key)
@@ -101,7 +102,19 @@ def _volume_rgb(props: Properties, name: str, default: float, key: str) -> np.nd
     if isinstance(value, Mapping) and (rgb.min() < 0.0 or rgb.max() > 1.0):
         raise props.error(f"an rgb value must lie in [0, 1] (as in Mitsuba's RGB variants), got {rgb.tolist()}; "
                           "give a float, or scale it with the medium's 'scale'", name)
-    return rgb
+    return rgb, value
+
+
+def _stored(rgb: np.ndarray, value: Any, where: str, extinction: bool) -> np.ndarray:
+    """A homogeneous medium's value as the variant stores it: luminance in
+    mono; in spectral an albedo as a reflectance spectrum and an extinction
+    given as a float as that float (a constant spectrum, any size: the
+    kernel scales a flat spectrum by it), given as rgb as its spectrum."""
+    if variants.current() != "spectral":
+        return variants.mono_or_rgb(rgb)
+    if extinction and (not isinstance(value, Mapping) or variants.uniform_value(value) is not None):
+        return rgb[:1]
+    return variants.encode_color(value, where, rgb=rgb)
 
 
 def attached(builder: SceneBuilder, props: Properties, name: str, key: str) -> int:
@@ -117,9 +130,12 @@ def attached(builder: SceneBuilder, props: Properties, name: str, key: str) -> i
 @MEDIA.register("homogeneous")
 def load_homogeneous(builder: SceneBuilder, props: Properties) -> MediumSpec:
     key = props.key
-    sigma_t = variants.mono_or_rgb(_volume_rgb(props, "sigma_t", 1.0, f"{key}.sigma_t.value.value"))
-    albedo = variants.mono_or_rgb(_volume_rgb(props, "albedo", 0.75, f"{key}.albedo.value.value"))
-    if np.any(sigma_t < 0):
+    sigma_rgb, sigma_given = _volume_rgb(props, "sigma_t", 1.0, f"{key}.sigma_t.value.value")
+    if np.any(sigma_rgb < 0):
+        raise props.error(f"must not be negative, got {sigma_rgb.tolist()}", "sigma_t")
+    sigma_t = _stored(sigma_rgb, sigma_given, props.where("sigma_t"), True)
+    albedo = _stored(*_volume_rgb(props, "albedo", 0.75, f"{key}.albedo.value.value"), props.where("albedo"), False)
+    if np.any(sigma_rgb < 0):
         raise props.error(f"must not be negative, got {sigma_t.tolist()}", "sigma_t")
     scale = props.float("scale", 1.0)
     if not scale >= 0:
