@@ -317,8 +317,7 @@ def _moving_why(what: str, moves: str, integrator, settings, structure, split) -
                      (samples_null(structure), "scenes with pass-through (null, mask) BSDFs"),
                      (int(settings.get("hide_emitters", 0)), "hide_emitters"),
                      (integrator.alpha, "a film with an alpha channel"),
-                     (split.tiles > 1 or split.shards > 1, "an image split into tiles or shards"),
-                     (integrator.spectrum.spectral, "the spectral variant")):
+                     (split.tiles > 1 or split.shards > 1, "an image split into tiles or shards")):
         if bad:
             return f"{what} derivatives of {why} are not supported yet"
     return None

@@ -179,7 +179,7 @@ def _sample(integrator, ctx: Context, s):
     rows = [(iy + dy) * cw + ix + dx for dy in range(k) for dx in range(k)]
     scale = ir.select(valid, total * density / (ir.cast(b["spp"].value, "f32") * ir.cast(ir.launch_size(), "f32")),
                       0.0)
-    return rows, weights, radiance, velocity, scale
+    return rows, weights, ctx.spectrum.to_film(radiance), velocity, scale
 
 
 def _pixel_edge_sample(integrator, ctx: Context, s):
@@ -215,11 +215,13 @@ def _pixel_edge_sample(integrator, ctx: Context, s):
     cw = b["canvas_width"].value
     row = iy * cw + ix
     rows = [row, ir.select(right, row + 1, row + cw)]
-    return rows, [1.0, -1.0], radiance, velocity, ir.select(valid, 2.0 / ir.cast(b["spp"].value, "f32"), 0.0)
+    return (rows, [1.0, -1.0], ctx.spectrum.to_film(radiance), velocity,
+            ir.select(valid, 2.0 / ir.cast(b["spp"].value, "f32"), 0.0))
 
 
 def _samples(integrator, ctx: Context, s) -> list:
-    """The boundary samples an item draws as its sample ``s``."""
+    """The boundary samples an item draws as its sample ``s`` (``ctx``
+    bound to its wavelengths: each sample's radiance as the film takes it)."""
     out = [_sample(integrator, ctx, s)]
     if ctx.structure.footprint == 1:
         out.append(_pixel_edge_sample(integrator, ctx, s))
@@ -240,13 +242,13 @@ def forward_kernel(integrator, structure: Structure, active: tuple = ("camera",)
     if key not in _KERNELS:
         base = inputs(integrator, structure)
         ins = dict(base, **{"d_" + n: base[n] for n in active})
-        C = integrator.spectrum.channels
+        C = integrator.spectrum.film_channels
 
         def body(**b):
             ctx = _context(integrator, structure, b, base, active)
 
             def one(s, carry):
-                for rows, weights, radiance, velocity, scale in _samples(integrator, ctx, s):
+                for rows, weights, radiance, velocity, scale in _samples(integrator, ctx.spectrum.bind(ctx, s), s):
                     _, dv = ir.jvp(velocity, (), (), buffer_tangents={b[n]: b["d_" + n] for n in active})
                     for row, w in zip(rows, weights):
                         for c in range(C):
@@ -271,7 +273,7 @@ def adjoint_kernel(integrator, structure: Structure, active: tuple = ("camera",)
     key = (integrator, "boundary_adjoint", structure, active)
     if key not in _KERNELS:
         base = inputs(integrator, structure)
-        C = integrator.spectrum.channels
+        C = integrator.spectrum.film_channels
         ins = dict(base, ct_canvas=ir.In("f32", (C,)))
 
         def body(**b):
@@ -279,7 +281,7 @@ def adjoint_kernel(integrator, structure: Structure, active: tuple = ("camera",)
             grads = {b[n]: b["grad_" + n] for n in active}
 
             def one(s, carry):
-                for rows, weights, radiance, velocity, scale in _samples(integrator, ctx, s):
+                for rows, weights, radiance, velocity, scale in _samples(integrator, ctx.spectrum.bind(ctx, s), s):
                     ct = ir.Float(0.0)
                     for row, w in zip(rows, weights):
                         for c in range(C):
