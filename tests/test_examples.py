@@ -186,3 +186,13 @@ def test_shape_optimization_example_runs_and_moves_towards_the_target(tmp_path):
     assert loss[-5:].mean() < 0.7 * loss[:5].mean(), loss
     assert r["vertex_err_final"] < 0.9 * r["vertex_err_initial"], r["history"]["vertex_err"]
     assert r["chamfer_final"] < 0.7 * r["chamfer_initial"]
+
+
+def test_spectral_metals_example_renders_both_variants(tmp_path):
+    import spectral_metals
+    colours = spectral_metals.run(res=24, spp=8, out=tmp_path, plot=False)
+    for name in ("rgb.png", "spectral.png", "difference.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    for variant in ("rgb", "spectral"):
+        gold, copper = colours["gold"][variant], colours["copper"][variant]
+        assert np.all(np.isfinite(gold)) and gold[0] > gold[2] and copper[0] > copper[2], (variant, gold, copper)
