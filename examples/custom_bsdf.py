@@ -43,7 +43,7 @@ COLOR_KEY = "large-box.bsdf.reflectance.color1.value"
 
 # --- the Oren-Nayar BSDF ----------------------------------------------------------
 def _zero() -> Vec:
-    return Vec(0.0, 0.0, 0.0)
+    return plugins.black()      # (in the scene's colour type: the BSDF works in mono and spectral too)
 
 
 def oren_nayar_eval(p, wi: Vec, wo: Vec) -> Vec:

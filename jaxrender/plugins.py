@@ -17,17 +17,21 @@ ARRAY) and local directions (z = the shading normal), as in Mitsuba:
 * ``sample(p, wi, u1, u2) -> (wo, pdf, weight, is_delta)``: ``weight`` is
   eval / pdf (0 where sampling fails).
 
+Colours (``p.<colour>``, what ``eval`` returns) are the colour type of the
+scene's variant: three channels in rgb, one in mono, four wavelengths in
+spectral. Write colour constants with :func:`black` / :func:`uniform` (not
+``Vec(0.0, 0.0, 0.0)``) and the plugin works in every variant.
+
 Example (a Lambertian BSDF under a new name)::
 
     import math
     import jaxrender
     from jaxrender import ir, plugins
-    from jaxrender.ir import Vec
     from jaxrender.kernels import sampling
 
     def eval(p, wi, wo):
         ok = (wi.z > 0.0) & (wo.z > 0.0)
-        return ir.select(ok, p.albedo * (wo.z / math.pi), Vec(0.0, 0.0, 0.0))
+        return ir.select(ok, p.albedo * (wo.z / math.pi), plugins.black())
 
     def pdf(p, wi, wo):
         return ir.select((wi.z > 0.0) & (wo.z > 0.0), sampling.square_to_cosine_hemisphere_pdf(wo), 0.0)
@@ -35,7 +39,7 @@ Example (a Lambertian BSDF under a new name)::
     def sample(p, wi, u1, u2):
         wo = sampling.square_to_cosine_hemisphere(u2)
         ok = wi.z > 0.0
-        return wo, sampling.square_to_cosine_hemisphere_pdf(wo), ir.select(ok, p.albedo, Vec(0.0, 0.0, 0.0)), ir.Bool(False)
+        return wo, sampling.square_to_cosine_hemisphere_pdf(wo), ir.select(ok, p.albedo, plugins.black()), ir.Bool(False)
 
     plugins.register_bsdf("matte", [plugins.Param("albedo", plugins.COLOR, 0.5)], eval, pdf, sample)
     d = jaxrender.cornell_box()
@@ -49,10 +53,12 @@ from typing import Callable, Sequence
 from .kernels.bsdfs import registry as _bsdf_registry
 from .kernels.bsdfs.base import BsdfType
 from .kernels.params import ARRAY, COLOR, FLAG, FLOAT, OPTION, SCALAR, Param
+from .kernels.spectrum import black, uniform
 from .kernels.textures import TextureType
 from .kernels.textures import register as _register_texture
 
-__all__ = ["ARRAY", "COLOR", "FLAG", "FLOAT", "OPTION", "SCALAR", "Param", "register_bsdf", "register_texture"]
+__all__ = ["ARRAY", "COLOR", "FLAG", "FLOAT", "OPTION", "SCALAR", "Param", "black", "register_bsdf",
+           "register_texture", "uniform"]
 
 
 def register_bsdf(name: str, params: Sequence[Param], eval: Callable, pdf: Callable, sample: Callable, *,
