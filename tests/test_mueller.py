@@ -1,7 +1,7 @@
 """The kernel-side Mueller calculus (jaxrender.kernels.mueller): every
 function against Mitsuba 3's ``mitsuba.mueller`` on random inputs, and
-closed forms that need no Mitsuba (Malus's law, a quarter-wave plate, frame
-round trips).
+closed forms that need no Mitsuba (Malus's law, a quarter-wave plate, the
+unpolarized Fresnel reflectance, frame round trips, energy conservation).
 
 Each family of functions is evaluated in one kernel launched on a batch of
 random inputs (a Mueller matrix output is a (4, 4) item, row major)."""
@@ -16,6 +16,7 @@ import pytest
 from jaxrender import ir
 from jaxrender.ir import Vec
 from jaxrender.kernels import mueller as mu
+from jaxrender.kernels.bsdfs.fresnel import fresnel, fresnel_conductor
 from jaxrender.primitives import launch
 
 N = 200
@@ -111,6 +112,22 @@ def frames_kernel() -> ir.Kernel:
                                    "collinear": M44}, name="mueller_frames")
 
 
+@functools.cache
+def fresnel_kernel() -> ir.Kernel:
+    """Reflection for a complex ``eta`` = (re, im) and for its real part
+    alone (the dielectric code path), transmission for the real part, and
+    jaxrender's unpolarized reflectances."""
+    def body(c, eta):
+        i = ir.item_index()
+        ci, er, ei = c[i], eta.read(i, 0), eta.read(i, 1)
+        return {"r_complex": mu.specular_reflection(ci, (er, ei)), "r_real": mu.specular_reflection(ci, er),
+                "t_real": mu.specular_transmission(ci, er), "f": fresnel(ci, er)[0],
+                "f_conductor": fresnel_conductor(ci, er, ei)}
+    return ir.trace(body, {"c": ir.In("f32"), "eta": ir.In("f32", (2,))},
+                    {"r_complex": M44, "r_real": M44, "t_real": M44, "f": ir.Out("f32"),
+                     "f_conductor": ir.Out("f32")}, name="mueller_fresnel")
+
+
 # ---------------------------------------------------------------------------
 # Inputs
 # ---------------------------------------------------------------------------
@@ -150,6 +167,21 @@ def frames_run():
     m = r.standard_normal((N, 4, 4))
     ins = {k: np.asarray(v, np.float32) for k, v in dict(w=w, bc=bc, bt=bt, w2=w2, bc2=bc2, bt2=bt2, m=m).items()}
     return {k: v.astype(np.float64) for k, v in ins.items()}, _run(frames_kernel(), N, **ins)
+
+
+DIELECTRIC = (1.5, 1 / 1.5, 1.0)
+CONDUCTOR = ((0.2, 3.6), (1.5, 0.3), (0.5, 0.01), (0.05, 2.0), (2.0, -1.0), (0.27, 2.78))
+
+
+@functools.cache
+def fresnel_run():
+    r = np.random.default_rng(3)
+    etas = [(e, 0.0) for e in DIELECTRIC] + list(CONDUCTOR)
+    cos = np.concatenate([r.uniform(-1, 1, 64), [-1.0, -0.5, -1e-3, 0.0, 1e-3, 0.5, 1.0],
+                          # near the critical angle of 1.5 (cos = 0.745356)
+                          [0.74, 0.75, -0.74, -0.75]])
+    c, eta = (np.array(x, np.float32) for x in zip(*[(ci, e) for e in etas for ci in cos]))
+    return c.astype(np.float64), eta.astype(np.float64), _run(fresnel_kernel(), len(c), c=c, eta=eta)
 
 
 # ---------------------------------------------------------------------------
@@ -207,6 +239,31 @@ def test_frames_match_mitsuba():
         _close(out["collinear"][n], np.array(M.rotate_mueller_basis_collinear(m, w, bc, bt)), s, f"#{n}")
 
 
+def _mi_fresnel(mi, c, eta):
+    import drjit as dr
+    er, ei = eta
+    r = mi.mueller.specular_reflection(float(c), dr.scalar.Complex2f(float(er), float(ei)))
+    if ei:
+        return np.array(r), None
+    return np.array(r), np.array(mi.mueller.specular_transmission(float(c), float(er)))
+
+
+def test_fresnel_matches_mitsuba():
+    mi = _mitsuba()
+    c, eta, out = fresnel_run()
+    for n in range(len(c)):
+        r, t = _mi_fresnel(mi, c[n], eta[n])
+        what = f"cos_theta_i={c[n]}, eta={eta[n]}"
+        _close(out["r_complex"][n], r, what="reflection, complex eta: " + what)
+        if t is not None:
+            _close(out["r_real"][n], r, what="reflection, real eta: " + what)
+            if eta[n][0] == 1 and 0 < abs(c[n]) < 0.01:
+                # index matched at grazing incidence Mitsuba's float32 ratio cos_theta_t / cos_theta_i
+                # is off by up to 1% (1.0066 at 1e-3); ours is exact to 2e-5 (the energy test)
+                continue
+            _close(out["t_real"][n], t, what="transmission: " + what)
+
+
 # ---------------------------------------------------------------------------
 # Closed forms
 # ---------------------------------------------------------------------------
@@ -256,3 +313,46 @@ def test_stokes_bases_and_their_rotations():
     # collinear is the general rotation with the same frames on both sides
     rot = out["rotate"]
     np.testing.assert_allclose(out["collinear"], rot @ ins["m"] @ np.transpose(rot, (0, 2, 1)), rtol=1e-5, atol=2e-5)
+
+
+def test_fresnel_m00_is_the_unpolarized_reflectance():
+    c, eta, out = fresnel_run()
+    real = eta[:, 1] == 0
+    np.testing.assert_allclose(out["r_real"][real, 0, 0], out["f"][real], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out["r_complex"][real], out["r_real"][real], rtol=1e-5, atol=1e-6)
+    front = ~real & (c >= 0)
+    np.testing.assert_allclose(out["r_complex"][front, 0, 0], out["f_conductor"][front], rtol=1e-5, atol=1e-6)
+
+
+def test_fresnel_energy_and_total_internal_reflection():
+    """M00(R) + M00(T) = 1: the transmission carries the power factor
+    eta_it cos_theta_t / cos_theta_i and no 1/eta^2 radiance scaling."""
+    c, eta, out = fresnel_run()
+    real = eta[:, 1] == 0
+    R, T = out["r_real"][real], out["t_real"][real]
+    lit = (np.abs(c[real]) >= 0.01) | (eta[real, 0] != 1)    # eta = 1 at grazing incidence: below
+    np.testing.assert_allclose(R[lit, 0, 0] + T[lit, 0, 0], 1.0, atol=2e-6)
+    np.testing.assert_allclose(R[:, 0, 1] + T[:, 0, 1], 0.0, atol=2e-6)        # what is not reflected passes
+    # total internal reflection: all is reflected, linear light turns elliptical (|M22|^2 + |M23|^2 = 1)
+    e_it = np.where(c[real] >= 0, eta[real, 0], 1 / eta[real, 0])
+    tir = 1 - (1 - c[real] ** 2) / e_it ** 2 < -1e-4
+    assert tir.sum() > 10
+    np.testing.assert_allclose(R[tir, 0, 0], 1.0, atol=1e-6)
+    np.testing.assert_allclose(R[tir, 2, 2] ** 2 + R[tir, 2, 3] ** 2, 1.0, atol=2e-6)
+    np.testing.assert_allclose(T[tir], 0.0, atol=1e-7)
+    # normal incidence: ((eta - 1) / (eta + 1))^2, and a_p = -a_s (Verdet) so M22 = -M00
+    normal = np.abs(c[real]) == 1
+    e = eta[real, 0][normal]
+    np.testing.assert_allclose(R[normal, 0, 0], ((e - 1) / (e + 1)) ** 2, atol=1e-6)
+    np.testing.assert_allclose(R[normal, 2, 2], -R[normal, 0, 0], atol=1e-7)
+    # index matched: nothing reflected, everything passes unchanged (but at grazing incidence, where
+    # both are 0 as in Mitsuba; near it float32 cos_theta_t is ill-conditioned)
+    matched = eta[real, 0] == 1
+    assert np.all(R[matched] == 0)
+    through = T[matched & (c[real] != 0)]
+    np.testing.assert_allclose(through, np.broadcast_to(np.eye(4), through.shape), atol=2e-5)
+
+
+def test_specular_transmission_rejects_a_complex_eta():
+    with pytest.raises(TypeError):
+        mu.specular_transmission(0.5, (0.2, 3.6))

@@ -1,5 +1,5 @@
 """Mueller calculus in the kernel language: Stokes vectors, Mueller matrices,
-and their reference frames, with the
+their reference frames and the polarized Fresnel equations, with the
 conventions of Mitsuba 3's ``mitsuba.mueller`` (a building block of a
 polarized variant; nothing in the renderer uses it yet).
 
@@ -19,7 +19,7 @@ Entries may be IR values or Python floats: the algebra (:func:`matmul`,
 work on either (all-float arguments give Python floats, no trace needed);
 entries that are the literal 0.0 are structural zeros that the algebra
 skips, so products of sparse elements cost only their nonzero terms (a NaN
-times such a zero counts as zero). Frames need a trace.
+times such a zero counts as zero). Frames and Fresnel need a trace.
 
 Example::
 
@@ -34,6 +34,7 @@ from .. import ir
 from ..ir import Vec
 
 Mueller = tuple  # tuple[Vec, Vec, Vec, Vec]: four rows of four entries
+Complex = tuple  # (re, im) pair of IR values or Python floats
 
 # ---------------------------------------------------------------------------
 # Scalar helpers: Python floats stay Python floats, literal zeros are elided
@@ -229,3 +230,114 @@ def rotate_mueller_basis_collinear(m: Mueller, forward: Vec, basis_current: Vec,
     ``rotate_mueller_basis_collinear(linear_polarizer(), w, b0, b1)``."""
     r = rotate_stokes_basis(forward, basis_current, basis_target)
     return matmul(r, matmul(m, transpose(r)))
+
+
+# ---------------------------------------------------------------------------
+# Fresnel equations (complex numbers as (re, im) pairs)
+# ---------------------------------------------------------------------------
+
+def _cmul(a: Complex, b: Complex) -> Complex:
+    return (_sub(_mul(a[0], b[0]), _mul(a[1], b[1])), _add(_mul(a[0], b[1]), _mul(a[1], b[0])))
+
+
+def _cdiv(a: Complex, b: Complex) -> Complex:
+    if _zero(b[1]):
+        return (a[0] / b[0], 0.0 if _zero(a[1]) else a[1] / b[0])
+    d = _add(_mul(b[0], b[0]), _mul(b[1], b[1]))
+    re = _add(_mul(a[0], b[0]), _mul(a[1], b[1]))
+    im = _sub(_mul(a[1], b[0]), _mul(a[0], b[1]))
+    return (re / d, 0.0 if _zero(im) else im / d)
+
+
+def _csqrt(z: Complex) -> Complex:
+    """The square root with Re >= 0 and Im <= 0: the transmitted wave decays
+    under the exp(+i omega t) convention; this also sets the sign of the
+    phase shift under total internal reflection (as Mitsuba's)."""
+    x, y = z
+    if _zero(y):
+        return (ir.safe_sqrt(x), -ir.safe_sqrt(-x))
+    r = ir.sqrt(ir.fma(x, x, y * y))
+    t = ir.sqrt(0.5 * (r + ir.abs(x)))          # the larger of |Re|, |Im|
+    u = ir.abs(y) * 0.5 / ir.select(t > 0.0, t, 1.0)  # the smaller: |y| / (2 t)
+    pos = x >= 0.0
+    return (ir.select(pos, t, u), -ir.select(pos, u, t))
+
+
+def _snell(cos_theta_i, eta) -> tuple[Complex, Complex, ir.Float]:
+    """``eta_it`` (the IOR ratio seen by the incident side; eta inverted
+    where ``cos_theta_i`` < 0, light arriving from inside), ``cos_theta_t``
+    (complex, see :func:`_csqrt`) and |cos_theta_i|. Absorption is a
+    negative imaginary index (Mitsuba's exp(+i omega t) convention), whichever
+    sign eta_im is given with."""
+    er, ei = eta if isinstance(eta, tuple) else (eta, 0.0)
+    if not _zero(ei):
+        ei = -ir.abs(ei)
+    inv = _cdiv((1.0, 0.0), (er, ei))
+    outside = cos_theta_i >= 0.0
+    eta_it = tuple(_select(outside, a, b) for a, b in zip((er, ei), inv))
+    eta_ti = tuple(_select(outside, a, b) for a, b in zip(inv, (er, ei)))
+    sin2_i = 1.0 - cos_theta_i * cos_theta_i               # Snell: sin_t = eta_ti sin_i
+    e2 = _cmul(eta_ti, eta_ti)
+    cos_t = _csqrt((1.0 - e2[0] * sin2_i, _mul(-sin2_i, e2[1])))
+    return eta_it, cos_t, ir.abs(cos_theta_i)
+
+
+def _index_matched(eta):
+    """Where eta is 0 or +-1 (real): Mitsuba's reflection amplitudes are 0."""
+    er, ei = eta if isinstance(eta, tuple) else (eta, 0.0)
+    mod2 = _add(er * er, _mul(ei, ei))
+    matched = mod2 == 1.0
+    if not _zero(ei):
+        matched = matched & (ei == 0.0)
+    return (mod2 == 0.0) | matched
+
+
+def _fresnel_mueller(a_s: Complex, a_p: Complex) -> Mueller:
+    """Mueller matrix of the field amplitudes ``a_s``, ``a_p``:
+    1/2 [[A+B, A-B, 0, 0], [A-B, A+B, 0, 0], [0, 0, 2 Re C, 2 Im C], [0, 0, -2 Im C, 2 Re C]]
+    with A = |a_s|^2, B = |a_p|^2, C = a_s conj(a_p)."""
+    A = _add(_mul(a_s[0], a_s[0]), _mul(a_s[1], a_s[1]))
+    B = _add(_mul(a_p[0], a_p[0]), _mul(a_p[1], a_p[1]))
+    re = _add(_mul(a_s[0], a_p[0]), _mul(a_s[1], a_p[1]))
+    im = _sub(_mul(a_s[1], a_p[0]), _mul(a_s[0], a_p[1]))
+    p, q = 0.5 * (A + B), 0.5 * (A - B)
+    return _mueller(p, q, 0.0, 0.0, q, p, 0.0, 0.0, 0.0, 0.0, re, im, 0.0, 0.0, _sub(0.0, im), re)
+
+
+def specular_reflection(cos_theta_i: ir.Float, eta: ir.Float | float | Complex) -> Mueller:
+    """Mueller matrix of specular reflection off an interface of relative IOR
+    ``eta`` (interior / exterior): a real number (dielectric) or an
+    ``(eta_re, eta_im)`` pair (conductor; the sign of eta_im does not
+    matter). ``cos_theta_i`` < 0 means arriving from inside (eta is
+    inverted); total internal reflection keeps M00 = 1 and turns linear
+    into elliptical polarization. The frames' x axes are the s direction,
+    as Mitsuba's. ``specular_reflection(cos_theta_i, (0.2, 3.6))``."""
+    eta_it, cos_t, ci = _snell(cos_theta_i, eta)
+    # r_s = (ci - eta ct) / (ci + eta ct), r_p = (eta ci - ct) / (eta ci + ct) (Verdet's sign)
+    e_ct = _cmul(eta_it, cos_t)
+    e_ci = (eta_it[0] * ci, _mul(eta_it[1], ci))
+    r_s = _cdiv((ci - e_ct[0], -e_ct[1]), (ci + e_ct[0], e_ct[1]))
+    r_p = _cdiv((e_ci[0] - cos_t[0], _sub(e_ci[1], cos_t[1])), (e_ci[0] + cos_t[0], _add(e_ci[1], cos_t[1])))
+    off = _index_matched(eta)
+    return _fresnel_mueller(tuple(ir.select(off, 0.0, x) for x in r_s), tuple(ir.select(off, 0.0, x) for x in r_p))
+
+
+def specular_transmission(cos_theta_i: ir.Float, eta: ir.Float | float) -> Mueller:
+    """Mueller matrix of specular refraction through a dielectric interface
+    of real relative IOR ``eta`` (``cos_theta_i`` < 0: from inside). The
+    amplitudes t_s = 2 ci / (ci + eta ct), t_p = 2 ci / (eta ci + ct) carry
+    Mitsuba's power factor eta_it cos_theta_t / cos_theta_i, so
+    M00(reflection) + M00(transmission) = 1 (no 1/eta^2 radiance scaling);
+    zero under total internal reflection and at grazing incidence.
+    ``specular_transmission(cos_theta_i, 1.5)``."""
+    if isinstance(eta, tuple):
+        raise TypeError("specular_transmission: eta must be real (a dielectric)")
+    (eta_it, _), (ct, _), ci = _snell(cos_theta_i, eta)   # ct = 0 under total reflection
+    # factor * t_s^2 = 4 eta ci ct / (ci + eta ct)^2 and so on: no division by ci
+    ds, dp = ci + eta_it * ct, eta_it * ci + ct
+    num = 4.0 * eta_it * ci * ct
+    inv_s = ir.select(ds > 0.0, 1.0 / ds, 0.0)
+    inv_p = ir.select(dp > 0.0, 1.0 / dp, 0.0)
+    A, B, C = num * inv_s * inv_s, num * inv_p * inv_p, num * inv_s * inv_p
+    p, q = 0.5 * (A + B), 0.5 * (A - B)
+    return _mueller(p, q, 0.0, 0.0, q, p, 0.0, 0.0, 0.0, 0.0, C, 0.0, 0.0, 0.0, 0.0, C)
