@@ -279,8 +279,6 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
 def _check_variant(scene, cam) -> None:
     """What the scene's variant (mono, spectral) cannot render yet: a SceneError."""
     name = scene.variant
-    if scene.integrator["type"] == "aov":
-        raise SceneError(f"the aov integrator in the {name} variant is not supported yet (rgb)")
     if name == "mono":
         if cam.pixel_format.startswith("xyz"):
             raise SceneError(f"pixel_format {cam.pixel_format!r} in the mono variant: Mitsuba's mono film "

@@ -20,7 +20,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from scenes import AOV_VARIANTS, COLOR_VARIANTS, RENDERS, SAMPLER_VARIANTS, SPP, VARIANTS  # noqa: E402
+from scenes import (AOV_VARIANTS, COLOR_AOV_VARIANTS, COLOR_VARIANTS, RENDERS, SAMPLER_VARIANTS,  # noqa: E402
+                    SPP, VARIANTS)
 
 OUT = HERE.parent / "data" / "references"
 # Mitsuba's variant per colour type (mono only exists as llvm_ad_mono: it
@@ -31,12 +32,13 @@ MITSUBA_VARIANT = {"rgb": "scalar_rgb", "mono": "llvm_ad_mono", "spectral": "sca
 def main() -> None:
     import mitsuba as mi
     OUT.mkdir(parents=True, exist_ok=True)
-    everything = {**VARIANTS, **AOV_VARIANTS, **SAMPLER_VARIANTS, **COLOR_VARIANTS}
+    colours = {**COLOR_VARIANTS, **COLOR_AOV_VARIANTS}
+    everything = {**VARIANTS, **AOV_VARIANTS, **SAMPLER_VARIANTS, **colours}
     names = sys.argv[1:] or list(everything)
     for name in names:
         make = everything[name]
         colour = "rgb"
-        if name in COLOR_VARIANTS:
+        if name in colours:
             colour, make = make
         mi.set_variant(MITSUBA_VARIANT[colour])
         scene = mi.load_dict(make(mi.cornell_box()))

@@ -618,3 +618,6 @@ COLOR_VARIANTS = {
     "spectral_mix": ("spectral", cbox_spectral_mix),
     "spectral_shape_lights": ("spectral", cbox_shape_lights),
 }
+
+# The aov integrator in the colour variants (compared as tests/test_aov.py does).
+COLOR_AOV_VARIANTS = {"mono_aovs": ("mono", cbox_aovs), "spectral_aovs": ("spectral", cbox_aovs)}

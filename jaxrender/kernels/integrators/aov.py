@@ -98,8 +98,16 @@ def _channels(kinds: tuple, ctx, si, t_min) -> list:
             else:
                 vals.extend((z, z))  # texture coordinates reach the kernel only for textured scenes
         elif kind == "albedo":
-            vals.extend(SurfaceBsdf(ctx, si).albedo())
+            vals.extend(_as_rgb(ctx.spectrum, SurfaceBsdf(ctx, si).albedo()))
     return [ir.select(si.hit, v, 0.0) for v in vals]
+
+
+def _as_rgb(spectrum, value: Vec) -> Vec:
+    """A colour AOV's three channels, as Mitsuba's aov integrator writes
+    them: a mono value repeated, a spectrum through the film's conversion."""
+    if spectrum.name == "mono":
+        return Vec(value[0], value[0], value[0])
+    return spectrum.to_film(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,7 +127,11 @@ class AovIntegrator(Integrator):
         return sum(len(AOV_TYPES[k]) for k in self.kinds)
 
     def kernel_name(self, structure: Structure) -> str:
-        return "aov_" + "_".join(self.kinds) + structure.suffix()
+        return "aov_" + "_".join(self.kinds) + self._spectrum_suffix() + structure.suffix()
+
+    def _value(self, ctx, s) -> Vec:
+        # (the channels are geometry and RGB already: no film conversion of the whole)
+        return self.sample(ctx.spectrum.bind(ctx, s), s)
 
     def sample(self, ctx, s) -> Vec:
         o, d, t_min, t_max = sensors.sample_ray(ctx, s)
