@@ -32,13 +32,14 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import math
 from typing import Any
 
 from .. import ir
 from ..ir import Vec
+from . import textures
+from .textures import TEXTURED_UNIT
 
-# Stored floats per colour parameter (BSDF rows, texels, medium rows) in every variant.
-STORED = 3
 # Sampler dimension group of the wavelengths (``Context.rand``): far above
 # the groups path vertices use, so adding it leaves their numbers unchanged.
 WAVELENGTH_GROUP = 0xFFF0
@@ -57,9 +58,8 @@ EMITTER_ROW = 5
 # spectrum: (TABULATED, its row of ``spectral_curves``, a scale). Curves
 # are sampled every CURVE_STEP nm from CIE_MIN to CIE_MAX.
 TABULATED = -1e30
-# A textured spectral colour at a hit: (-(texture + 2) * TEXTURED_UNIT, u, v)
+# A textured spectral colour at a hit is (-(texture + 2) * TEXTURED_UNIT, u, v)
 # (textures.apply_textures).
-TEXTURED_UNIT = 1e30
 CURVE_STEP = 1.0
 CURVE_SAMPLES = 471
 
@@ -112,7 +112,7 @@ class SpectrumType:
         an RGB colour, a mono value itself, and for a spectrum the mean of
         y-bar times it over the path's wavelengths."""
         if self.name == "rgb":
-            return v[0] * 0.212671 + v[1] * 0.715160 + v[2] * 0.072169
+            return textures.luminance(v)
         if self.name == "mono":
             return v[0]
         return self.mean(Vec(*(x * self._table(lam, 4) for x, lam in zip(v, self._bound()))))
@@ -123,7 +123,7 @@ class SpectrumType:
 
     # -- stored colours ---------------------------------------------------------
     def color(self, stored) -> Vec:
-        """The spectrum of a stored colour parameter (``STORED`` floats)."""
+        """The spectrum of a stored colour parameter (three floats)."""
         stored = tuple(stored)
         if self.name == "rgb":
             return Vec(*stored)
@@ -138,7 +138,6 @@ class SpectrumType:
         # A textured colour (textures.apply_textures): decode the texels
         # around the hit, then interpolate, as Mitsuba's spectral bitmaps do
         # (the model is nonlinear: interpolating coefficients would differ).
-        from . import textures
         tex = ir.cast(ir.round(stored[0] * (-1.0 / TEXTURED_UNIT)), "i32") - 2
         return ir.cond(stored[0] < -1.5 * TEXTURED_UNIT,
                        lambda: textures.spectral_lookup(self.texels, tex, Vec(stored[1], stored[2]), self._model),
@@ -234,12 +233,7 @@ def sigmoid_polynomial(c, lam):
 _K, _MID = 0.0072, 538.0
 
 
-def _tanh(x: float) -> float:
-    import math
-    return math.tanh(x)
-
-
-_T0, _T1 = _tanh(_K * (CIE_MIN - _MID)), _tanh(_K * (CIE_MAX - _MID))
+_T0, _T1 = math.tanh(_K * (CIE_MIN - _MID)), math.tanh(_K * (CIE_MAX - _MID))
 
 
 def sample_wavelength(u):

@@ -35,6 +35,7 @@ import numpy as np
 from ..ir.bvh_query import LEAF_WORDS, NODE_WORDS
 from ..kernels import emitters as kemitters
 from ..kernels import layout
+from ..kernels import spectrum as kspectrum
 from ..kernels import textures as ktex
 from ..kernels.bsdfs import registry as bsdf_registry
 from ..kernels.context import GEOMETRY
@@ -138,8 +139,8 @@ class Scene:
     instancing: dict | None = None
     # The variant it was loaded in (scene/variants.py): its colours' encoding.
     variant: str = "rgb"
-    # spectral: the tabulated spectra its colours refer to, (n, spectra.CURVE_SAMPLES)
-    spectral_curves: np.ndarray = field(default_factory=lambda: np.zeros((0, 471), np.float32))
+    # spectral: the tabulated spectra its colours refer to, (n, kernels.spectrum.CURVE_SAMPLES)
+    spectral_curves: np.ndarray = field(default_factory=lambda: np.zeros((0, kspectrum.CURVE_SAMPLES), np.float32))
     # Participating media: loaders.media.MediumSpec per medium; per leaf
     # entry its interior and exterior medium (-1: none; no rows without media).
     media: list = field(default_factory=list)
@@ -408,7 +409,7 @@ class Scene:
         def emitter_radiance(p, xp):
             # (an envmap's row is its scalar scale, broadcast; a sunsky's, which has no
             # radiance parameter (key None), is 1: its radiance is in its emitter_frame row)
-            width = variants.emitter_width(self.variant)
+            width = kspectrum.BY_NAME[self.variant].emitter_width
             rad = [np.ones(width, f32) if k is None else _radiance_row(xp.asarray(p[k], f32).reshape(-1), width, xp)
                    for k in self.emitter_keys]
             return xp.stack(rad) if rad else np.zeros((0, width), f32)
@@ -473,7 +474,7 @@ def _radiance_row(value, width: int, xp):
     colour as stored, or a scalar (an envmap's scale) broadcast, in the
     spectral variant as a constant spectrum of that value (the texels hold
     the colour)."""
-    if width == variants.emitter_width("spectral") and value.shape[0] == 1:
+    if width == kspectrum.SPECTRAL.emitter_width and value.shape[0] == 1:
         return xp.concatenate([np.array([0.0, 0.0, variants.BIG], np.float32), value, np.zeros(1, np.float32)])
     return xp.broadcast_to(value, (width,))
 

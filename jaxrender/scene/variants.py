@@ -24,13 +24,15 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 from typing import Any, Mapping
 
 import numpy as np
 
+from ..kernels.spectrum import BY_NAME, CURVE_SAMPLES, TABULATED
 from .errors import SceneError
 
-VARIANTS = ("mono", "rgb", "spectral")
+VARIANTS = tuple(BY_NAME)          # ("mono", "rgb", "spectral"): the kernels' colour types
 # Mitsuba's names jaxrender knows but does not implement.
 NOT_YET = {"spectral_polarized": "polarized rendering (Stokes vectors, Mueller matrices) is not implemented yet",
            "mono_polarized": "polarized rendering (Stokes vectors, Mueller matrices) is not implemented yet"}
@@ -39,8 +41,6 @@ LUMINANCE = np.array([0.212671, 0.715160, 0.072169])
 # What a sigmoid coefficient of +-infinity is stored as (exactly 0 or 1 in float32).
 BIG = 1e18
 
-# Marks a stored spectral colour as tabulated: (TABULATED, curve index, scale).
-TABULATED = -1e30
 
 _selected = ["rgb"]
 _loading: contextvars.ContextVar = contextvars.ContextVar("jaxrender_variant", default=None)
@@ -65,8 +65,7 @@ class Load:
 
     def curve_table(self) -> np.ndarray:
         """(curves, CURVE_SAMPLES) float32: the ``spectral_curves`` kernel input."""
-        from . import spectra
-        return (np.stack(self.curves) if self.curves else np.zeros((0, spectra.CURVE_SAMPLES))).astype(np.float32)
+        return (np.stack(self.curves) if self.curves else np.zeros((0, CURVE_SAMPLES))).astype(np.float32)
 
 
 def check(name: Any) -> str:
@@ -243,28 +242,20 @@ def _finite(c: np.ndarray) -> np.ndarray:
     return c
 
 
-def emitter_width(name: str) -> int:
-    """Floats of an emitter's radiance row in variant ``name``."""
-    return {"rgb": 3, "mono": 1, "spectral": 5}[name]
-
-
+@functools.cache
 def spectral_tables() -> np.ndarray:
     """The ``spectral_data`` kernel input (``kernels/spectrum.py``): per 5 nm
     from 360 to 830 nm, the CIE 1931 colour matching functions turned into
     linear sRGB and scaled so that a unit spectrum has luminance 1, D65
     scaled to unit luminance, and y-bar. (95, 5) float32."""
-    if _TABLES:
-        return _TABLES[0]
     from . import spectra
     lam = np.linspace(360.0, 830.0, 95)
-    rgb = spectra.xyz_to_srgb(spectra.cie_xyz(lam)) * spectra.Y_NORMALIZATION
-    ybar = spectra.cie_xyz(lam)[:, 1:2]
+    xyz = spectra.cie_xyz(lam)
+    rgb = spectra.xyz_to_srgb(xyz) * spectra.Y_NORMALIZATION
+    ybar = xyz[:, 1:2]
     table = np.concatenate([rgb, spectra.d65(lam)[:, None], ybar], axis=1).astype(np.float32)
-    _TABLES.append(table)
+    table.flags.writeable = False
     return table
-
-
-_TABLES: list = []
 
 
 def spectral_why(scene) -> str | None:
