@@ -406,3 +406,26 @@ def test_aovs_match_mitsuba_in_mono_and_spectral(name):
 
     assert albedo_off(renders) < 0.02
     assert albedo_off(renders * np.where(np.isin(np.arange(len(NAMES)), albedo), 1.03, 1.0)) > 0.2
+
+
+def test_mono_refuses_xyz_films_and_texture_plugins():
+    """What mono cannot honour raises before any work: an xyz film (Mitsuba's
+    mono film writes luminance) and a texture plugin (its texels are RGB)."""
+    d = jaxrender.cornell_box()
+    d["sensor"]["film"]["pixel_format"] = "xyz"
+    with pytest.raises(SceneError, match="pixel_format 'xyz' in the mono variant"):
+        jaxrender.render(jaxrender.load_dict(d, variant="mono"), spp=1)
+    from jaxrender import plugins
+    from jaxrender.kernels import textures
+    plugins.register_texture("variant_tint", [plugins.Param("color", plugins.COLOR, 0.5)], lambda p, uv: p.color,
+                             replace=True)
+    try:
+        d = jaxrender.cornell_box()
+        d["back"]["bsdf"] = {"type": "diffuse", "reflectance": {"type": "variant_tint"}}
+        assert jaxrender.load_dict(d).variant == "rgb"          # (the plugin itself loads)
+        with pytest.raises(SceneError, match="texture plugin 'variant_tint' in the mono variant"):
+            jaxrender.load_dict(d, variant="mono")
+    finally:
+        textures.PLUGINS.pop("variant_tint", None)
+        for hook in textures._on_change:
+            hook()
