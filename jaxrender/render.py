@@ -160,7 +160,7 @@ def kernel_inputs(scene, params: Mapping[str, Any] | None = None, sensor: int = 
 
 
 def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, spp: int | None = None, seed: Any = 0,
-           seed_grad: Any = None, spp_grad: int | None = None, method: str = "prb",
+           seed_grad: Any = None, spp_grad: int | None = None, method: str | None = None,
            mesh: jax.sharding.Mesh | None = None, max_launch_bytes: int | None = None) -> jax.Array:
     """Render ``scene`` to a linear-RGB image of shape (height, width, 3) (the
     film's crop window; other channels where the film's ``pixel_format``
@@ -176,8 +176,9 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     ``mitsuba.traverse``). The image is differentiable with respect to those
     values (``jax.grad``, ``jax.jvp``, ``jax.vjp``, ``jax.linearize``):
     derivatives are computed by a forward-mode kernel and its transpose, an
-    adjoint kernel (``method``: ``"prb"`` path replay backpropagation,
-    ``"rb"`` radiative backpropagation, ``"rb_biased"`` radiative
+    adjoint kernel (``method``: ``"prb"`` path replay backpropagation, the
+    default, ``"rb"`` radiative backpropagation, the default and only
+    method of polarized variants, ``"rb_biased"`` radiative
     backpropagation with incident radiance taken as 1), which run with
     ``seed_grad`` / ``spp_grad`` (defaults: a hash of ``seed`` / ``spp``),
     decorrelated from the primal image as unbiased gradients of non-linear
@@ -221,8 +222,15 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     spp = cam.spp if _default_count(spp) else cam.sampler.sample_count(_positive_int(spp, "spp"), "spp")
     spp_grad = spp if _default_count(spp_grad) else cam.sampler.sample_count(_positive_int(spp_grad, "spp_grad"),
                                                                               "spp_grad")
+    polarized = spectrum.BY_NAME[scene.variant].polarized
+    if method is None:
+        method = "rb" if polarized else "prb"
     if method not in ADJOINT_METHODS:
         raise SceneError(f"method must be one of {ADJOINT_METHODS}, got {method!r}")
+    if polarized and method != "rb":
+        raise SceneError(f"method {method!r} in the {scene.variant} variant: its adjoint divides by each vertex's "
+                         "BSDF weight, and a Mueller matrix (a polarizer, a depolarizing surface) need not be "
+                         "invertible; polarized variants use 'rb' (the default there)")
     try:
         integrator = integrators.create(scene.integrator)
         settings = integrator.settings(scene.integrator)
@@ -251,6 +259,9 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
                if p is not None and p.uv_key is not None and params and p.uv_key in params]
     if params:
         nondiff = {**scene.nondifferentiable, **integrator.nondifferentiable_params(scene)}
+        if polarized:
+            why_pol = f"derivatives of moving cameras and geometry in the {scene.variant} variant are not implemented yet"
+            nondiff.update({k: f"{k}: {why_pol}" for k in (*camera_keys, *geometry_keys, *uv_keys) if k not in nondiff})
         why_camera = _camera_why(scene, cam, integrator, settings, structure, split) if camera_keys else None
         if why_camera is not None:
             nondiff.update({k: f"{k}: {why_camera}" for k in camera_keys if k not in nondiff})
@@ -273,12 +284,16 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     config = RenderConfig(film, method, why, structure, integrator, split)
     image = render_image(config, inputs)
     # mono: the film's one colour channel is the luminance, whatever the format (as Mitsuba's)
-    return image if scene.variant == "mono" else to_pixel_format(image, cam.pixel_format)
+    if integrator.name == "stokes" or variants.color_base(scene.variant) == "mono":
+        return image  # (mono: the film's one colour channel is the luminance, whatever the format, as Mitsuba's)
+    return to_pixel_format(image, cam.pixel_format)
 
 
 def _check_variant(scene, cam) -> None:
-    """What the scene's variant (mono, spectral) cannot render yet: a SceneError."""
-    name = scene.variant
+    """What the scene's variant (mono, spectral, polarized) cannot render yet: a SceneError."""
+    name = variants.color_base(scene.variant)
+    if scene.variant.endswith("_polarized"):
+        _check_polarized(scene, cam)
     if name == "mono":
         if cam.pixel_format.startswith("xyz"):
             raise SceneError(f"pixel_format {cam.pixel_format!r} in the mono variant: Mitsuba's mono film "
@@ -292,6 +307,21 @@ def _check_variant(scene, cam) -> None:
     if cam.pixel_format not in ("rgb", "rgba"):
         raise SceneError(f"pixel_format {cam.pixel_format!r} in the spectral variant is not supported yet "
                          "(rgb, rgba)")
+
+
+def _check_polarized(scene, cam) -> None:
+    """What a polarized variant cannot render yet: a SceneError."""
+    kind = scene.integrator["type"]
+    if kind not in ("path", "direct", "stokes"):
+        raise SceneError(f"the {kind} integrator in the {scene.variant} variant is not supported yet "
+                         "(path, direct, stokes)")
+    # Mitsuba's rough conductor has polarization code that jaxrender's has not
+    unpolarized = sorted({t.plugin for t in scene.bsdf_types if t.plugin == "roughconductor"})
+    if unpolarized:
+        raise SceneError(f"the {unpolarized[0]} BSDF in the {scene.variant} variant is not supported yet: Mitsuba's "
+                         "is polarizing (its microfacet Fresnel term as a Mueller matrix), jaxrender's is not yet")
+    if kind == "stokes" and cam.pixel_format != "rgb":
+        raise SceneError(f"pixel_format {cam.pixel_format!r} with the stokes integrator is not supported yet (rgb)")
 
 
 def _decide(nondiff: dict, keys: list, why: str | None) -> None:

@@ -66,7 +66,7 @@ def test_a_wrong_spectral_image_is_detected():
 # ---------------------------------------------------------------------------
 
 def test_set_variant_and_load_argument():
-    assert jaxrender.variants() == ["mono", "rgb", "spectral"]
+    assert jaxrender.variants() == ["mono", "rgb", "spectral", "mono_polarized", "spectral_polarized"]
     assert jaxrender.variant() == "rgb"
     try:
         jaxrender.set_variant("mono")
@@ -79,8 +79,9 @@ def test_set_variant_and_load_argument():
     assert jaxrender.load_dict(jaxrender.cornell_box()).variant == "rgb"
 
 
-@pytest.mark.parametrize("name, says", [("llvm_ad_spectral", "use 'spectral'"), ("spectral_polarized", "polarized"),
-                                        ("mono_polarized", "polarized"), ("grey", "one of mono, rgb, spectral")])
+@pytest.mark.parametrize("name, says", [("llvm_ad_spectral", "use 'spectral'"), ("rgb_polarized", "no rgb_polarized"),
+                                        ("llvm_ad_spectral_polarized", "use 'spectral_polarized'"),
+                                        ("grey", "one of mono, rgb, spectral, mono_polarized, spectral_polarized")])
 def test_unknown_or_unimplemented_variants_raise(name, says):
     with pytest.raises(SceneError, match=says):
         jaxrender.set_variant(name)

@@ -1,7 +1,8 @@
 """Mueller calculus in the kernel language: Stokes vectors, Mueller matrices,
 their reference frames and the polarized Fresnel equations, with the
-conventions of Mitsuba 3's ``mitsuba.mueller`` (a building block of a
-polarized variant; nothing in the renderer uses it yet).
+conventions of Mitsuba 3's ``mitsuba.mueller``: what the polarized variants'
+BSDFs and integrators compute with (``spectrum.py`` packs one matrix per
+colour channel into a path spectrum).
 
 Representation:
 
@@ -198,11 +199,15 @@ def stokes_basis(w: Vec) -> Vec:
 def rotate_stokes_basis(w: Vec, basis_current: Vec, basis_target: Vec) -> Mueller:
     """The rotator that re-expresses a Stokes vector of light travelling
     along the unit vector ``w`` from ``basis_current`` in ``basis_target``
-    (both orthogonal to ``w``, need not be unit): rotator(theta) with theta the angle between
-    them, negative where (current x target) points against ``w``.
-    ``apply(rotate_stokes_basis(w, stokes_basis(w), b), s)``."""
+    (need not be unit): rotator(theta) with theta the angle between
+    them, negative where (current x target) points against ``w``. As
+    Mitsuba's, theta is their angle in space, also where a basis is not
+    orthogonal to ``w`` (its retarder passes the frame's x axis for any
+    incidence). ``apply(rotate_stokes_basis(w, stokes_basis(w), b), s)``."""
+    cross = ir.cross(basis_current, basis_target)
     c = ir.dot(basis_current, basis_target)
-    s = ir.dot(w, ir.cross(basis_current, basis_target))
+    s = ir.sqrt(ir.dot(cross, cross))
+    s = ir.select(ir.dot(w, cross) < 0.0, -s, s)
     # cos(2 theta), sin(2 theta) from cos theta ~ c and sin theta ~ s, normalised
     n2 = c * c + s * s
     ok = n2 > 0.0
@@ -230,6 +235,34 @@ def rotate_mueller_basis_collinear(m: Mueller, forward: Vec, basis_current: Vec,
     ``rotate_mueller_basis_collinear(linear_polarizer(), w, b0, b1)``."""
     r = rotate_stokes_basis(forward, basis_current, basis_target)
     return matmul(r, matmul(m, transpose(r)))
+
+
+def select(cond, a: Mueller, b: Mueller) -> Mueller:
+    """Entry-wise ``a if cond else b`` (entries zero in both stay literal zeros)."""
+    return tuple(Vec(*(_select(cond, x, y) for x, y in zip(ra, rb))) for ra, rb in zip(a, b))
+
+
+def specular_frames(wo_hat: Vec, wi_hat: Vec) -> tuple[Mueller, Mueller]:
+    """(R_out, R_in^T) that turn a Fresnel matrix (:func:`specular_reflection`,
+    :func:`specular_transmission`: frames' x axes the s direction,
+    perpendicular to the plane of incidence) into the implicit Stokes bases
+    of light arriving along ``-wo_hat`` and leaving along ``wi_hat`` (local
+    directions, normal +z), as Mitsuba's conductor and dielectric do; where
+    the light is collinear with the normal, the s axis is x. Apply with
+    :func:`in_frames`."""
+    s_in = Vec(wo_hat.y, -wo_hat.x, 0.0)         # cross(n, -wo_hat)
+    s_out = Vec(-wi_hat.y, wi_hat.x, 0.0)        # cross(n, wi_hat)
+    collinear = (wo_hat.x == 0.0) & (wo_hat.y == 0.0)
+    s_in = Vec(*(ir.select(collinear, a, b) for a, b in zip((1.0, 0.0, 0.0), s_in)))
+    s_out = Vec(*(ir.select(collinear, a, b) for a, b in zip((1.0, 0.0, 0.0), s_out)))
+    r_in = rotate_stokes_basis(-wo_hat, s_in, stokes_basis(-wo_hat))
+    r_out = rotate_stokes_basis(wi_hat, s_out, stokes_basis(wi_hat))
+    return r_out, transpose(r_in)
+
+
+def in_frames(m: Mueller, frames: tuple[Mueller, Mueller]) -> Mueller:
+    """``m`` re-expressed by ``frames`` = (R_out, R_in^T): R_out @ m @ R_in^T."""
+    return matmul(frames[0], matmul(m, frames[1]))
 
 
 # ---------------------------------------------------------------------------

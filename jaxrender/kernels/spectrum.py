@@ -8,7 +8,14 @@ source serves every variant:
 * ``rgb``: linear sRGB, three channels;
 * ``mono``: one channel, the luminance (Mitsuba's ``mono``);
 * ``spectral``: four wavelengths per path, sampled at the camera
-  (Mitsuba's ``spectral``), the film receiving their linear sRGB.
+  (Mitsuba's ``spectral``), the film receiving their linear sRGB;
+* ``spectral_polarized`` / ``mono_polarized``: the same colours, but a
+  path's spectrum is a Mueller matrix per channel (Mitsuba's
+  ``MuellerMatrix<UnpolarizedSpectrum>``): throughput, BSDF values and
+  radiance are 16 ``channels``-wide entries, multiplied as matrices
+  (:meth:`SpectrumType.mul`); emitters are unpolarized (:meth:`lift`) and
+  the film records the intensity (entry 0, 0), the ``stokes`` integrator
+  the first column.
 
 What a colour *parameter* stores is the variant's business too (three
 floats per colour in every variant, ``layout``): RGB values in ``rgb``,
@@ -37,7 +44,7 @@ from typing import Any
 
 from .. import ir
 from ..ir import Vec
-from . import textures
+from . import mueller, textures
 from .textures import TEXTURED_UNIT
 
 # Sampler dimension group of the wavelengths (``Context.rand``): far above
@@ -74,23 +81,101 @@ class SpectrumType:
     channels: int
     film_channels: int
     emitter_width: int
+    polarized: bool = False
     wavelengths: Any = dataclasses.field(default=None, compare=False, repr=False)
     tables: Any = dataclasses.field(default=None, compare=False, repr=False)
     curves: Any = dataclasses.field(default=None, compare=False, repr=False)   # None: no tabulated colours
     texels: Any = dataclasses.field(default=None, compare=False, repr=False)   # the buffers; None: no textures
 
     @property
+    def base(self) -> str:
+        """The colour variant beneath polarization ("rgb", "mono", "spectral")."""
+        return self.name.removesuffix("_polarized")
+
+    @property
     def spectral(self) -> bool:
-        return self.name == "spectral"
+        return self.base == "spectral"
+
+    @property
+    def width(self) -> int:
+        """Floats of a path's spectrum: ``channels``, times 16 when polarized
+        (entry (i, j) of channel l at ``(4 i + j) channels + l``)."""
+        return self.channels * (16 if self.polarized else 1)
 
     def zero(self) -> Vec:
-        return self.full(0.0)
+        """A path spectrum of zero (a zero Mueller matrix when polarized)."""
+        return Vec(*(0.0,) * self.width)
 
     def one(self) -> Vec:
-        return self.full(1.0)
+        """The path spectrum that changes nothing (the identity matrix when polarized)."""
+        return self.scaled(1.0) if self.polarized else self.full(1.0)
 
     def full(self, value) -> Vec:
+        """A colour of ``value`` in every channel."""
         return Vec(*(value,) * self.channels)
+
+    # -- path spectra: colours as Mueller matrices when polarized ----------------
+    def lift(self, color: Vec) -> Vec:
+        """A colour as a path spectrum: unchanged, or when polarized a
+        depolarizer (Mitsuba's ``depolarizer``: only entry (0, 0)), which is
+        what unpolarized emission and a BSDF without polarization code are."""
+        if not self.polarized:
+            return color
+        if len(color) != self.channels:
+            raise ValueError(f"lift: a colour has {self.channels} channels, got {len(color)}")
+        return self._pack([mueller.depolarizer(c) for c in color])
+
+    def scaled(self, value) -> Vec:
+        """A path spectrum that scales everything by ``value`` (a Float or a
+        colour): when polarized, ``value`` times the identity matrix (a
+        pass-through that keeps the polarization)."""
+        if not self.polarized:
+            return value if isinstance(value, Vec) else self.full(value)
+        values = tuple(value) if isinstance(value, Vec) else (value,) * self.channels
+        return self._pack([mueller.scale(mueller.identity(), c) for c in values])
+
+    def as_path(self, value: Vec, keeps_polarization: bool = False) -> Vec:
+        """A BSDF's value as a path spectrum: a Mueller matrix stays one; a
+        colour is lifted (a depolarizer), or for a pass-through scales the
+        identity (``keeps_polarization``)."""
+        if not self.polarized or len(value) == self.width:
+            return value
+        return self.scaled(value) if keeps_polarization else self.lift(value)
+
+    def mul(self, a: Vec, b: Vec) -> Vec:
+        """The product of two path spectra: per channel, or when polarized
+        the matrix product ``a @ b`` per channel (``a`` the throughput
+        towards the camera, ``b`` what follows it)."""
+        if not self.polarized:
+            return a * b
+        return self._pack([mueller.matmul(self.matrix(a, c), self.matrix(b, c)) for c in range(self.channels)])
+
+    def intensity(self, value: Vec) -> Vec:
+        """A path spectrum's colour for an unpolarized observer: itself, or
+        when polarized entry (0, 0) of each channel (Mitsuba's
+        ``unpolarized_spectrum``)."""
+        return Vec(*value[:self.channels]) if self.polarized else value
+
+    def stokes(self, value: Vec) -> tuple:
+        """(polarized) The Stokes vector (S0, S1, S2, S3: colours) of
+        unpolarized light after ``value``: its first column."""
+        n = self.channels
+        return tuple(Vec(*value[4 * i * n:(4 * i + 1) * n]) for i in range(4))
+
+    def matrix(self, value: Vec, c: int) -> tuple:
+        """(polarized) Channel ``c`` of a path spectrum as a Mueller matrix (``mueller.py``)."""
+        n = self.channels
+        if len(value) != self.width:
+            raise ValueError(f"a polarized path spectrum has {self.width} floats, got {len(value)}")
+        return tuple(Vec(*(value[(4 * i + j) * n + c] for j in range(4))) for i in range(4))
+
+    def from_matrices(self, matrices: list) -> Vec:
+        """(polarized) The path spectrum of one Mueller matrix per channel."""
+        return self._pack(matrices)
+
+    def _pack(self, matrices: list) -> Vec:
+        n = self.channels
+        return Vec(*(matrices[c][i][j] for i in range(4) for j in range(4) for c in range(n)))
 
     def read(self, buf, row, start: int = 0) -> Vec:
         """``channels`` floats stored at ``start`` in row ``row`` of ``buf``."""
@@ -101,7 +186,10 @@ class SpectrumType:
         return Vec(*(buf.read(row, start + k) for k in range(self.film_channels)))
 
     def max(self, v: Vec):
-        """The largest channel."""
+        """The largest channel (of the intensity, when polarized: Mitsuba's
+        ``max(unpolarized_spectrum(v))``)."""
+        if self.polarized and len(v) == self.width:
+            v = self.intensity(v)
         m = v[0]
         for x in v[1:]:
             m = ir.maximum(m, x)
@@ -111,9 +199,9 @@ class SpectrumType:
         """Mitsuba's ``luminance(value, wavelengths)``: Rec. 709 weights of
         an RGB colour, a mono value itself, and for a spectrum the mean of
         y-bar times it over the path's wavelengths."""
-        if self.name == "rgb":
+        if self.base == "rgb":
             return textures.luminance(v)
-        if self.name == "mono":
+        if self.base == "mono":
             return v[0]
         return self.mean(Vec(*(x * self._table(lam, 4) for x, lam in zip(v, self._bound()))))
 
@@ -125,9 +213,9 @@ class SpectrumType:
     def color(self, stored) -> Vec:
         """The spectrum of a stored colour parameter (three floats)."""
         stored = tuple(stored)
-        if self.name == "rgb":
+        if self.base == "rgb":
             return Vec(*stored)
-        if self.name == "mono":
+        if self.base == "mono":
             return Vec(stored[0])
         values = self._model(stored)
         if self.curves is not None:
@@ -180,7 +268,10 @@ class SpectrumType:
         return dataclasses.replace(ctx, spectrum=bound)
 
     def to_film(self, value: Vec) -> Vec:
-        """What the film accumulates for a path's spectrum ``value``."""
+        """What the film accumulates for a path's spectrum ``value`` (its
+        intensity, when polarized)."""
+        if self.polarized:
+            value = self.intensity(value)
         if not self.spectral:
             return value
         out = [0.0, 0.0, 0.0]
@@ -193,9 +284,16 @@ class SpectrumType:
         """The transpose of :meth:`to_film`: a film cotangent as the path
         spectrum's cotangent."""
         if not self.spectral:
-            return d_film
-        return Vec(*(sum((d_film[c] * self._table(lam, c) for c in range(1, 3)), d_film[0] * self._table(lam, 0))
-                     * (0.25 / pdf_wavelength(lam)) for lam in self._bound()))
+            return self._from_intensity(d_film)
+        return self._from_intensity(Vec(*(
+            sum((d_film[c] * self._table(lam, c) for c in range(1, 3)), d_film[0] * self._table(lam, 0))
+            * (0.25 / pdf_wavelength(lam)) for lam in self._bound())))
+
+    def _from_intensity(self, d_color: Vec) -> Vec:
+        """A colour cotangent as the cotangent of a path spectrum's intensity."""
+        if not self.polarized:
+            return d_color
+        return Vec(*d_color, *(0.0,) * (self.width - self.channels))
 
     def _bound(self) -> tuple:
         if self.wavelengths is None:
@@ -253,7 +351,9 @@ def pdf_wavelength(lam):
 RGB = SpectrumType("rgb", 3, 3, 3)
 MONO = SpectrumType("mono", 1, 1, 1)
 SPECTRAL = SpectrumType("spectral", 4, 3, EMITTER_ROW)
-BY_NAME = {t.name: t for t in (MONO, RGB, SPECTRAL)}
+MONO_POLARIZED = SpectrumType("mono_polarized", 1, 1, 1, polarized=True)
+SPECTRAL_POLARIZED = SpectrumType("spectral_polarized", 4, 3, EMITTER_ROW, polarized=True)
+BY_NAME = {t.name: t for t in (MONO, RGB, SPECTRAL, MONO_POLARIZED, SPECTRAL_POLARIZED)}
 
 
 # The colour type of the kernel being traced, for code that makes colour

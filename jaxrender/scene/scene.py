@@ -447,7 +447,7 @@ class Scene:
                     first = [xp.broadcast_to(majorant, (3,)),
                              np.array([m.sigma_t_volume, m.albedo_volume], f32), scale.reshape(1)]
                     multiplier = np.ones(1, f32)
-                elif self.variant == "spectral":     # (kernels/media.read)
+                elif variants.color_base(self.variant) == "spectral":     # (kernels/media.read)
                     sigma_t = xp.asarray(p[m.sigma_t], f32).reshape(-1)
                     flat = sigma_t.shape[0] == 1                  # a float: a flat spectrum times it
                     first = [np.array([0.0, 0.0, variants.BIG], f32) if flat else sigma_t,

@@ -32,10 +32,11 @@ import numpy as np
 from ..kernels.spectrum import BY_NAME, CURVE_SAMPLES, TABULATED
 from .errors import SceneError
 
-VARIANTS = tuple(BY_NAME)          # ("mono", "rgb", "spectral"): the kernels' colour types
+# ("mono", "rgb", "spectral", "mono_polarized", "spectral_polarized"): the kernels' colour types
+VARIANTS = tuple(BY_NAME)
 # Mitsuba's names jaxrender knows but does not implement.
-NOT_YET = {"spectral_polarized": "polarized rendering (Stokes vectors, Mueller matrices) is not implemented yet",
-           "mono_polarized": "polarized rendering (Stokes vectors, Mueller matrices) is not implemented yet"}
+NOT_YET = {"rgb_polarized": "Mitsuba has no rgb_polarized variant either (polarized variants: mono_polarized, "
+                            "spectral_polarized)"}
 # Rec. 709 luminance weights (Mitsuba's luminance()).
 LUMINANCE = np.array([0.212671, 0.715160, 0.072169])
 # What a sigmoid coefficient of +-infinity is stored as (exactly 0 or 1 in float32).
@@ -110,9 +111,22 @@ def loading(name: str | None):
 
 
 def current() -> str:
-    """The variant of the scene being loaded (the selected one outside a load)."""
+    """How the scene being loaded stores colours (the selected variant's,
+    outside a load): its variant without polarization ("rgb", "mono" or
+    "spectral"), which only changes what a path carries, not its colours."""
+    load = _loading.get()
+    return color_base(variant() if load is None else load.name)
+
+
+def loading_name() -> str:
+    """The full variant name of the scene being loaded (the selected one outside a load)."""
     load = _loading.get()
     return variant() if load is None else load.name
+
+
+def color_base(name: str) -> str:
+    """Variant ``name`` without polarization: ``color_base("spectral_polarized") == "spectral"``."""
+    return name.removesuffix("_polarized")
 
 
 def _tabulated(value: Any, where: str) -> tuple[np.ndarray, np.ndarray] | None:

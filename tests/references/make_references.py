@@ -1,5 +1,5 @@
-"""Render the reference images with Mitsuba 3 (scalar_rgb; COLOR_VARIANTS in
-their colour variant) and store their
+"""Render the reference images with Mitsuba 3 (scalar_rgb; COLOR_VARIANTS and
+POLARIZED_VARIANTS in their colour variant) and store their
 per-pixel mean and standard error as small committed test data.
 
     pip install mitsuba && python tests/references/make_references.py [name ...]
@@ -20,19 +20,20 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from scenes import (AOV_VARIANTS, COLOR_AOV_VARIANTS, COLOR_VARIANTS, RENDERS, SAMPLER_VARIANTS,  # noqa: E402
-                    SPP, VARIANTS)
+from scenes import (AOV_VARIANTS, COLOR_AOV_VARIANTS, COLOR_VARIANTS, POLARIZED_VARIANTS, RENDERS,  # noqa: E402
+                    SAMPLER_VARIANTS, SPP, VARIANTS)
 
 OUT = HERE.parent / "data" / "references"
 # Mitsuba's variant per colour type (mono only exists as llvm_ad_mono: it
 # needs libLLVM, DRJIT_LIBLLVM_PATH).
-MITSUBA_VARIANT = {"rgb": "scalar_rgb", "mono": "llvm_ad_mono", "spectral": "scalar_spectral"}
+MITSUBA_VARIANT = {"rgb": "scalar_rgb", "mono": "llvm_ad_mono", "spectral": "scalar_spectral",
+                   "spectral_polarized": "llvm_ad_spectral_polarized", "mono_polarized": "llvm_ad_mono_polarized"}
 
 
 def main() -> None:
     import mitsuba as mi
     OUT.mkdir(parents=True, exist_ok=True)
-    colours = {**COLOR_VARIANTS, **COLOR_AOV_VARIANTS}
+    colours = {**COLOR_VARIANTS, **COLOR_AOV_VARIANTS, **POLARIZED_VARIANTS}
     everything = {**VARIANTS, **AOV_VARIANTS, **SAMPLER_VARIANTS, **colours}
     names = sys.argv[1:] or list(everything)
     for name in names:

@@ -619,5 +619,72 @@ COLOR_VARIANTS = {
     "spectral_shape_lights": ("spectral", cbox_shape_lights),
 }
 
+def _glass_small_box(d, ior=1.5):
+    """The small box as glass, lifted off the floor: its bottom face would
+    coincide with the floor, where which of two coplanar surfaces a ray
+    finds is each renderer's own (total internal reflection there turns
+    polarization circular, a diffuse floor does not)."""
+    T = _transform(d)
+    d["small-box"]["to_world"] = T().translate([0.335, -0.68, 0.38]).rotate([0, 1, 0], -17).scale(0.3)
+    d["small-box"]["bsdf"] = {"type": "dielectric", "int_ior": ior}
+
+
+def cbox_stokes(d):
+    """Polarization by reflection: a glass box, a gold box and a mirror
+    floor, seen by the stokes integrator (S0-S3 of each surface's Fresnel
+    matrices; the walls depolarize)."""
+    d = _base(d)
+    d["large-box"]["bsdf"] = {"type": "conductor", "material": "Au"}
+    _glass_small_box(d)
+    d["floor"]["bsdf"] = {"type": "conductor"}
+    d["integrator"] = {"type": "stokes", "nested": {"type": "path", "max_depth": 5}}
+    return d
+
+
+def cbox_polarizers(d):
+    """Sheets in front of the camera: a linear polarizer at 0 degrees over
+    the whole view, then over the left half a second one at 60 degrees
+    (Malus: cos^2 60 = 1/4 of what the first passes) and over the right half
+    a quarter-wave retarder at 45 degrees (linear turned circular: S3); a
+    tilted glass box reflects partly polarized light through them."""
+    d = _base(d)
+    T = _transform(d)
+    _glass_small_box(d)
+    d["sheet"] = {"type": "rectangle", "to_world": T().translate([0.0, 0.0, 2.6]).scale([2.0, 2.0, 1.0]),
+                  "bsdf": {"type": "polarizer", "theta": 0.0}}
+    d["left"] = {"type": "rectangle", "to_world": T().translate([-1.0, 0.0, 2.7]).scale([1.0, 2.0, 1.0]),
+                 "bsdf": {"type": "polarizer", "theta": 60.0}}
+    d["right"] = {"type": "rectangle", "to_world": T().translate([1.0, 0.0, 2.7]).scale([1.0, 2.0, 1.0]),
+                  "bsdf": {"type": "retarder", "theta": 45.0, "delta": 90.0}}
+    d["integrator"] = {"type": "stokes", "nested": {"type": "path", "max_depth": 8}}
+    return d
+
+
+def cbox_polarized_path(d):
+    """The path integrator's intensity with polarizing surfaces: crossed
+    polarizers (0 and 90 degrees) over the left half, parallel ones over
+    the right half, a glass box and a gold one behind them."""
+    d = _base(d)
+    T = _transform(d)
+    d["large-box"]["bsdf"] = {"type": "conductor", "material": "Au"}
+    _glass_small_box(d, 1.33)
+    d["sheet"] = {"type": "rectangle", "to_world": T().translate([0.0, 0.0, 2.6]).scale([2.0, 2.0, 1.0]),
+                  "bsdf": {"type": "polarizer", "theta": 0.0}}
+    d["left"] = {"type": "rectangle", "to_world": T().translate([-1.0, 0.0, 2.7]).scale([1.0, 2.0, 1.0]),
+                 "bsdf": {"type": "polarizer", "theta": 90.0}}
+    d["right"] = {"type": "rectangle", "to_world": T().translate([1.0, 0.0, 2.7]).scale([1.0, 2.0, 1.0]),
+                  "bsdf": {"type": "polarizer", "theta": 0.0, "transmittance": 0.8}}
+    d["integrator"] = {"type": "path", "max_depth": 9}
+    return d
+
+
+POLARIZED_VARIANTS = {
+    "spectral_polarized_stokes": ("spectral_polarized", cbox_stokes),
+    "spectral_polarized_sheets": ("spectral_polarized", cbox_polarizers),
+    "spectral_polarized_path": ("spectral_polarized", cbox_polarized_path),
+    "mono_polarized_stokes": ("mono_polarized", cbox_stokes),
+}
+
+
 # The aov integrator in the colour variants (compared as tests/test_aov.py does).
 COLOR_AOV_VARIANTS = {"mono_aovs": ("mono", cbox_aovs), "spectral_aovs": ("spectral", cbox_aovs)}

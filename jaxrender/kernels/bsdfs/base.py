@@ -75,7 +75,13 @@ class BsdfType:
     from, a derivative detached sampling cannot take (camera motion).
     ``anisotropic``: its lobes may depend on the azimuth in the shading
     frame (alpha_u != alpha_v, principled's anisotropic): scenes with it
-    build Mitsuba's frame, whose first axis follows dp_du."""
+    build Mitsuba's frame, whose first axis follows dp_du.
+    ``polarizing``: in polarized variants its ``eval`` / ``sample`` may
+    return a Mueller matrix per channel (``SpectrumType.from_matrices``) in
+    the local frame, mapping Stokes vectors of light arriving along ``-wo``
+    (basis ``mueller.stokes_basis(-wo)``) to light leaving along ``wi``
+    (``stokes_basis(wi)``), as Mitsuba's pBSDFs; a colour from any BSDF is
+    a depolarizer (a pass-through's: the identity times it)."""
     name: str
     plugin: str
     params: tuple
@@ -96,6 +102,7 @@ class BsdfType:
     anisotropic: bool = False
     null_transmission: Callable | None = None
     delta: bool = False
+    polarizing: bool = False
 
     @property
     def composite(self) -> bool:

@@ -5,7 +5,8 @@ Fresnel term, as Mitsuba's ``conductor`` plugin.
 IOR eta + i k; Mitsuba's default material "none" is eta = 0, k = 1, a
 perfect mirror). ``eval`` and ``pdf`` are 0; ``sample`` returns the mirror
 direction, pdf 1, weight F * specular_reflectance (0 if wi is below the
-horizon) and ``is_delta`` true.
+horizon) and ``is_delta`` true. In polarized variants the weight is the
+polarized Fresnel reflection (a Mueller matrix per channel), as Mitsuba's.
 """
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ import dataclasses
 from ... import ir
 from ...ir import Vec
 from .base import COLOR, BsdfType, Param
+from .. import mueller, spectrum
 from ..spectrum import black
 from .fresnel import fresnel_conductor_rgb, reflect
-
 
 
 @dataclasses.dataclass
@@ -36,12 +37,22 @@ def pdf(params: ConductorParams, wi: Vec, wo: Vec):
 
 def sample(params: ConductorParams, wi: Vec, u1, u2: Vec):
     cos_i = wi.z
+    wo = reflect(wi)
+    S = spectrum.active()
+    if S.polarized:
+        # Light arrives along -wo and leaves along wi: the Fresnel matrix of
+        # each channel's complex IOR, in those directions' Stokes bases.
+        frames = mueller.specular_frames(wo, wi)
+        F = S.from_matrices([
+            mueller.scale(mueller.in_frames(mueller.specular_reflection(wo.z, (params.eta[c], params.k[c])), frames),
+                          params.specular_reflectance[c]) for c in range(S.channels)])
+        return wo, ir.Float(1.0), ir.select(cos_i > 0.0, F, S.zero()), ir.Bool(True)
     F = fresnel_conductor_rgb(cos_i, params.eta, params.k) * params.specular_reflectance
     weight = ir.select(cos_i > 0.0, F, black())
-    return reflect(wi), ir.Float(1.0), weight, ir.Bool(True)
+    return wo, ir.Float(1.0), weight, ir.Bool(True)
 
 
 # Mitsuba's default material "none": eta = 0, k = 1, a perfect mirror.
 PARAMS = (Param("eta", COLOR, 0.0), Param("k", COLOR, 1.0), Param("specular_reflectance", COLOR, 1.0))
 TYPE = BsdfType("conductor", "conductor", PARAMS, lambda p: ConductorParams(p.eta, p.k, p.specular_reflectance),
-                eval, pdf, sample, delta=True)
+                eval, pdf, sample, delta=True, polarizing=True)

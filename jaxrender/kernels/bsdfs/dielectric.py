@@ -3,7 +3,9 @@
 A single delta lobe pair: specular reflection with probability F (the
 unpolarised Fresnel reflectance) and refraction with probability 1 - F.
 ``eval`` and ``pdf`` are zero. In radiance transport the transmitted weight
-is scaled by ``eta_ti**2`` (solid-angle compression), as Mitsuba does.
+is scaled by ``eta_ti**2`` (solid-angle compression), as Mitsuba does. In
+polarized variants the weight is the chosen event's polarized Fresnel
+matrix over its (unpolarized) probability.
 
 Directions are in the local shading frame (z = normal); ``wi`` may lie
 below the horizon (light arriving from inside the medium).
@@ -21,6 +23,7 @@ from typing import Any
 
 from ... import ir
 from ...ir import Vec
+from .. import mueller, spectrum
 from .base import COLOR, IOR, BsdfType, Param, black
 
 from .fresnel import fresnel, reflect, refract
@@ -50,9 +53,27 @@ def sample(params: DielectricParams, wi: Vec, u1, u2: Vec):
     sel_r = u1 <= r_i
     wo = ir.select(sel_r, reflect(wi), refract(wi, cos_theta_t, eta_ti))
     p = ir.select(sel_r, r_i, t_i)
+    S = spectrum.active()
+    if S.polarized:
+        return wo, p, _polarized_weight(S, params, wi, wo, sel_r, p, eta_ti), ir.Bool(True)
     w_t = params.specular_transmittance * (eta_ti * eta_ti)
     weight = ir.select(sel_r, params.specular_reflectance, w_t)
     return wo, p, weight, ir.Bool(True)
+
+
+def _polarized_weight(S, params: DielectricParams, wi: Vec, wo: Vec, sel_r, p, eta_ti) -> Vec:
+    """Mitsuba's polarized weight: the Fresnel matrix of the chosen event
+    for light arriving along -wo (from inside where wo.z < 0) over its
+    probability, in the Stokes bases of -wo and wi, times the tint (and
+    eta_ti^2 after a refraction, as unpolarized)."""
+    frames = mueller.specular_frames(wo, wi)
+    m = mueller.select(sel_r, mueller.specular_reflection(wo.z, params.eta),
+                       mueller.specular_transmission(wo.z, params.eta))
+    m = mueller.in_frames(m, frames)
+    inv_p = ir.select(p > 0.0, 1.0 / ir.select(p > 0.0, p, 1.0), 0.0)
+    scale = inv_p * ir.select(sel_r, 1.0, eta_ti * eta_ti)
+    tint = ir.select(sel_r, params.specular_reflectance, params.specular_transmittance)
+    return S.from_matrices([mueller.scale(m, scale * tint[c]) for c in range(S.channels)])
 
 
 # The IOR of a refracting interface bends the sampled direction itself.
@@ -62,4 +83,4 @@ GLASS_PARAMS = (Param("specular_reflectance", COLOR, 1.0), Param("specular_trans
                 Param("eta", IOR, "bk7", nondiff=REFRACTION_NONDIFF))
 TYPE = BsdfType("dielectric", "dielectric", GLASS_PARAMS,
                 lambda p: DielectricParams(p.eta, p.specular_reflectance, p.specular_transmittance),
-                eval, pdf, sample, eta="eta", transmissive=True, delta=True)
+                eval, pdf, sample, eta="eta", transmissive=True, delta=True, polarizing=True)

@@ -29,7 +29,7 @@ from typing import Any
 
 from ... import ir
 from ...ir import Vec
-from .. import layout, textures
+from .. import layout, mueller, spectrum, textures
 from .base import ParamView
 
 
@@ -55,6 +55,8 @@ def continuation_weight(t, params, wi: Vec, wo: Vec, pdf, weight: Vec, delta, di
     wo_d = ir.detach(wo)
     pdf_d = ir.detach(pdf)
     e = t.call("eval", params, wi, wo_d)
+    if len(e) != len(weight):       # a polarizing BSDF's colour eval beside its Mueller weight
+        e = spectrum.active().as_path(e, t.null)
     safe = pdf_d > 0.0
     inv_pdf = ir.select(safe, 1.0 / ir.select(safe, pdf_d, 1.0), 0.0)
     smooth = ir.detach(weight) + (e - ir.detach(e)) * inv_pdf
@@ -123,11 +125,12 @@ class SurfaceBsdf:
     def leaf(self, t, params, wi: Vec, wos: list, u):
         """A plain BSDF's (value, pdf) towards each of ``wos`` and, given
         ``u`` = (u1, u2), a :class:`Sample` (None without)."""
-        evals = [(t.call("eval", params, wi, wo), t.call("pdf", params, wi, wo)) for wo in wos]
+        S = self.ctx.spectrum
+        evals = [(S.as_path(t.call("eval", params, wi, wo), t.null), t.call("pdf", params, wi, wo)) for wo in wos]
         if u is None:
             return evals, None
         wo, pdf_s, weight, delta = t.call("sample", params, wi, *u)
-        weight = continuation_weight(t, params, wi, wo, pdf_s, weight, delta, self.ctx.diff)
+        weight = S.as_path(continuation_weight(t, params, wi, wo, pdf_s, weight, delta, self.ctx.diff), t.null)
         if t.null:     # a plain null type (the null BSDF): its only sample passes through
             return evals, Sample(wo, pdf_s, weight, delta, ir.Bool(True), ir.Float(1.0))
         return evals, Sample(wo, pdf_s, weight, delta, *self.not_null())
@@ -155,7 +158,27 @@ class SurfaceBsdf:
                 return f, pdf, dataclasses.replace(s, wo=Vec(s.wo.x, s.wo.y, s.wo.z * sz))
             return run
 
-        return ir.dispatch(self.kind, [branch(t) for t in self.types])
+        f, pdf, s = ir.dispatch(self.kind, [branch(t) for t in self.types])
+        if self.ctx.spectrum.polarized and any(t.polarizing for t in self.types):
+            f = self.to_world_mueller(f, -wo_light)
+            s = dataclasses.replace(s, weight=self.to_world_mueller(s.weight, -s.wo))
+        return f, pdf, s
+
+    def to_world_mueller(self, value: Vec, in_forward: Vec) -> Vec:
+        """A polarized BSDF value of the local frame (light arriving along
+        ``in_forward``, leaving along ``wi``, in the implicit Stokes bases of
+        those local directions) for the same directions in world space,
+        where Stokes vectors are in the bases of the world directions
+        (Mitsuba's ``SurfaceInteraction::to_world_mueller``)."""
+        S, frame, wi = self.ctx.spectrum, self.si.frame, self.si.wi
+        in_world, out_world = frame.to_world(in_forward), frame.to_world(wi)
+        r_in = mueller.rotate_stokes_basis(in_world, frame.to_world(mueller.stokes_basis(in_forward)),
+                                           mueller.stokes_basis(in_world))
+        r_out = mueller.rotate_stokes_basis(out_world, frame.to_world(mueller.stokes_basis(wi)),
+                                            mueller.stokes_basis(out_world))
+        r_in_t = mueller.transpose(r_in)
+        return S.from_matrices([mueller.matmul(r_out, mueller.matmul(S.matrix(value, c), r_in_t))
+                                for c in range(S.channels)])
 
     def leaf_albedo(self, t, row, params, wi: Vec) -> Vec:
         if t.albedo is not None:
@@ -263,7 +286,7 @@ class Nested:
         def branch(t):
             def run():
                 if not self._traced(t):
-                    return self.spectrum.zero()
+                    return self.spectrum.full(0.0)
                 params = sf.params(t, row, table)
                 if t.composite:
                     return t.mix_albedo(params, Nested(sf, self.level + 1), wi_f)

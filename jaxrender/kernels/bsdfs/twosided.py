@@ -45,7 +45,7 @@ def _on_side(p: TwosidedParams, wi: Vec, look, nothing):
 
 
 def mix_albedo(p: TwosidedParams, nested, wi: Vec) -> Vec:
-    return _on_side(p, wi, nested.albedo, nested.spectrum.zero())
+    return _on_side(p, wi, nested.albedo, nested.spectrum.full(0.0))
 
 
 def null_transmission(p: TwosidedParams, nested, wi: Vec):

@@ -110,7 +110,7 @@ def eval_sample(ctx, es: EmitterSample) -> Vec:
     S = ctx.spectrum
     em = S.emission(ctx.b["emitter_radiance"], es.sel) * es.factor
     for tid, t in _hooked(ctx, "eval"):
-        em = em * ir.cond(es.kind == tid, lambda t=t: t.eval(ctx, es.sel, es.w), S.one)
+        em = em * ir.cond(es.kind == tid, lambda t=t: t.eval(ctx, es.sel, es.w), lambda: S.full(1.0))
     return em
 
 
@@ -122,7 +122,7 @@ def eval_hit(ctx, si) -> tuple[Vec, Any]:
     rad = b["emitter_radiance"]
     env = b["env_emitter"].value
     le = S.emission(rad, si.attr_em) * ir.select(si.is_emitter & (si.cos_l > 0.0), 1.0, 0.0)
-    env_le, env_pdf = S.one(), constant.pdf_direction(ctx, env, si.d)
+    env_le, env_pdf = S.full(1.0), constant.pdf_direction(ctx, env, si.d)
     for tid, t in _hooked(ctx, "eval"):
         sees = ~si.hit & (env >= 0) & (b["emitter_meta"].read(env, layout.META_TYPE) == tid)
         env_le, env_pdf = ir.cond(sees, lambda t=t: (t.eval(ctx, env, si.d), t.pdf_direction(ctx, env, si.d)),

@@ -306,6 +306,14 @@ class ReplayIntegrator(Integrator):
         vertex (a constant), ``vertex`` what ``step`` recorded."""
         raise NotImplementedError
 
+    def incident_state(self, state):
+        """(polarized adjoints) ``state`` with identity throughput and no
+        radiance yet, whose trace is the radiance arriving where ``state``
+        continues: the same path (Russian roulette sees the whole
+        throughput), without the throughput towards the camera."""
+        return dataclasses.replace(state, throughput=self.spectrum.one(), radiance=self.spectrum.zero(),
+                                   rr_prefix=state.throughput)
+
     def kept(self, final):
         """Whether the path ending in loop state ``final`` counts (a Bool), or
         None: always (a path that is not kept estimates 0)."""
@@ -383,6 +391,10 @@ class ReplayIntegrator(Integrator):
                 new, vertex = self.step(ctx, s, state, shade_with_vjp)
                 if method == "prb":
                     rest = total - new.radiance        # exactly 0 where the path ends
+                elif method == "rb" and S.polarized:
+                    # Mueller matrices need not be invertible: local_radiance
+                    # takes the radiance arriving from the continuation itself
+                    rest = ir.cond(vertex.continues, lambda: self.trace(plain, s, self.incident_state(new)), S.zero)
                 elif method == "rb":
                     rest = ir.cond(vertex.continues,
                                    lambda: self.trace(plain, s, dataclasses.replace(new, radiance=S.zero())), S.zero)
@@ -412,6 +424,10 @@ class ReplayIntegrator(Integrator):
         active = self.check_active(active)
         if method not in self.adjoint_methods:
             raise ValueError(f"adjoint method must be one of {self.adjoint_methods}, got {method!r}")
+        if self.spectrum.polarized and method != "rb":
+            raise ValueError(f"the {method!r} adjoint needs the inverse of each vertex's BSDF weight, which a Mueller "
+                             "matrix (a polarizer, a depolarizing surface) need not have: polarized variants use "
+                             "method='rb'")
         inputs = dict(self.kernel_inputs(active, structure), grad_image=ir.In("f32", (self.block_width(structure),)))
         outputs = {"grad_" + n: ir.Accum(inputs[n].dtype, inputs[n].item_shape) for n in active}
         return ir.trace(functools.partial(self._adjoint_body, active, method, structure), inputs, outputs,

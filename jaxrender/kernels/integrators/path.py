@@ -46,6 +46,8 @@ class PathState:
     active: Any
     eta: Any            # product of the relative IORs refracted through (Mitsuba's RR uses it)
     valid: Any = None   # scenes with null (pass-through) samples: Mitsuba's valid_ray (see kept)
+    rr_prefix: Any = None  # polarized adjoints: the throughput before this state's, which Russian
+                           # roulette multiplies in (the rest of a path traced from identity throughput)
     prev: Any = None    # kernels for moving geometry: the last hit (prim and its material coordinates), the ray
                         # that found it (o, d, t) and the hit before it (the same three; prim -1: the camera)
 
@@ -74,6 +76,7 @@ class Vertex:
     continues: Any      # the path goes on with the BSDF sample
     pending: Any = None  # scenes with null samples: the radiance so far, while this vertex's choice decides
                          # whether the path counts (kept), else 0
+    rr_scale: Any = None  # polarized: Russian roulette's factor (1 / its probability, or 1) on the continuation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +114,7 @@ class PathIntegrator(ReplayIntegrator):
         none = (ir.Int(-1), ir.Float(0.0), ir.Float(0.0))
         prev = (*none, o, d, ir.Float(0.0), *none) if ctx.geometry_motion else None
         return PathState(ir.Int(0), o, d, t_min, t_max, S.one(), S.zero(), ir.Float(1.0), ir.Bool(True),
-                         ir.Bool(True), ir.Float(1.0), valid, prev)
+                         ir.Bool(True), ir.Float(1.0), valid=valid, prev=prev)
 
     def kept(self, final: PathState):
         """As Mitsuba's path tracer, a path whose every vertex sampled a null
@@ -154,7 +157,9 @@ class PathIntegrator(ReplayIntegrator):
         elif ctx.camera_motion:
             si = motion.attach_primary_wi(ctx, si, depth == 0)
         # Emission seen along the ray, weighted against emitter sampling.
+        S = self.spectrum
         le, env_pdf = emitters.eval_hit(ctx, si)
+        le = S.lift(le)         # emitters are unpolarized
         light_pdf = emitters.pdf(ctx, si, env_pdf)
         w_bsdf = ir.select(depth == 0, ir.select(show_emitters, 1.0, 0.0),
                            ir.select(prev_delta, 1.0, mis_weight(ctx.detach(prev_pdf), light_pdf)))
@@ -167,9 +172,9 @@ class PathIntegrator(ReplayIntegrator):
         # The BSDF: towards the emitter sample, and a sampled continuation.
         bsdf = SurfaceBsdf(ctx, si)
         f_l, bsdf_pdf_l, bs = bsdf.query(si.frame.to_local(es.w), u[3], Vec(u[0], u[1]))
-        em = emitters.eval_sample(ctx, es)
+        em = S.lift(emitters.eval_sample(ctx, es))
         w_em = emitters.light_weight(ctx, es, bsdf_pdf_l)
-        direct = f_l * em * w_em
+        direct = S.mul(f_l, em) * w_em
         weight = bs.weight
         if ctx.geometry_motion:
             direct = direct * nee
@@ -216,15 +221,15 @@ class PathIntegrator(ReplayIntegrator):
                 horizon = material.horizon_sample(ctx, si, edge_u[1], continues, incident)
             edge = ctx.detach((edge, horizon))
             sh = shade(si, es, u, st.depth, st.prev_pdf, st.prev_delta, show_emitters, st.prev, edge, es_u)
-            beta = beta * sh.pair        # 1, carrying the derivative of reaching this point
+            beta = S.mul(beta, sh.pair)  # 1, carrying the derivative of reaching this point
         else:
             sh = shade(si, es, u, st.depth, st.prev_pdf, st.prev_delta, show_emitters)
-        radiance = st.radiance + beta * sh.emitted
+        radiance = st.radiance + S.mul(beta, sh.emitted)
         if ctx.geometry_motion:
-            radiance = radiance + beta * sh.boundary
+            radiance = radiance + S.mul(beta, sh.boundary)
 
         # Next-event estimation: the shadow ray only where it can matter.
-        direct = beta * sh.direct
+        direct = S.mul(beta, sh.direct)
         useful = active_next & (ctx.n_emitters > 0) & (es.delta | (es.pdf > 0.0)) & (S.max(direct) > 0.0)
         blocked = ir.cond(useful, lambda: occluded(ctx.geo, si.spawn(es.w), es.w, ir.Float(0.0),
                                                    es.dist * (1.0 - 1e-3)),
@@ -234,13 +239,14 @@ class PathIntegrator(ReplayIntegrator):
         # Continue with the BSDF sample; Russian roulette as Mitsuba's: after
         # rr_depth vertices, on the throughput times eta^2 (undoing the
         # radiance scaling of refractions).
-        throughput = beta * sh.weight
+        throughput = S.mul(beta, sh.weight)
         eta = st.eta * sampled_eta(ctx, si, sh.wo)
-        b_max = S.max(throughput)
+        b_max = S.max(throughput if st.rr_prefix is None else S.mul(st.rr_prefix, throughput))
         active_next = active_next & (b_max != 0.0)
         rr_prob = ctx.detach(ir.minimum(b_max * eta * eta, 0.95))
         rr_active = st.depth + 1 >= rr_d   # Mitsuba counts this vertex first (depth += 1, then roulette)
-        throughput = throughput * ir.select(rr_active, 1.0 / rr_prob, 1.0)
+        rr_scale = ir.select(rr_active, 1.0 / rr_prob, 1.0)
+        throughput = throughput * rr_scale
         active_next = active_next & (~rr_active | (u[2] < rr_prob))
 
         valid, pending = st.valid, None
@@ -261,9 +267,10 @@ class PathIntegrator(ReplayIntegrator):
                         ir.Float(0.0), ir.select(pass_through, st.t_max - si.t - si.scale, INF),
                         ir.select(pass_through, S.one(), throughput), radiance,
                         ir.select(pass_through, st.prev_pdf, sh.pdf), ir.select(pass_through, st.prev_delta, sh.delta),
-                        active_next | pass_through, ir.select(pass_through, st.eta, eta), valid,
+                        active_next | pass_through, ir.select(pass_through, st.eta, eta), valid, st.rr_prefix,
                         (si.prim, *material_coords(ctx, si), st.o, st.d, si.t, *st.prev[:3]) if st.prev is not None else None)
-        return new, Vertex(st.throughput, ~blocked, active_next & ~pass_through, pending)
+        return new, Vertex(st.throughput, ~blocked, active_next & ~pass_through, pending,
+                           rr_scale if S.polarized else None)
 
     def _incident(self, ctx, s, depth, o, d) -> Vec:
         """Radiance arriving at ``o`` from direction ``-d``: a path traced
@@ -275,6 +282,14 @@ class PathIntegrator(ReplayIntegrator):
         return self.trace(ctx, s, state)
 
     def local_radiance(self, vertex: Vertex, sh: Shading, rest: Vec) -> Vec:
+        S = self.spectrum
+        if S.polarized:
+            # rest: the radiance arriving from the continuation (incident_rest)
+            later = ir.select(vertex.continues, S.mul(vertex.throughput, S.mul(sh.weight, rest)) * vertex.rr_scale,
+                              S.zero())
+            direct = ir.select(vertex.visible, S.mul(vertex.throughput, sh.direct), S.zero())
+            local = S.mul(vertex.throughput, sh.emitted) + direct + later
+            return local if vertex.pending is None else local + vertex.pending * _relative(sh.choice)
         # The continuation weight scales everything the path gathers later:
         # rest * weight / weight, with the denominator a constant.
         w = ir.detach(sh.weight)

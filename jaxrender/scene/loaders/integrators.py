@@ -1,7 +1,8 @@
-"""Integrator plugins: ``path``, ``volpath``, ``direct`` and ``aov``, as Mitsuba 3.9.1
-reads them. A loader returns the integrator's validated settings, the
-dict ``Scene.integrator``: ``type`` and, as given, ``max_depth``,
-``rr_depth``, ``hide_emitters``, ``aovs``.
+"""Integrator plugins: ``path``, ``volpath``, ``direct``, ``aov`` and ``stokes``, as
+Mitsuba 3.9.1 reads them. A loader returns the integrator's validated
+settings, the dict ``Scene.integrator``: ``type`` and, as given,
+``max_depth``, ``rr_depth``, ``hide_emitters``, ``aovs``; a ``stokes``
+integrator's ``nested`` holds its path or direct integrator's settings.
 
 Every integrator also reads Mitsuba's ``timeout`` (only none is
 supported), ``block_size`` and ``samples_per_pass`` (how Mitsuba splits its
@@ -13,8 +14,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...kernels.integrators.aov import AovSpecError, parse_aovs
+from .. import variants
 from ..properties import Properties
-from .registry import PluginRegistry
+from .registry import PluginRegistry, load_plugin
 
 if TYPE_CHECKING:
     from ..builder import SceneBuilder
@@ -75,6 +77,31 @@ def load_aov(builder: SceneBuilder, props: Properties) -> dict:
         raise props.error(str(exc), "aovs") from None
     settings["aovs"] = aovs
     return _as_given(props, settings)
+
+
+@INTEGRATORS.register("stokes")
+def load_stokes(builder: SceneBuilder, props: Properties) -> dict:
+    """Mitsuba's ``stokes``: one nested ``path`` or ``direct`` integrator,
+    in a polarized variant only (as Mitsuba, which raises otherwise)."""
+    if not variants.loading_name().endswith("_polarized"):
+        raise props.error(f"the stokes integrator needs a polarized variant (spectral_polarized or mono_polarized), "
+                          f"not {variants.loading_name()!r}")
+    settings = _settings(props)
+    if "hide_emitters" in settings:
+        raise props.error("give hide_emitters to the nested integrator (the stokes integrator's own is not used)",
+                          "hide_emitters")
+    nested = props.plugins()
+    if len(nested) != 1:
+        raise props.error(f"needs exactly one nested integrator, got {len(nested)}")
+    name, spec = nested[0]
+    if builder.category(spec, name) != "integrator":
+        raise props.error("its nested plugin must be an integrator", name)
+    spec, _ = builder.resolve(spec, name)
+    if spec.get("type") not in ("path", "direct"):
+        raise props.error(f"a nested {spec.get('type')!r} integrator is not supported yet (path, direct)", name)
+    props.mark_read(name)
+    settings["nested"] = load_plugin(INTEGRATORS, builder, spec, props.where(name))
+    return settings
 
 
 def _as_given(props: Properties, settings: dict) -> dict:

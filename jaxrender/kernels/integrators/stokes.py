@@ -1,0 +1,77 @@
+"""Mitsuba's ``stokes`` integrator: the polarization state at the sensor.
+
+It runs its nested ``path`` (or ``direct``) integrator, whose estimate in a
+polarized variant is a Mueller matrix per colour channel; unpolarized
+emission turns it into a Stokes vector, its first column. That vector is
+in the implicit Stokes basis of the camera ray (``mueller.stokes_basis(-d)``);
+as Mitsuba's, it is turned into the sensor's frame, whose x axis is
+``cross(d, up)`` with ``up`` the sensor's y axis in the world. A pixel's
+channels are Mitsuba's: the nested image (intensity), then S0, S1, S2 and
+S3, three channels each (RGB; a mono value thrice): 3 + 12 channels (1 + 12
+in ``mono_polarized``).
+
+Example::
+
+    scene = jaxrender.load_dict({..., "integrator": {"type": "stokes", "nested": {"type": "path"}}},
+                                variant="spectral_polarized")
+    image = jaxrender.render(scene)            # (h, w, 15): R G B, S0.R ... S3.B
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from ... import ir
+from ...ir import Vec
+from .. import layout, mueller, sensors
+from ..context import Structure
+from .path import PathIntegrator
+
+STOKES_NAMES = tuple(f"S{i}.{c}" for i in range(4) for c in "RGB")
+
+
+@dataclasses.dataclass(frozen=True)
+class StokesIntegrator(PathIntegrator):
+    """The Stokes vector images of a nested path tracer (polarized variants only)."""
+    name = "stokes"
+    differentiable = ()
+    primal_only = ("derivatives of Stokes images are not implemented yet (the nested path or direct "
+                   "integrator's intensity image is differentiable)")
+
+    def settings(self, props: Mapping[str, Any]) -> dict:
+        return super().settings(props["nested"])
+
+    @property
+    def channels(self) -> int:
+        return self.spectrum.film_channels + len(STOKES_NAMES)
+
+    def kernel_name(self, structure: Structure) -> str:
+        return self.name + self._variant(structure)
+
+    def _value(self, ctx, s) -> Vec:
+        if not self.spectrum.polarized:
+            raise ValueError("the stokes integrator needs a polarized variant")
+        ctx = ctx.spectrum.bind(ctx, s)
+        S = ctx.spectrum
+        value = self.sample(ctx, s)
+        _, d, _, _ = sensors.sample_ray(ctx, s)
+        cam = ctx.b["camera"]
+        m = [cam.read(0, layout.CAMERA_TO_WORLD + k) for k in (1, 5, 9)]   # the sensor's y axis in the world
+        up = Vec(*m)
+        towards = -d
+        r = mueller.rotate_stokes_basis(towards, mueller.stokes_basis(towards), ir.cross(d, up))
+        stokes = S.stokes(value)
+        out = list(S.to_film(value))
+        for i in range(4):
+            rotated = stokes[0] * r[i][0] if not _zero(r[i][0]) else None
+            for k in range(1, 4):
+                if not _zero(r[i][k]):
+                    term = stokes[k] * r[i][k]
+                    rotated = term if rotated is None else rotated + term
+            rgb = S.to_film(rotated)
+            out.extend(rgb if len(rgb) == 3 else (rgb[0],) * 3)
+        return Vec(*out)
+
+
+def _zero(x) -> bool:
+    return not isinstance(x, ir.Var) and x == 0

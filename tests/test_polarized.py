@@ -1,0 +1,261 @@
+"""Polarized variants (spectral_polarized, mono_polarized): Mueller matrices
+through the same kernels, the polarizer and retarder sheets, the stokes
+integrator.
+
+What we compare with, that we did not write:
+* Mitsuba 3 images of the same scenes in ``llvm_ad_spectral_polarized`` /
+  ``llvm_ad_mono_polarized`` (tests/data/references, made by
+  tests/references/make_references.py): S0-S3 of reflections off glass and
+  gold, sheets at several angles, crossed polarizers in the path tracer,
+  judged against Monte Carlo noise as tests/test_render_reference.py does;
+* closed forms: Malus's law, a quarter-wave plate turning linear light
+  circular, the derivative of Malus's law;
+* central finite differences with common random numbers, and the
+  forward-mode derivative against the reverse-mode one (the dot-product
+  test).
+"""
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrender
+from jaxrender import NotDifferentiableError, SceneError
+from jaxrender.scene.transform import Transform as T
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "references"))
+
+from scenes import POLARIZED_VARIANTS  # noqa: E402
+from test_render_reference import disagreements  # noqa: E402
+
+OUR_SPP, OUR_RENDERS = 64, 8
+
+
+def our_renders(name: str, variant: str | None = None) -> np.ndarray:
+    default, make = POLARIZED_VARIANTS[name]
+    scene = jaxrender.load_dict(make(jaxrender.cornell_box()), variant=variant or default)
+    return np.stack([np.asarray(jaxrender.render(scene, spp=OUR_SPP, seed=100 + k), np.float64)
+                     for k in range(OUR_RENDERS)])
+
+
+def reference(name: str):
+    return np.load(HERE / "data" / "references" / f"{name}.npz")
+
+
+@pytest.mark.parametrize("name", sorted(POLARIZED_VARIANTS))
+def test_matches_mitsuba_within_noise(name):
+    ref = reference(name)
+    renders = our_renders(name)
+    assert renders.shape[1:] == ref["mean"].shape     # stokes: 3 + 12 channels (mono: 1 + 12), as Mitsuba's
+    assert np.all(np.isfinite(renders))
+    assert disagreements(renders, ref) == []
+
+
+def test_wrong_polarization_is_detected():
+    """Controls: the sheets' Stokes images with S2 negated (a mirrored
+    frame), or depolarized (S1-S3 zero), disagree with Mitsuba's; so does
+    the crossed-polarizer image rendered without polarization, where each
+    sheet is a filter passing half of any light."""
+    ref = reference("spectral_polarized_sheets")
+    renders = our_renders("spectral_polarized_sheets")
+    flipped = renders.copy()
+    flipped[..., 9:12] *= -1.0
+    assert disagreements(flipped, ref) != []
+    depolarized = renders.copy()
+    depolarized[..., 6:] = 0.0
+    assert disagreements(depolarized, ref) != []
+    unpolarized = our_renders("spectral_polarized_path", variant="spectral")
+    assert disagreements(unpolarized, reference("spectral_polarized_path")) != []
+
+
+# ---------------------------------------------------------------------------
+# Closed forms: a camera looking through sheets at a uniform white sky
+# ---------------------------------------------------------------------------
+
+def sheets(angles, kinds=None, stokes=False, size=4) -> dict:
+    """Sheets at z = 1, 2, ... (the first one nearest the sky) seen along -z
+    with a 1 degree field of view (normal incidence to 1e-4)."""
+    path = {"type": "path", "max_depth": len(angles) + 2}
+    d = {"type": "scene", "integrator": {"type": "stokes", "nested": path} if stokes else path,
+         "sensor": {"type": "perspective", "fov": 1.0,
+                    "to_world": T().look_at(origin=[0, 0, 9], target=[0, 0, 0], up=[0, 1, 0]),
+                    "film": {"type": "hdrfilm", "width": size, "height": size, "rfilter": {"type": "box"}}},
+         "sky": {"type": "constant", "radiance": {"type": "rgb", "value": [1.0, 1.0, 1.0]}}}
+    for k, theta in enumerate(angles):
+        kind = (kinds or ["polarizer"] * len(angles))[k]
+        d[f"sheet{k}"] = {"type": "rectangle", "to_world": T().translate([0.0, 0.0, 1.0 + k]),
+                          "bsdf": {"type": kind, "theta": float(theta)}}
+    return d
+
+
+@pytest.mark.parametrize("theta", [0.0, 30.0, 45.0, 72.0, 90.0])
+def test_malus_law(theta):
+    """Unpolarized light through two polarizers at theta: 1/2 cos^2 theta of it."""
+    scene = jaxrender.load_dict(sheets([10.0, 10.0 + theta]), variant="mono_polarized")
+    image = np.asarray(jaxrender.render(scene, spp=4))
+    np.testing.assert_allclose(image, 0.5 * math.cos(math.radians(theta)) ** 2, atol=2e-5)
+
+
+def test_polarizers_are_half_filters_without_polarization():
+    """In rgb and spectral a polarizer passes half of any light (Mitsuba's
+    unpolarized polarizer), whatever its angle; a retarder passes all."""
+    for variant in ("rgb", "mono"):
+        scene = jaxrender.load_dict(sheets([0.0, 90.0, 45.0], ["polarizer", "polarizer", "retarder"]),
+                                    variant=variant)
+        np.testing.assert_allclose(np.asarray(jaxrender.render(scene, spp=4)), 0.25, atol=1e-5)
+
+
+def test_stokes_vectors_of_linear_and_circular_light():
+    """A polarizer makes fully linearly polarized light (S1^2 + S2^2 = S0^2,
+    S3 = 0, its angle following the polarizer's at twice the rate); a
+    quarter-wave retarder at 45 degrees to it makes circular light (S3 =
+    +-S0, S1 = S2 = 0) of opposite handedness at -45 degrees."""
+    def stokes(angles, kinds=None):
+        scene = jaxrender.load_dict(sheets(angles, kinds, stokes=True), variant="mono_polarized")
+        image = np.asarray(jaxrender.render(scene, spp=4))
+        assert image.shape == (4, 4, 13)
+        return image[..., 1::3].mean((0, 1))     # S0 .. S3 (each written thrice)
+
+    phases = []
+    for theta in (0.0, 20.0, 65.0):
+        s = stokes([theta])
+        np.testing.assert_allclose(s[0], 0.5, atol=1e-5)
+        np.testing.assert_allclose(math.hypot(s[1], s[2]), 0.5, atol=1e-4)
+        assert abs(s[3]) < 1e-5
+        phases.append(math.atan2(s[2], s[1]))
+    # the angle of polarization turns with the polarizer (twice as fast in S1, S2)
+    turns = [math.remainder(p - phases[0], 2 * math.pi) for p in phases[1:]]
+    np.testing.assert_allclose(np.abs(turns), [math.radians(40.0), math.radians(130.0)], atol=1e-3)
+    right = stokes([0.0, 45.0], ["polarizer", "retarder"])
+    left = stokes([0.0, -45.0], ["polarizer", "retarder"])
+    np.testing.assert_allclose([abs(right[3]), abs(left[3])], [0.5, 0.5], atol=1e-4)
+    assert right[3] * left[3] < 0
+    np.testing.assert_allclose(right[1:3], 0.0, atol=3e-4)   # (oblique rays within the 1 degree view)
+
+
+# ---------------------------------------------------------------------------
+# Gradients
+# ---------------------------------------------------------------------------
+
+def test_gradient_of_malus_law():
+    """d/dtheta of 1/2 cos^2(theta - theta0) (theta in degrees): reverse
+    and forward mode equal each other and the closed form."""
+    scene = jaxrender.load_dict(sheets([0.0, 30.0]), variant="mono_polarized")
+    key = "sheet1.bsdf.theta.value"
+
+    def f(x):
+        return jnp.mean(jaxrender.render(scene, {key: x}, spp=4))
+
+    x = scene.params[key]
+    g = jax.grad(f)(x)
+    _, t = jax.jvp(f, (x,), (jnp.ones_like(x),))
+    closed = -0.5 * math.sin(math.radians(60.0)) * math.pi / 180.0
+    np.testing.assert_allclose(g, closed, rtol=1e-4)
+    np.testing.assert_allclose(t, g, rtol=1e-5)
+
+
+def _small(name, rr_depth=None):
+    _, make = POLARIZED_VARIANTS[name]
+    d = make(jaxrender.cornell_box())
+    d["sensor"]["film"]["width"] = d["sensor"]["film"]["height"] = 12
+    if rr_depth is not None:
+        d["integrator"]["rr_depth"] = rr_depth
+    return d
+
+
+def _weighted_sum(scene, key, index, spp=64):
+    """(f, v): f(v) a weighted sum of the image with entry ``index`` of
+    parameter ``key`` set to v (the whole parameter if it is a scalar)."""
+    x0 = jnp.asarray(scene.params[key])
+    w = jnp.asarray(np.random.default_rng(3).uniform(0.5, 1.5, (12, 12, 3)), jnp.float32)
+
+    def f(v):
+        x = v if x0.ndim == 0 else x0.at[index].set(v)
+        return jnp.sum(w * jaxrender.render(scene, {key: x}, spp=spp, seed=5, seed_grad=5))
+
+    return f, (x0 if x0.ndim == 0 else x0[index])
+
+
+@pytest.mark.parametrize("key, index, step", [
+    ("red.reflectance.value", 2, 0.5),     # a wall's colour (a sigmoid coefficient), seen past glass and gold
+    ("left.bsdf.theta.value", 0, 1.0),     # a polarizer's angle (degrees)
+])
+def test_gradients_match_finite_differences(key, index, step):
+    """The crossed-polarizer scene in spectral_polarized: the derivative of a
+    weighted image sum by reverse mode (rb) matches central differences
+    with the same random numbers (Russian roulette off: its decisions move
+    with the parameters), and forward mode."""
+    scene = jaxrender.load_dict(_small("spectral_polarized_path", rr_depth=100), variant="spectral_polarized")
+    f, v = _weighted_sum(scene, key, index)
+    g = float(jax.grad(f)(v))
+    fd = float((f(v + step) - f(v - step)) / (2 * step))
+    assert abs(fd) > 1e-3
+    np.testing.assert_allclose(g, fd, rtol=0.02)
+    _, t = jax.jvp(f, (v,), (jnp.ones_like(v),))
+    np.testing.assert_allclose(float(t), g, rtol=1e-4)
+
+
+def test_forward_and_reverse_mode_agree_with_russian_roulette():
+    """The dot-product test where Russian roulette weighs continuations: the
+    adjoint's incident radiance carries the roulette's factor."""
+    scene = jaxrender.load_dict(_small("spectral_polarized_path"), variant="spectral_polarized")
+    f, v = _weighted_sum(scene, "red.reflectance.value", 1)
+    _, t = jax.jvp(f, (v,), (jnp.ones_like(v),))
+    np.testing.assert_allclose(float(jax.grad(f)(v)), float(t), rtol=1e-4)
+
+
+# ---------------------------------------------------------------------------
+# What is refused
+# ---------------------------------------------------------------------------
+
+def test_variant_names():
+    assert jaxrender.variants() == ["mono", "rgb", "spectral", "mono_polarized", "spectral_polarized"]
+    assert jaxrender.load_dict(sheets([0.0]), variant="spectral_polarized").variant == "spectral_polarized"
+    with pytest.raises(SceneError, match="no rgb_polarized"):
+        jaxrender.load_dict(sheets([0.0]), variant="rgb_polarized")
+
+
+def test_prb_is_refused_and_rb_is_the_default():
+    scene = jaxrender.load_dict(sheets([0.0, 30.0]), variant="mono_polarized")
+    key = "sheet1.bsdf.theta.value"
+    x = scene.params[key]
+    with pytest.raises(SceneError, match="need not be invertible"):
+        jax.grad(lambda v: jnp.mean(jaxrender.render(scene, {key: v}, spp=1, method="prb")))(x)
+    assert np.isfinite(jax.grad(lambda v: jnp.mean(jaxrender.render(scene, {key: v}, spp=1, method="rb")))(x))
+
+
+@pytest.mark.parametrize("edit, variant, says", [
+    (lambda d: d["floor"].update(bsdf={"type": "roughconductor", "alpha": 0.2}), "spectral_polarized",
+     "roughconductor BSDF in the spectral_polarized variant"),
+    (lambda d: d.update(integrator={"type": "volpath"}), "mono_polarized", "volpath integrator"),
+    (lambda d: d.update(integrator={"type": "aov", "aovs": "dd:depth"}), "spectral_polarized", "aov integrator"),
+    (lambda d: d.update(integrator={"type": "stokes", "nested": {"type": "path"}}), "spectral",
+     "stokes integrator needs a polarized variant"),
+    (lambda d: d.update(integrator={"type": "stokes", "nested": {"type": "volpath"}}), "spectral_polarized",
+     "nested 'volpath' integrator"),
+    (lambda d: d.update(integrator={"type": "stokes", "hide_emitters": True, "nested": {"type": "path"}}),
+     "spectral_polarized", "give hide_emitters to the nested integrator"),
+])
+def test_what_polarized_variants_cannot_render_yet_is_an_error(edit, variant, says):
+    d = jaxrender.cornell_box()
+    edit(d)
+    with pytest.raises(SceneError, match=says):
+        jaxrender.render(jaxrender.load_dict(d, variant=variant), spp=1)
+
+
+def test_stokes_images_and_moving_cameras_are_not_differentiable_yet():
+    scene = jaxrender.load_dict(sheets([0.0], stokes=True), variant="mono_polarized")
+    key = "sheet0.bsdf.theta.value"
+    with pytest.raises(NotDifferentiableError, match="Stokes images"):
+        jax.grad(lambda v: jnp.mean(jaxrender.render(scene, {key: v}, spp=1)))(scene.params[key])
+    scene = jaxrender.load_dict(sheets([0.0]), variant="mono_polarized")
+    with pytest.raises(NotDifferentiableError, match="mono_polarized"):
+        jax.grad(lambda m: jnp.mean(jaxrender.render(scene, {"sensor.to_world": m}, spp=1)))(
+            scene.params["sensor.to_world"])
