@@ -599,7 +599,19 @@ def cbox_spectrum_lists(d):
     return d
 
 
+def cbox_principled(d):
+    """Both principled models (their many lobes, a glassy thin sheet)."""
+    d = _base(d)
+    d["large-box"]["bsdf"] = {"type": "principled", "base_color": {"type": "rgb", "value": [0.7, 0.3, 0.2]},
+                              "metallic": 0.4, "roughness": 0.35, "clearcoat": 0.5, "sheen": 0.3}
+    d["small-box"]["bsdf"] = {"type": "principledthin", "base_color": {"type": "rgb", "value": [0.2, 0.5, 0.8]},
+                              "roughness": 0.3, "spec_trans": 0.4, "diff_trans": 0.3}
+    return d
+
+
 COLOR_VARIANTS = {
+    "spectral_principled": ("spectral", cbox_principled),
+    "mono_principled": ("mono", cbox_principled),
     "rgb_spectrum_lists": ("rgb", cbox_spectrum_lists),
     "mono_spectrum_lists": ("mono", cbox_spectrum_lists),
     "spectral_spectrum_lists": ("spectral", cbox_spectrum_lists),

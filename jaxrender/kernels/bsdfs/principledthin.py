@@ -177,7 +177,7 @@ def sample(params: ThinParams, wi: Vec, u1, u2: Vec):
     wo = ir.select(pick_d, cos_hemi, ir.select(pick_l, -cos_hemi, wo))
     ok = ok | pick_d | pick_l
     zero = black()
-    wo = ir.select(active, wo * s, zero)
+    wo = ir.select(active, wo * s, Vec(0.0, 0.0, 0.0))   # (a direction: three floats in every variant)
     active = active & ok
     pd = ir.select(active, pdf(p, wi, wo), 0.0)
     active = active & (pd > 0.0)
