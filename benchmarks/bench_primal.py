@@ -2,7 +2,8 @@
 
     apt-get install -y libllvm19     # Mitsuba's LLVM backend needs LLVM >= 19
     python benchmarks/bench_primal.py [--size 128] [--spp 64] [--seeds 8]
-        [--filters box,tent,gaussian] [--scenes cornell,mesh,envmap] [--variant rgb] [--json out.json]
+        [--filters box,tent,gaussian] [--scenes cornell,mesh,envmap[,polarizers]] [--variant rgb]
+        [--json out.json]
 
 Scenes: the Cornell box (max_depth 8), the Cornell box with a large
 tessellated mesh (a sphere of ~--mesh-tris triangles written to a PLY file,
@@ -23,8 +24,11 @@ table, each row's throughput and a check that the two renderers' mean
 images agree within noise (per-channel means over seeds, as a z-score).
 --first-frame also times jaxrender's cold-compile first frame (empty kernel
 cache) and warm first frame (kernels from the disk cache, new process).
---variant mono or spectral renders both in that colour variant (Mitsuba's
-llvm_ad_mono / llvm_ad_spectral).
+--variant mono, spectral, mono_polarized or spectral_polarized renders both
+in that colour variant (Mitsuba's llvm_ad_<variant>). The polarizers scene
+(glass and gold boxes behind a linear polarizer and, on the right, a
+quarter-wave plate) polarizes light in the polarized variants; elsewhere
+the sheets are a half filter and a clear one.
 """
 from __future__ import annotations
 
@@ -112,6 +116,17 @@ def scenes(size: int, spp: int, mesh_path: Path | None, base_factory, env_path: 
             "mesh": {"type": "ply", "filename": str(mesh_path),
                      "bsdf": {"type": "roughconductor", "distribution": "ggx", "alpha": 0.2}},
         }
+    d = base()
+    T = type(d["sensor"]["to_world"])
+    d["large-box"]["bsdf"] = {"type": "conductor", "material": "Au"}
+    d["small-box"]["bsdf"] = {"type": "dielectric", "int_ior": 1.5}
+    # lifted off the floor: two coplanar faces are a tie each renderer breaks its own way
+    d["small-box"]["to_world"] = T().translate([0.335, -0.68, 0.38]).rotate([0, 1, 0], -17).scale(0.3)
+    d["sheet"] = {"type": "rectangle", "to_world": T().translate([0.0, 0.0, 2.6]).scale([2.0, 2.0, 1.0]),
+                  "bsdf": {"type": "polarizer", "theta": 30.0}}
+    d["plate"] = {"type": "rectangle", "to_world": T().translate([1.0, 0.0, 2.7]).scale([1.0, 2.0, 1.0]),
+                  "bsdf": {"type": "retarder", "theta": 45.0}}
+    out["cornell box + polarizers"] = d
     return out
 
 
@@ -134,7 +149,8 @@ def first_frame(cache_dir: str) -> tuple[float, int, int]:
 
 
 
-SCENES = {"cornell": "cornell box", "mesh": "cornell box + mesh", "envmap": "mesh + envmap"}
+SCENES = {"cornell": "cornell box", "mesh": "cornell box + mesh", "envmap": "mesh + envmap",
+          "polarizers": "cornell box + polarizers"}
 
 
 def compare(name: str, ours_dict: dict, mitsuba_dict: dict | None, rfilter: str, args, jaxrender, mi,
@@ -185,11 +201,12 @@ def main(argv=None) -> None:
     ap.add_argument("--spp", type=int, default=64)
     ap.add_argument("--seeds", type=int, default=8, help="renders per renderer, scene and filter (>= 2)")
     ap.add_argument("--filters", default=",".join(FILTERS), help="comma list of box, tent, gaussian")
-    ap.add_argument("--scenes", default=",".join(SCENES), help=f"comma list of {', '.join(SCENES)}")
+    ap.add_argument("--scenes", default="cornell,mesh,envmap", help=f"comma list of {', '.join(SCENES)}")
     ap.add_argument("--mesh-tris", type=int, default=1_000_000)
     ap.add_argument("--first-frame", action="store_true",
                     help="also time jaxrender's first frame in a new process, cold and warm kernel cache")
-    ap.add_argument("--variant", default="rgb", choices=("rgb", "mono", "spectral"),
+    ap.add_argument("--variant", default="rgb",
+                    choices=("rgb", "mono", "spectral", "mono_polarized", "spectral_polarized"),
                     help="colour variant of both renderers (Mitsuba's llvm_ad_<variant>)")
     ap.add_argument("--json", help="also write the results to this file")
     args = ap.parse_args(argv)

@@ -21,6 +21,9 @@ class UsageError(Exception):
     """A mistake on the command line (reported as one line, exit status 2)."""
 
 
+VARIANT_HELP = "colour variant: rgb (default), mono, spectral, mono_polarized or spectral_polarized"
+
+
 def _load(path: str | None, defines: list[str], variant: str | None = None):
     import jaxrender
     overrides = {}
@@ -137,13 +140,13 @@ def main(argv=None) -> None:
     r.add_argument("--sensor", type=int, default=0, help="which sensor of the scene (file order)")
     r.add_argument("--passes", type=int, default=8, help="sample passes (progress bar granularity; the independent sampler only)")
     r.add_argument("-D", "--define", action="append", help="override an XML <default>: name=value")
-    r.add_argument("--variant", default=None, help="colour variant: rgb (default), mono or spectral")
+    r.add_argument("--variant", default=None, help=VARIANT_HELP)
     r.add_argument("-q", "--quiet", action="store_true")
     r.set_defaults(fn=cmd_render)
     i = sub.add_parser("info", help="list a scene's parameters")
     i.add_argument("scene", nargs="?")
     i.add_argument("-D", "--define", action="append")
-    i.add_argument("--variant", default=None, help="colour variant: rgb (default), mono or spectral")
+    i.add_argument("--variant", default=None, help=VARIANT_HELP)
     i.set_defaults(fn=cmd_info)
     args = ap.parse_args(argv)
     from .scene.errors import SceneError

@@ -196,3 +196,15 @@ def test_spectral_metals_example_renders_both_variants(tmp_path):
     for variant in ("rgb", "spectral"):
         gold, copper = colours["gold"][variant], colours["copper"][variant]
         assert np.all(np.isfinite(gold)) and gold[0] > gold[2] and copper[0] > copper[2], (variant, gold, copper)
+
+
+def test_polarization_example_matches_its_closed_forms(tmp_path):
+    import polarization
+    r = polarization.run(res=56, spp=4, out=tmp_path, plot=False)
+    for name in ("crossed.png", "s0.png", "s1.png", "s2.png", "s3.png", "filter_0.png", "filter_90.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    for kind in polarization.PLATES:
+        # (the white sky's spectral noise: 4 wavelengths a sample)
+        np.testing.assert_allclose(r["measured"][kind], r["expected"][kind], atol=0.03)
+    assert r["max_linear_degree"] > 0.5          # reflections off glass are strongly polarized
+    assert r["filter_means"][90.0] < r["filter_means"][0.0]

@@ -20,8 +20,8 @@ import llvmlite.binding as llvm
 
 from jaxrender import ir
 from jaxrender.kernels.context import Structure
-from jaxrender.kernels.integrators import PathIntegrator, boundary
-from jaxrender.kernels.spectrum import SPECTRAL
+from jaxrender.kernels.integrators import PathIntegrator, StokesIntegrator, boundary
+from jaxrender.kernels.spectrum import SPECTRAL, SPECTRAL_POLARIZED
 from jaxrender.lowering import bvh_traversal, ptx, toolkit
 
 import test_codegen_lanes
@@ -64,6 +64,17 @@ MEGAKERNELS = {
     "path_spectral": lambda: dataclasses.replace(PATH, spectrum=SPECTRAL).primal_kernel(
         Structure(bsdfs=("diffuse", "roughplastic-ggx", "conductor"), tex_slots=1, spectral_curves=True)),
 }
+# Polarized variants: a path's throughput is a Mueller matrix per wavelength
+# (64 floats) and polarizing BSDFs rotate their matrices between Stokes
+# bases, more live state than 255 registers hold: the stokes primal spills
+# 560 B on sm_80, the rb adjoint about 2.6 kB (a GPU speed question for
+# hardware; bounded below so that growth shows).
+POLARIZED_STRUCTURE = Structure(bsdfs=("diffuse", "conductor", "dielectric", "polarizer", "retarder"))
+POLARIZED = {
+    "stokes_spectral_polarized": lambda: dataclasses.replace(StokesIntegrator(), spectrum=SPECTRAL_POLARIZED)
+    .primal_kernel(POLARIZED_STRUCTURE),
+    "adjoint_rb_spectral_polarized": lambda: dataclasses.replace(PATH, spectrum=SPECTRAL_POLARIZED)
+    .adjoint_kernel(DIFF, "rb", POLARIZED_STRUCTURE)}
 # Shared shapegroups: the ranged BVH query and the instance walk (with analytic shapes: the skip-link path too).
 INSTANCED = {"path_instanced": lambda: PATH.primal_kernel(Structure(instanced=True)),
              "path_instanced_analytic": lambda: PATH.primal_kernel(Structure(instanced=True, analytic=True)),
@@ -97,7 +108,7 @@ ENGINE_KERNELS = {
 
 @functools.cache
 def gpu_ptx(name: str, sm: int, nb: int = 0) -> str:
-    k = {**MEGAKERNELS, **ENGINE_KERNELS, **INSTANCED, **CAMERA}[name]()
+    k = {**MEGAKERNELS, **ENGINE_KERNELS, **INSTANCED, **CAMERA, **POLARIZED}[name]()
     return ptx.compile_ptx(k, nb, sm)
 
 
@@ -292,6 +303,19 @@ def test_instanced_kernels_assemble(name):
     for sm, r in assembled(name).items():
         assert 0 < r.registers <= 255, r.log
         assert r.stack_frame <= 8 * ir.bvh_query.STACK_SIZE + 384, r.log
+
+
+@needs_libdevice
+@needs_ptxas
+@pytest.mark.parametrize("name", sorted(POLARIZED))
+def test_polarized_kernels_assemble(name):
+    """The polarized variant's stokes primal and rb adjoint keep IEEE
+    arithmetic and assemble for sm_80 and sm_90, within a stack bound that
+    catches growth of their spills (see POLARIZED)."""
+    assert ieee_violations(gpu_ptx(name, 80), ALL_APPROX) == []
+    for sm, r in assembled(name).items():
+        assert 0 < r.registers <= 255, r.log
+        assert r.stack_frame <= 3072, r.log
 
 
 def test_emulator_knows_which_functions_it_approximates():

@@ -105,11 +105,14 @@ def frames_kernel() -> ir.Kernel:
         return {"basis": mu.stokes_basis(W), "rotate": r,
                 "round_trip": mu.matmul(mu.rotate_stokes_basis(W, Bt, Bc), r),
                 "mueller": mu.rotate_mueller_basis(M, W, Bc, Bt, W2, Bc2, Bt2),
-                "collinear": mu.rotate_mueller_basis_collinear(M, W, Bc, Bt)}
+                "collinear": mu.rotate_mueller_basis_collinear(M, W, Bc, Bt),
+                # bases not orthogonal to w (w2's): seen along w, or their angle in space (Mitsuba's)
+                "oblique": mu.rotate_stokes_basis(W, Bc2, Bt2), "oblique_in_space": mu.rotate_stokes_basis(
+                    W, Bc2, Bt2, in_space=True)}
     v3 = ir.In("f32", (3,))
     inputs = {"w": v3, "bc": v3, "bt": v3, "w2": v3, "bc2": v3, "bt2": v3, "m": ir.In("f32", (4, 4))}
     return ir.trace(body, inputs, {"basis": V3, "rotate": M44, "round_trip": M44, "mueller": M44,
-                                   "collinear": M44}, name="mueller_frames")
+                                   "collinear": M44, "oblique": M44, "oblique_in_space": M44}, name="mueller_frames")
 
 
 @functools.cache
@@ -237,6 +240,28 @@ def test_frames_match_mitsuba():
         s = np.abs(ins["m"][n]).max() * 4
         _close(out["mueller"][n], np.array(M.rotate_mueller_basis(m, w, bc, bt, w2, bc2, bt2)), s, f"#{n}")
         _close(out["collinear"][n], np.array(M.rotate_mueller_basis_collinear(m, w, bc, bt)), s, f"#{n}")
+
+
+def test_oblique_bases():
+    """Bases not orthogonal to the direction: by default the rotation is the
+    one between the bases projected along it (what an observer looking along
+    the ray sees); ``in_space`` gives Mitsuba's formula, their angle in space
+    (its retarder's case)."""
+    mi = _mitsuba()
+    ins, out = frames_run()
+    w = ins["w"]
+    project = lambda b: _unit(b - w * np.sum(b * w, 1, keepdims=True))      # noqa: E731
+    pc, pt = project(ins["bc2"]), project(ins["bt2"])
+    cos = np.sum(pc * pt, 1)
+    sin = np.sum(w * np.cross(pc, pt), 1)
+    theta = np.arctan2(sin, cos)
+    for n in range(8, N):      # (the first rows' special cases are for orthogonal bases)
+        # (float32 against float64 projections: a few bases nearly along w lose digits)
+        np.testing.assert_allclose(out["oblique"][n], _np_rotator(theta[n]), atol=3e-5, err_msg=f"projected #{n}")
+        V = mi.Vector3f
+        ref = mi.mueller.rotate_stokes_basis(*(V(*map(float, ins[k][n])) for k in ("w", "bc2", "bt2")))
+        _close(out["oblique_in_space"][n], np.array(ref), what=f"in space #{n}")
+    assert np.abs(out["oblique"] - out["oblique_in_space"]).max() > 0.1     # they do differ
 
 
 def _mi_fresnel(mi, c, eta):

@@ -196,18 +196,24 @@ def stokes_basis(w: Vec) -> Vec:
     return Vec(ir.fma(w.x * w.x, a * sign, 1.0), sign * (w.x * w.y * a), -sign * w.x)
 
 
-def rotate_stokes_basis(w: Vec, basis_current: Vec, basis_target: Vec) -> Mueller:
+def rotate_stokes_basis(w: Vec, basis_current: Vec, basis_target: Vec, in_space: bool = False) -> Mueller:
     """The rotator that re-expresses a Stokes vector of light travelling
     along the unit vector ``w`` from ``basis_current`` in ``basis_target``
-    (need not be unit): rotator(theta) with theta the angle between
-    them, negative where (current x target) points against ``w``. As
-    Mitsuba's, theta is their angle in space, also where a basis is not
-    orthogonal to ``w`` (its retarder passes the frame's x axis for any
-    incidence). ``apply(rotate_stokes_basis(w, stokes_basis(w), b), s)``."""
+    (need not be unit): rotator(theta) with theta the angle between them
+    seen along ``w`` (in the plane orthogonal to it), negative where
+    (current x target) points against ``w``. ``in_space``: theta is their
+    angle in space instead, Mitsuba's formula; the two agree for bases
+    orthogonal to ``w``, as Mitsuba requires, but Mitsuba's retarder passes
+    one that is not (``bsdfs/retarder.py``).
+    ``apply(rotate_stokes_basis(w, stokes_basis(w), b), s)``."""
     cross = ir.cross(basis_current, basis_target)
     c = ir.dot(basis_current, basis_target)
-    s = ir.sqrt(ir.dot(cross, cross))
-    s = ir.select(ir.dot(w, cross) < 0.0, -s, s)
+    if in_space:
+        s = ir.sqrt(ir.dot(cross, cross))
+        s = ir.select(ir.dot(w, cross) < 0.0, -s, s)
+    else:
+        s = ir.dot(w, cross)
+        c = c - ir.dot(w, basis_current) * ir.dot(w, basis_target)   # the bases projected along w
     # cos(2 theta), sin(2 theta) from cos theta ~ c and sin theta ~ s, normalised
     n2 = c * c + s * s
     ok = n2 > 0.0
@@ -229,11 +235,13 @@ def rotate_mueller_basis(m: Mueller, in_forward: Vec, in_basis_current: Vec, in_
     return matmul(r_out, matmul(m, transpose(r_in)))
 
 
-def rotate_mueller_basis_collinear(m: Mueller, forward: Vec, basis_current: Vec, basis_target: Vec) -> Mueller:
+def rotate_mueller_basis_collinear(m: Mueller, forward: Vec, basis_current: Vec, basis_target: Vec,
+                                   in_space: bool = False) -> Mueller:
     """:func:`rotate_mueller_basis` for an element whose input and output
-    share the direction and frames: R @ m @ R^T.
+    share the direction and frames: R @ m @ R^T (``in_space``: see
+    :func:`rotate_stokes_basis`).
     ``rotate_mueller_basis_collinear(linear_polarizer(), w, b0, b1)``."""
-    r = rotate_stokes_basis(forward, basis_current, basis_target)
+    r = rotate_stokes_basis(forward, basis_current, basis_target, in_space)
     return matmul(r, matmul(m, transpose(r)))
 
 

@@ -10,12 +10,13 @@ source serves every variant:
 * ``spectral``: four wavelengths per path, sampled at the camera
   (Mitsuba's ``spectral``), the film receiving their linear sRGB;
 * ``spectral_polarized`` / ``mono_polarized``: the same colours, but a
-  path's spectrum is a Mueller matrix per channel (Mitsuba's
-  ``MuellerMatrix<UnpolarizedSpectrum>``): throughput, BSDF values and
-  radiance are 16 ``channels``-wide entries, multiplied as matrices
-  (:meth:`SpectrumType.mul`); emitters are unpolarized (:meth:`lift`) and
-  the film records the intensity (entry 0, 0), the ``stokes`` integrator
-  the first column.
+  path's throughput and BSDF values are a Mueller matrix per channel
+  (Mitsuba's ``MuellerMatrix<UnpolarizedSpectrum>``), 16 entries of
+  ``channels`` floats, multiplied as matrices (:meth:`SpectrumType.mul`);
+  radiance is a Stokes vector per channel (:meth:`SpectrumType.apply`):
+  emitters are unpolarized (:meth:`SpectrumType.radiance`), so Mitsuba's
+  radiance matrix would only ever have its first column. The film records
+  the intensity (S0), the ``stokes`` integrator all four.
 
 What a colour *parameter* stores is the variant's business too (three
 floats per colour in every variant, ``layout``): RGB values in ``rgb``,
@@ -98,9 +99,16 @@ class SpectrumType:
 
     @property
     def width(self) -> int:
-        """Floats of a path's spectrum: ``channels``, times 16 when polarized
-        (entry (i, j) of channel l at ``(4 i + j) channels + l``)."""
+        """Floats of a path spectrum (throughput, a BSDF value): ``channels``,
+        times 16 when polarized (entry (i, j) of channel l at ``(4 i + j)
+        channels + l``)."""
         return self.channels * (16 if self.polarized else 1)
+
+    @property
+    def radiance_width(self) -> int:
+        """Floats of a radiance: ``channels``, times 4 when polarized (Stokes
+        component i of channel l at ``i channels + l``)."""
+        return self.channels * (4 if self.polarized else 1)
 
     def zero(self) -> Vec:
         """A path spectrum of zero (a zero Mueller matrix when polarized)."""
@@ -115,14 +123,14 @@ class SpectrumType:
         return Vec(*(value,) * self.channels)
 
     # -- path spectra: colours as Mueller matrices when polarized ----------------
-    def lift(self, color: Vec) -> Vec:
+    def depolarizer(self, color: Vec) -> Vec:
         """A colour as a path spectrum: unchanged, or when polarized a
-        depolarizer (Mitsuba's ``depolarizer``: only entry (0, 0)), which is
-        what unpolarized emission and a BSDF without polarization code are."""
+        depolarizer (Mitsuba's ``depolarizer``: only entry (0, 0)), what a
+        BSDF without polarization code is."""
         if not self.polarized:
             return color
         if len(color) != self.channels:
-            raise ValueError(f"lift: a colour has {self.channels} channels, got {len(color)}")
+            raise ValueError(f"depolarizer: a colour has {self.channels} channels, got {len(color)}")
         return self._pack([mueller.depolarizer(c) for c in color])
 
     def scaled(self, value) -> Vec:
@@ -140,7 +148,7 @@ class SpectrumType:
         identity (``keeps_polarization``)."""
         if not self.polarized or len(value) == self.width:
             return value
-        return self.scaled(value) if keeps_polarization else self.lift(value)
+        return self.scaled(value) if keeps_polarization else self.depolarizer(value)
 
     def mul(self, a: Vec, b: Vec) -> Vec:
         """The product of two path spectra: per channel, or when polarized
@@ -149,18 +157,6 @@ class SpectrumType:
         if not self.polarized:
             return a * b
         return self._pack([mueller.matmul(self.matrix(a, c), self.matrix(b, c)) for c in range(self.channels)])
-
-    def intensity(self, value: Vec) -> Vec:
-        """A path spectrum's colour for an unpolarized observer: itself, or
-        when polarized entry (0, 0) of each channel (Mitsuba's
-        ``unpolarized_spectrum``)."""
-        return Vec(*value[:self.channels]) if self.polarized else value
-
-    def stokes(self, value: Vec) -> tuple:
-        """(polarized) The Stokes vector (S0, S1, S2, S3: colours) of
-        unpolarized light after ``value``: its first column."""
-        n = self.channels
-        return tuple(Vec(*value[4 * i * n:(4 * i + 1) * n]) for i in range(4))
 
     def matrix(self, value: Vec, c: int) -> tuple:
         """(polarized) Channel ``c`` of a path spectrum as a Mueller matrix (``mueller.py``)."""
@@ -177,6 +173,32 @@ class SpectrumType:
         n = self.channels
         return Vec(*(matrices[c][i][j] for i in range(4) for j in range(4) for c in range(n)))
 
+    # -- radiance: a Stokes vector per channel when polarized ------------------------
+    def no_radiance(self) -> Vec:
+        """A radiance of zero (a zero Stokes vector per channel when polarized)."""
+        return Vec(*(0.0,) * self.radiance_width)
+
+    def radiance(self, color: Vec) -> Vec:
+        """Unpolarized light of intensity ``color`` (emission) as a radiance."""
+        if not self.polarized:
+            return color
+        return Vec(*color, *(0.0,) * (self.radiance_width - self.channels))
+
+    def apply(self, m: Vec, radiance: Vec) -> Vec:
+        """Path spectrum ``m`` applied to ``radiance``: per channel, or when
+        polarized each channel's Mueller matrix times its Stokes vector."""
+        if not self.polarized:
+            return m * radiance
+        n = self.channels
+        out = [mueller.apply(self.matrix(m, c), Vec(*radiance[c::n])) for c in range(n)]
+        return Vec(*(out[c][i] for i in range(4) for c in range(n)))
+
+    def intensity(self, value: Vec) -> Vec:
+        """The colour an unpolarized observer sees of a path spectrum or a
+        radiance: itself, or when polarized entry (0, 0) / S0 of each
+        channel (Mitsuba's ``unpolarized_spectrum``), their first floats."""
+        return Vec(*value[:self.channels]) if self.polarized else value
+
     def read(self, buf, row, start: int = 0) -> Vec:
         """``channels`` floats stored at ``start`` in row ``row`` of ``buf``."""
         return Vec(*(buf.read(row, start + k) for k in range(self.channels)))
@@ -188,7 +210,7 @@ class SpectrumType:
     def max(self, v: Vec):
         """The largest channel (of the intensity, when polarized: Mitsuba's
         ``max(unpolarized_spectrum(v))``)."""
-        if self.polarized and len(v) == self.width:
+        if self.polarized:
             v = self.intensity(v)
         m = v[0]
         for x in v[1:]:
@@ -268,8 +290,8 @@ class SpectrumType:
         return dataclasses.replace(ctx, spectrum=bound)
 
     def to_film(self, value: Vec) -> Vec:
-        """What the film accumulates for a path's spectrum ``value`` (its
-        intensity, when polarized)."""
+        """What the film accumulates for a radiance ``value`` (its intensity,
+        when polarized)."""
         if self.polarized:
             value = self.intensity(value)
         if not self.spectral:
@@ -290,10 +312,10 @@ class SpectrumType:
             * (0.25 / pdf_wavelength(lam)) for lam in self._bound())))
 
     def _from_intensity(self, d_color: Vec) -> Vec:
-        """A colour cotangent as the cotangent of a path spectrum's intensity."""
+        """A colour cotangent as the cotangent of a radiance's intensity."""
         if not self.polarized:
             return d_color
-        return Vec(*d_color, *(0.0,) * (self.width - self.channels))
+        return Vec(*d_color, *(0.0,) * (self.radiance_width - self.channels))
 
     def _bound(self) -> tuple:
         if self.wavelengths is None:

@@ -20,7 +20,8 @@ and mask, which are composites of that registry), with
 constant and envmap emitters; perspective, thinlens and orthographic
 sensors; hdrfilm with box, tent
 and gaussian filters; independent, stratified, multijitter, orthogonal and
-ldsampler samplers; path, direct and aov integrators. Anything else raises
+ldsampler samplers; path, direct, volpath, prbvolpath, aov and stokes
+integrators. Anything else raises
 :class:`SceneError` naming the plugin, never a wrong image.
 """
 from __future__ import annotations

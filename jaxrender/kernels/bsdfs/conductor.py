@@ -37,9 +37,9 @@ def pdf(params: ConductorParams, wi: Vec, wo: Vec):
 
 def sample(params: ConductorParams, wi: Vec, u1, u2: Vec):
     cos_i = wi.z
-    wo = reflect(wi)
     S = spectrum.active()
     if S.polarized:
+        wo = reflect(wi)
         # Light arrives along -wo and leaves along wi: the Fresnel matrix of
         # each channel's complex IOR, in those directions' Stokes bases.
         frames = mueller.specular_frames(wo, wi)
@@ -49,7 +49,7 @@ def sample(params: ConductorParams, wi: Vec, u1, u2: Vec):
         return wo, ir.Float(1.0), ir.select(cos_i > 0.0, F, S.zero()), ir.Bool(True)
     F = fresnel_conductor_rgb(cos_i, params.eta, params.k) * params.specular_reflectance
     weight = ir.select(cos_i > 0.0, F, black())
-    return wo, ir.Float(1.0), weight, ir.Bool(True)
+    return reflect(wi), ir.Float(1.0), weight, ir.Bool(True)
 
 
 # Mitsuba's default material "none": eta = 0, k = 1, a perfect mirror.

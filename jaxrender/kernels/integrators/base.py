@@ -311,7 +311,7 @@ class ReplayIntegrator(Integrator):
         radiance yet, whose trace is the radiance arriving where ``state``
         continues: the same path (Russian roulette sees the whole
         throughput), without the throughput towards the camera."""
-        return dataclasses.replace(state, throughput=self.spectrum.one(), radiance=self.spectrum.zero(),
+        return dataclasses.replace(state, throughput=self.spectrum.one(), radiance=self.spectrum.no_radiance(),
                                    rr_prefix=state.throughput)
 
     def kept(self, final):
@@ -331,7 +331,7 @@ class ReplayIntegrator(Integrator):
         """Radiance of the rest of the path from ``state``."""
         final = self.run(ctx, s, state)
         kept = self.kept(final)
-        return final.radiance if kept is None else ir.select(kept, final.radiance, self.spectrum.zero())
+        return final.radiance if kept is None else ir.select(kept, final.radiance, self.spectrum.no_radiance())
 
     def _adjoint_body(self, active: tuple, method: str, structure: Structure, **b):
         """Accumulates into ``grad_<name>`` the image cotangent ``grad_image``
@@ -367,14 +367,15 @@ class ReplayIntegrator(Integrator):
             gated = self.kept(state0) is not None
             camera = ctx.camera_motion or ctx.geometry_motion
             final = self.run(plain, s, state0) if method == "prb" or gated or camera else None
-            total = final.radiance if method == "prb" else S.zero()
+            total = final.radiance if method == "prb" else S.no_radiance()
             if gated:   # a path that does not count has no derivative
-                d_l = ir.select(self.kept(final), d_l, S.zero())
+                d_l = ir.select(self.kept(final), d_l, S.no_radiance())
             if camera:
                 # The splat weights move with the camera (sensors/motion.py):
                 # their cotangents are the footprint's pixel cotangents
                 # times the sample's whole estimate.
-                estimate = final.radiance if not gated else ir.select(self.kept(final), final.radiance, S.zero())
+                estimate = (final.radiance if not gated
+                            else ir.select(self.kept(final), final.radiance, S.no_radiance()))
                 _, weights_pullback = ir.vjp(lambda: motion.attached_weights(ctx, s, footprint), buffer_grads=grads)
                 weights_pullback([_dot(S.read_film(b["grad_image"], ctx.item, k * stride),
                                        ctx.spectrum.to_film(estimate))
@@ -394,10 +395,12 @@ class ReplayIntegrator(Integrator):
                 elif method == "rb" and S.polarized:
                     # Mueller matrices need not be invertible: local_radiance
                     # takes the radiance arriving from the continuation itself
-                    rest = ir.cond(vertex.continues, lambda: self.trace(plain, s, self.incident_state(new)), S.zero)
+                    rest = ir.cond(vertex.continues, lambda: self.trace(plain, s, self.incident_state(new)),
+                                   S.no_radiance)
                 elif method == "rb":
                     rest = ir.cond(vertex.continues,
-                                   lambda: self.trace(plain, s, dataclasses.replace(new, radiance=S.zero())), S.zero)
+                                   lambda: self.trace(plain, s, dataclasses.replace(new, radiance=S.no_radiance())),
+                                   S.no_radiance)
                 else:  # rb_biased: incident radiance taken as 1
                     rest = ir.select(vertex.continues, new.throughput, S.zero())
                 shading, pullback = shaded[0]

@@ -55,8 +55,8 @@ class PathState:
 @dataclasses.dataclass
 class Shading:
     """What :meth:`PathIntegrator.shade` computes at a vertex."""
-    emitted: Vec        # emitted radiance towards the ray, times its MIS weight
-    direct: Vec         # the emitter sample's contribution, before the shadow test
+    emitted: Vec        # emitted radiance towards the ray, times its MIS weight (a radiance)
+    direct: Vec         # the emitter sample's contribution, before the shadow test (a radiance)
     wo: Vec             # the BSDF sample: direction (world), pdf, weight f cos / pdf, delta flag
     pdf: Any
     weight: Vec
@@ -113,7 +113,7 @@ class PathIntegrator(ReplayIntegrator):
         valid = self.camera_sees_environment(ctx) if samples_null(ctx.structure) else None
         none = (ir.Int(-1), ir.Float(0.0), ir.Float(0.0))
         prev = (*none, o, d, ir.Float(0.0), *none) if ctx.geometry_motion else None
-        return PathState(ir.Int(0), o, d, t_min, t_max, S.one(), S.zero(), ir.Float(1.0), ir.Bool(True),
+        return PathState(ir.Int(0), o, d, t_min, t_max, S.one(), S.no_radiance(), ir.Float(1.0), ir.Bool(True),
                          ir.Bool(True), ir.Float(1.0), valid=valid, prev=prev)
 
     def kept(self, final: PathState):
@@ -128,7 +128,7 @@ class PathIntegrator(ReplayIntegrator):
             return super()._value(ctx, s)
         ctx = ctx.spectrum.bind(ctx, s)
         final = self.run(ctx, s, self.start(ctx, s))
-        return Vec(*ctx.spectrum.to_film(ir.select(final.valid, final.radiance, self.spectrum.zero())),
+        return Vec(*ctx.spectrum.to_film(ir.select(final.valid, final.radiance, self.spectrum.no_radiance())),
                    ir.select(final.valid, 1.0, 0.0))
 
     def shade(self, ctx, si, es, u, depth, prev_pdf, prev_delta, show_emitters, prev=None, edge=None,
@@ -159,7 +159,7 @@ class PathIntegrator(ReplayIntegrator):
         # Emission seen along the ray, weighted against emitter sampling.
         S = self.spectrum
         le, env_pdf = emitters.eval_hit(ctx, si)
-        le = S.lift(le)         # emitters are unpolarized
+        le = S.radiance(le)     # emitters are unpolarized
         light_pdf = emitters.pdf(ctx, si, env_pdf)
         w_bsdf = ir.select(depth == 0, ir.select(show_emitters, 1.0, 0.0),
                            ir.select(prev_delta, 1.0, mis_weight(ctx.detach(prev_pdf), light_pdf)))
@@ -172,9 +172,9 @@ class PathIntegrator(ReplayIntegrator):
         # The BSDF: towards the emitter sample, and a sampled continuation.
         bsdf = SurfaceBsdf(ctx, si)
         f_l, bsdf_pdf_l, bs = bsdf.query(si.frame.to_local(es.w), u[3], Vec(u[0], u[1]))
-        em = S.lift(emitters.eval_sample(ctx, es))
+        em = S.radiance(emitters.eval_sample(ctx, es))
         w_em = emitters.light_weight(ctx, es, bsdf_pdf_l)
-        direct = S.mul(f_l, em) * w_em
+        direct = S.apply(f_l, em) * w_em
         weight = bs.weight
         if ctx.geometry_motion:
             direct = direct * nee
@@ -224,17 +224,17 @@ class PathIntegrator(ReplayIntegrator):
             beta = S.mul(beta, sh.pair)  # 1, carrying the derivative of reaching this point
         else:
             sh = shade(si, es, u, st.depth, st.prev_pdf, st.prev_delta, show_emitters)
-        radiance = st.radiance + S.mul(beta, sh.emitted)
+        radiance = st.radiance + S.apply(beta, sh.emitted)
         if ctx.geometry_motion:
-            radiance = radiance + S.mul(beta, sh.boundary)
+            radiance = radiance + S.apply(beta, sh.boundary)
 
         # Next-event estimation: the shadow ray only where it can matter.
-        direct = S.mul(beta, sh.direct)
+        direct = S.apply(beta, sh.direct)
         useful = active_next & (ctx.n_emitters > 0) & (es.delta | (es.pdf > 0.0)) & (S.max(direct) > 0.0)
         blocked = ir.cond(useful, lambda: occluded(ctx.geo, si.spawn(es.w), es.w, ir.Float(0.0),
                                                    es.dist * (1.0 - 1e-3)),
                           lambda: ir.Bool(True))
-        radiance = radiance + ir.select(blocked, S.zero(), direct)
+        radiance = radiance + ir.select(blocked, S.no_radiance(), direct)
 
         # Continue with the BSDF sample; Russian roulette as Mitsuba's: after
         # rr_depth vertices, on the throughput times eta^2 (undoing the
@@ -258,7 +258,7 @@ class PathIntegrator(ReplayIntegrator):
             # Whether what the path gathered so far counts depends on this
             # sample's choices, so its derivative has their probability's
             # (a score term; 1 in value).
-            pending = ir.select(deciding, radiance, S.zero())
+            pending = ir.select(deciding, radiance, S.no_radiance())
             if ctx.diff:
                 radiance = ir.select(deciding, radiance * _relative(sh.choice), radiance)
         passed = si.p + st.d * si.scale
@@ -277,7 +277,7 @@ class PathIntegrator(ReplayIntegrator):
         from there whose first vertex is at ``depth``, its emission counted
         whole (no MIS: this direction was not sampled by a BSDF)."""
         S = self.spectrum
-        state = PathState(depth, o, d, ir.Float(0.0), INF, S.one(), S.zero(), ir.Float(1.0), ir.Bool(True),
+        state = PathState(depth, o, d, ir.Float(0.0), INF, S.one(), S.no_radiance(), ir.Float(1.0), ir.Bool(True),
                           ir.Bool(True), ir.Float(1.0))
         return self.trace(ctx, s, state)
 
@@ -285,10 +285,10 @@ class PathIntegrator(ReplayIntegrator):
         S = self.spectrum
         if S.polarized:
             # rest: the radiance arriving from the continuation (incident_rest)
-            later = ir.select(vertex.continues, S.mul(vertex.throughput, S.mul(sh.weight, rest)) * vertex.rr_scale,
-                              S.zero())
-            direct = ir.select(vertex.visible, S.mul(vertex.throughput, sh.direct), S.zero())
-            local = S.mul(vertex.throughput, sh.emitted) + direct + later
+            later = ir.select(vertex.continues, S.apply(vertex.throughput, S.apply(sh.weight, rest)) * vertex.rr_scale,
+                              S.no_radiance())
+            direct = ir.select(vertex.visible, S.apply(vertex.throughput, sh.direct), S.no_radiance())
+            local = S.apply(vertex.throughput, sh.emitted) + direct + later
             return local if vertex.pending is None else local + vertex.pending * _relative(sh.choice)
         # The continuation weight scales everything the path gathers later:
         # rest * weight / weight, with the denominator a constant.

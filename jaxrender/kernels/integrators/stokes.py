@@ -60,18 +60,10 @@ class StokesIntegrator(PathIntegrator):
         up = Vec(*m)
         towards = -d
         r = mueller.rotate_stokes_basis(towards, mueller.stokes_basis(towards), ir.cross(d, up))
-        stokes = S.stokes(value)
+        n = S.channels
+        per_channel = [mueller.apply(r, Vec(*value[c::n])) for c in range(n)]   # each channel's Stokes vector
         out = list(S.to_film(value))
         for i in range(4):
-            rotated = stokes[0] * r[i][0] if not _zero(r[i][0]) else None
-            for k in range(1, 4):
-                if not _zero(r[i][k]):
-                    term = stokes[k] * r[i][k]
-                    rotated = term if rotated is None else rotated + term
-            rgb = S.to_film(rotated)
+            rgb = S.to_film(S.radiance(Vec(*(per_channel[c][i] for c in range(n)))))
             out.extend(rgb if len(rgb) == 3 else (rgb[0],) * 3)
         return Vec(*out)
-
-
-def _zero(x) -> bool:
-    return not isinstance(x, ir.Var) and x == 0
