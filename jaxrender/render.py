@@ -315,11 +315,6 @@ def _check_polarized(scene, cam) -> None:
     if kind not in ("path", "direct", "stokes"):
         raise SceneError(f"the {kind} integrator in the {scene.variant} variant is not supported yet "
                          "(path, direct, stokes)")
-    # Mitsuba's rough conductor has polarization code that jaxrender's has not
-    unpolarized = sorted({t.plugin for t in scene.bsdf_types if t.plugin == "roughconductor"})
-    if unpolarized:
-        raise SceneError(f"the {unpolarized[0]} BSDF in the {scene.variant} variant is not supported yet: Mitsuba's "
-                         "is polarizing (its microfacet Fresnel term as a Mueller matrix), jaxrender's is not yet")
     if kind == "stokes" and cam.pixel_format != "rgb":
         raise SceneError(f"pixel_format {cam.pixel_format!r} with the stokes integrator is not supported yet (rgb)")
 

@@ -250,17 +250,21 @@ def select(cond, a: Mueller, b: Mueller) -> Mueller:
     return tuple(Vec(*(_select(cond, x, y) for x, y in zip(ra, rb))) for ra, rb in zip(a, b))
 
 
-def specular_frames(wo_hat: Vec, wi_hat: Vec) -> tuple[Mueller, Mueller]:
+def specular_frames(wo_hat: Vec, wi_hat: Vec, normal: Vec | None = None) -> tuple[Mueller, Mueller]:
     """(R_out, R_in^T) that turn a Fresnel matrix (:func:`specular_reflection`,
     :func:`specular_transmission`: frames' x axes the s direction,
     perpendicular to the plane of incidence) into the implicit Stokes bases
     of light arriving along ``-wo_hat`` and leaving along ``wi_hat`` (local
-    directions, normal +z), as Mitsuba's conductor and dielectric do; where
-    the light is collinear with the normal, the s axis is x. Apply with
-    :func:`in_frames`."""
-    s_in = Vec(wo_hat.y, -wo_hat.x, 0.0)         # cross(n, -wo_hat)
-    s_out = Vec(-wi_hat.y, wi_hat.x, 0.0)        # cross(n, wi_hat)
-    collinear = (wo_hat.x == 0.0) & (wo_hat.y == 0.0)
+    directions) at a surface of ``normal`` (None: +z; a microfacet's), as
+    Mitsuba's conductors and dielectric do; where the light is collinear
+    with the normal, the s axis is x. Apply with :func:`in_frames`."""
+    if normal is None:
+        s_in = Vec(wo_hat.y, -wo_hat.x, 0.0)         # cross(n, -wo_hat)
+        s_out = Vec(-wi_hat.y, wi_hat.x, 0.0)        # cross(n, wi_hat)
+        collinear = (wo_hat.x == 0.0) & (wo_hat.y == 0.0)
+    else:
+        s_in, s_out = ir.cross(normal, -wo_hat), ir.cross(normal, wi_hat)
+        collinear = (s_in.x == 0.0) & (s_in.y == 0.0) & (s_in.z == 0.0)
     s_in = Vec(*(ir.select(collinear, a, b) for a, b in zip((1.0, 0.0, 0.0), s_in)))
     s_out = Vec(*(ir.select(collinear, a, b) for a, b in zip((1.0, 0.0, 0.0), s_out)))
     r_in = rotate_stokes_basis(-wo_hat, s_in, stokes_basis(-wo_hat))

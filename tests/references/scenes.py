@@ -690,7 +690,23 @@ def cbox_polarized_path(d):
     return d
 
 
+def cbox_stokes_rough(d):
+    """Polarizing microfacets and composites: a rough gold box (GGX), a
+    blend of copper and a diffuse white, and a twosided rough mirror floor
+    (Beckmann), seen by the stokes integrator."""
+    d = _base(d)
+    T = _transform(d)
+    d["large-box"]["bsdf"] = {"type": "roughconductor", "distribution": "ggx", "alpha": 0.2, "material": "Au"}
+    d["small-box"]["to_world"] = T().translate([0.335, -0.68, 0.38]).rotate([0, 1, 0], -17).scale(0.3)
+    d["small-box"]["bsdf"] = {"type": "blendbsdf", "weight": 0.4,
+                              "bsdf_0": {"type": "conductor", "material": "Cu"}, "bsdf_1": {"type": "diffuse"}}
+    d["floor"]["bsdf"] = {"type": "twosided", "bsdf": {"type": "roughconductor", "alpha": 0.1}}
+    d["integrator"] = {"type": "stokes", "nested": {"type": "path", "max_depth": 5}}
+    return d
+
+
 POLARIZED_VARIANTS = {
+    "spectral_polarized_stokes_rough": ("spectral_polarized", cbox_stokes_rough),
     "spectral_polarized_stokes": ("spectral_polarized", cbox_stokes),
     "spectral_polarized_sheets": ("spectral_polarized", cbox_polarizers),
     "spectral_polarized_path": ("spectral_polarized", cbox_polarized_path),

@@ -40,16 +40,23 @@ def sample(params: ConductorParams, wi: Vec, u1, u2: Vec):
     S = spectrum.active()
     if S.polarized:
         wo = reflect(wi)
-        # Light arrives along -wo and leaves along wi: the Fresnel matrix of
-        # each channel's complex IOR, in those directions' Stokes bases.
-        frames = mueller.specular_frames(wo, wi)
-        F = S.from_matrices([
-            mueller.scale(mueller.in_frames(mueller.specular_reflection(wo.z, (params.eta[c], params.k[c])), frames),
-                          params.specular_reflectance[c]) for c in range(S.channels)])
+        F = polarized_fresnel(S, params, wo, wi)
         return wo, ir.Float(1.0), ir.select(cos_i > 0.0, F, S.zero()), ir.Bool(True)
     F = fresnel_conductor_rgb(cos_i, params.eta, params.k) * params.specular_reflectance
     weight = ir.select(cos_i > 0.0, F, black())
     return reflect(wi), ir.Float(1.0), weight, ir.Bool(True)
+
+
+def polarized_fresnel(S, params, wo: Vec, wi: Vec, normal: Vec | None = None) -> Vec:
+    """The polarized reflection of light arriving along -wo and leaving
+    along wi off a surface (a microfacet) of ``normal`` (None: +z): per
+    channel, the Fresnel matrix of its complex IOR eta + i k in those
+    directions' Stokes bases, times ``specular_reflectance`` (Mitsuba's)."""
+    frames = mueller.specular_frames(wo, wi, normal)
+    cos = wo.z if normal is None else ir.dot(wo, normal)
+    return S.from_matrices([
+        mueller.scale(mueller.in_frames(mueller.specular_reflection(cos, (params.eta[c], params.k[c])), frames),
+                      params.specular_reflectance[c]) for c in range(S.channels)])
 
 
 # Mitsuba's default material "none": eta = 0, k = 1, a perfect mirror.

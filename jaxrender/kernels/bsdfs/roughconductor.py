@@ -6,6 +6,8 @@ specular_reflectance=Vec)``; pass the same value twice for isotropic
 roughness. Trace-time keywords of eval / pdf / sample:
 ``distribution="ggx" | "beckmann"`` (default "beckmann", Mitsuba's default)
 and ``sample_visible=True``. See the package docstring for the interface.
+In polarized variants the Fresnel term is a Mueller matrix per channel at
+the microfacet normal, as Mitsuba's.
 """
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ import dataclasses
 from ... import ir
 from ...ir import Vec
 from . import microfacet
-from .conductor import PARAMS as CONDUCTOR_PARAMS
+from .. import spectrum
+from .conductor import PARAMS as CONDUCTOR_PARAMS, polarized_fresnel
 from ..spectrum import black
 from .fresnel import fresnel_conductor_rgb, reflect_about
 from .microfacet import Microfacet
@@ -45,6 +48,9 @@ def eval(params: RoughConductorParams, wi: Vec, wo: Vec, distribution: str = "be
     D = d.D(h)
     ok = (wi.z > 0.0) & (wo.z > 0.0) & (D != 0.0)
     f = D * d.G(wi, wo, h) / (4.0 * wi.z)
+    S = spectrum.active()
+    if S.polarized:
+        return ir.select(ok, polarized_fresnel(S, params, wo, wi, h) * f, S.zero())
     F = fresnel_conductor_rgb(ir.dot(wi, h), params.eta, params.k) * params.specular_reflectance
     return ir.select(ok, F * f, black())
 
@@ -72,6 +78,10 @@ def sample(params: RoughConductorParams, wi: Vec, u1, u2: Vec, distribution: str
     else:
         w = d.G(wi, wo, m) * ir.dot(wi, m) / (wi.z * m.z)
     p = pdf_m / (4.0 * ir.dot(wo, m))
+    S = spectrum.active()
+    if S.polarized:
+        weight = ir.select(ok, polarized_fresnel(S, params, wo, wi, m) * w, S.zero())
+        return wo, ir.select(ok, p, 0.0), weight, ir.Bool(False)
     F = fresnel_conductor_rgb(ir.dot(wi, m), params.eta, params.k) * params.specular_reflectance
     weight = ir.select(ok, F * w, black())
     return wo, ir.select(ok, p, 0.0), weight, ir.Bool(False)
@@ -79,4 +89,4 @@ def sample(params: RoughConductorParams, wi: Vec, u1, u2: Vec, distribution: str
 
 TYPES = microfacet.variants("roughconductor", CONDUCTOR_PARAMS,
                            lambda p: RoughConductorParams(p.alpha_u, p.alpha_v, p.eta, p.k, p.specular_reflectance),
-                           eval, pdf, sample)
+                           eval, pdf, sample, polarizing=True)
