@@ -302,6 +302,9 @@ def _check_variant(scene, cam) -> None:
             raise SceneError("the sunsky emitter in the mono variant is not supported yet")
         return
     why = variants.spectral_why(scene)
+    if scene.dispersive and scene.integrator["type"] not in ("path", "direct", "stokes", "aov"):
+        why = (f"a dispersive index of refraction under the {scene.integrator['type']} integrator "
+               "(path and direct follow one wavelength after a dispersive refraction; volpath does not yet)")
     if why is not None:
         raise SceneError(f"the spectral variant cannot render this scene yet: {why}")
     if cam.pixel_format not in ("rgb", "rgba"):

@@ -208,3 +208,13 @@ def test_polarization_example_matches_its_closed_forms(tmp_path):
         np.testing.assert_allclose(r["measured"][kind], r["expected"][kind], atol=0.03)
     assert r["max_linear_degree"] > 0.5          # reflections off glass are strongly polarized
     assert r["filter_means"][90.0] < r["filter_means"][0.0]
+
+
+def test_dispersion_example_splits_colours(tmp_path):
+    import dispersion
+    images = dispersion.run(res=48, spp=8, out=tmp_path, plot=False)
+    for name in ("dispersive.png", "constant.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    assert all(np.all(np.isfinite(img)) for img in images.values())
+    # the dispersive prism's view is coloured, the constant one's black and white
+    assert dispersion.fringe_colour(images["dispersive"]) > 3 * dispersion.fringe_colour(images["constant"])

@@ -66,6 +66,7 @@ class Structure:
     sunsky: bool = False
     instanced: bool = False
     spectral_curves: bool = False     # (spectral) colours may be tabulated spectra
+    dispersion: bool = False          # (spectral) a dielectric's IOR may be a tabulated spectrum
 
     def __post_init__(self):
         if not (isinstance(self.footprint, int) and self.footprint >= 1 and self.footprint % 2 == 1):
@@ -114,7 +115,7 @@ class Structure:
                 + ("" if self.footprint == 1 else f"_splat{self.footprint}")
                 + ("" if self.sampler == "independent" else f"_{self.sampler}")
                 + "".join(f"_{m}" for m in self.media + self.phases) + ("_instanced" if self.instanced else "")
-                + ("_curves" if self.spectral_curves else ""))
+                + ("_curves" if self.spectral_curves else "") + ("_dispersion" if self.dispersion else ""))
 
 
 # The buffers whose derivatives move the scene's geometry (the triangles'

@@ -87,6 +87,7 @@ class SpectrumType:
     tables: Any = dataclasses.field(default=None, compare=False, repr=False)
     curves: Any = dataclasses.field(default=None, compare=False, repr=False)   # None: no tabulated colours
     texels: Any = dataclasses.field(default=None, compare=False, repr=False)   # the buffers; None: no textures
+    dispersion: bool = dataclasses.field(default=False, compare=False, repr=False)  # IORs may be curves
 
     @property
     def base(self) -> str:
@@ -253,6 +254,24 @@ class SpectrumType:
                        lambda: textures.spectral_lookup(self.texels, tex, Vec(stored[1], stored[2]), self._model),
                        lambda: values)
 
+    def ior(self, stored) -> Vec:
+        """An IOR parameter's value at each channel's wavelength: a stored
+        -(index + 1) is dispersive, tabulated spectrum ``index`` (only where
+        :attr:`dispersion`), else the value is the same at every wavelength."""
+        if not self.dispersion:
+            return self.full(stored)
+        index = -stored - 1.0
+        return Vec(*(ir.select(stored < 0.0, self._curve(ir.maximum(index, 0.0), lam), stored)
+                     for lam in self._bound()))
+
+    def hero_only(self) -> Vec:
+        """(spectral) The path spectrum that keeps the first wavelength alone,
+        four times over: after a refraction whose direction depends on the
+        wavelength, a path follows its first one (its density is the
+        wavelengths' own), the others end (pbrt's terminated secondary
+        wavelengths)."""
+        return self.scaled(Vec(*(4.0 if c == 0 else 0.0 for c in range(self.channels))))
+
     def _model(self, stored) -> Vec:
         return Vec(*(sigmoid_polynomial(stored, lam) for lam in self._bound()))
 
@@ -283,7 +302,8 @@ class SpectrumType:
             lams.append(sample_wavelength(ir.select(uj >= 1.0, uj - 1.0, uj)))
         bound = dataclasses.replace(self, wavelengths=tuple(lams), tables=ctx.b["spectral_data"],
                                     curves=ctx.b["spectral_curves"] if ctx.structure.spectral_curves else None,
-                                    texels=ctx.b if ctx.structure.tex_slots else None)
+                                    texels=ctx.b if ctx.structure.tex_slots else None,
+                                    dispersion=ctx.structure.dispersion)
         # code without a context at hand (a BSDF's luminance) sees the bound type
         # from here to the end of the kernel being traced (``using`` restores it)
         _ACTIVE.set(bound)

@@ -78,7 +78,7 @@ def load_dict(d: Mapping, *, variant: str | None = None, expand_instances: bool 
     """
     with variants.loading(variant) as load:
         fields = scene_fields(SceneBuilder(expand_instances=expand_instances).load_scene(d))
-        return Scene(**fields, variant=load.name, spectral_curves=load.curve_table())
+        return Scene(**fields, variant=load.name, spectral_curves=load.curve_table(), dispersive=load.dispersive)
 
 
 @dataclass
@@ -142,6 +142,7 @@ class Scene:
     variant: str = "rgb"
     # spectral: the tabulated spectra its colours refer to, (n, kernels.spectrum.CURVE_SAMPLES)
     spectral_curves: np.ndarray = field(default_factory=lambda: np.zeros((0, kspectrum.CURVE_SAMPLES), np.float32))
+    dispersive: bool = False          # (spectral) a dielectric's IOR is one of those curves
     # Participating media: loaders.media.MediumSpec per medium; per leaf
     # entry its interior and exterior medium (-1: none; no rows without media).
     media: list = field(default_factory=list)
@@ -167,7 +168,8 @@ class Scene:
                          media=tuple(sorted({m.kind for m in self.media})),
                          phases=tuple(sorted({m.phase for m in self.media})),
                          sunsky=bool(np.any(self.emitter_meta[:, layout.META_TYPE] == EMITTER_SUNSKY)),
-                         instanced=self.instancing is not None, spectral_curves=len(self.spectral_curves) > 0)
+                         instanced=self.instancing is not None, spectral_curves=len(self.spectral_curves) > 0,
+                         dispersion=self.dispersive)
 
     def sensor_structure(self, index: int = 0):
         """:attr:`structure` with sensor ``index``'s type, sampler type and

@@ -55,6 +55,7 @@ class Load:
     def __init__(self, name: str):
         self.name = name
         self.curves: list[np.ndarray] = []
+        self.dispersive = False       # some IOR is a curve (kernels' Structure.dispersion)
 
     def curve(self, values: np.ndarray) -> int:
         """The index of tabulated spectrum ``values`` (shared when equal)."""
@@ -148,6 +149,38 @@ def _tabulated(value: Any, where: str) -> tuple[np.ndarray, np.ndarray] | None:
     except ValueError as exc:
         raise SceneError(str(exc) if str(exc).startswith(where) else f"{where}: {exc}") from None
     return None
+
+
+def tabulated(value: Any, where: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(wavelengths, values) of ``value`` if it is a tabulated ``spectrum``
+    (a wavelength:value list or an .spd file), else None."""
+    return _tabulated(value, where)
+
+
+def encode_dispersive_ior(int_ior: Any, ext_ior: Any, where: str) -> float:
+    """How the spectral variant stores a relative IOR int_ior / ext_ior of
+    which at least one side is a tabulated spectrum (dispersion; the other
+    side a float, ``(wavelengths, values)`` pairs for curves): a curve of
+    the ratio on the 1 nm grid (ends extended), stored as -(index + 1) of
+    ``spectral_curves``. Other variants raise: Mitsuba's dielectrics take a
+    float IOR only, and a colour variant has no wavelength to evaluate one at."""
+    from . import spectra
+    name = current()
+    if name != "spectral":
+        raise SceneError(f"{where}: an index of refraction given as a spectrum (dispersion) needs the spectral "
+                         f"variant; in {name}, give a float or a material name")
+
+    def on_grid(side):
+        if isinstance(side, tuple):
+            return np.interp(spectra.CURVE_WAVELENGTHS, *side)
+        return np.full(len(spectra.CURVE_WAVELENGTHS), float(side))
+
+    ratio = on_grid(int_ior) / on_grid(ext_ior)
+    if not np.all(np.isfinite(ratio)) or np.any(ratio <= 0):
+        raise SceneError(f"{where}: an index of refraction must be positive and finite at every wavelength")
+    load = _loading.get()
+    load.dispersive = True
+    return -(load.curve(ratio) + 1.0)
 
 
 def uniform_value(value: Any) -> float | None:

@@ -5,7 +5,9 @@ unpolarised Fresnel reflectance) and refraction with probability 1 - F.
 ``eval`` and ``pdf`` are zero. In radiance transport the transmitted weight
 is scaled by ``eta_ti**2`` (solid-angle compression), as Mitsuba does. In
 polarized variants the weight is the chosen event's polarized Fresnel
-matrix over its (unpolarized) probability.
+matrix over its (unpolarized) probability. In the spectral variants the
+IOR may be a tabulated spectrum (dispersion, beyond Mitsuba): the event
+and direction follow the path's first wavelength.
 
 Directions are in the local shading frame (z = normal); ``wi`` may lie
 below the horizon (light arriving from inside the medium).
@@ -48,32 +50,47 @@ def pdf(params: DielectricParams, wi: Vec, wo: Vec):
 
 def sample(params: DielectricParams, wi: Vec, u1, u2: Vec):
     """(wo, pdf, weight, is_delta) as Mitsuba's ``bsdf.sample`` (radiance mode)."""
-    r_i, cos_theta_t, eta_it, eta_ti = fresnel(wi.z, params.eta)
+    S = spectrum.active()
+    # A dispersive IOR (spectral variant) differs per wavelength: the event
+    # and the refracted direction follow the first wavelength's (after a
+    # refraction the path tracer keeps that wavelength alone, path.py).
+    etas = S.ior(params.eta) if S.dispersion else None
+    eta = params.eta if etas is None else etas[0]
+    r_i, cos_theta_t, eta_it, eta_ti = fresnel(wi.z, eta)
     t_i = 1.0 - r_i
     sel_r = u1 <= r_i
     wo = ir.select(sel_r, reflect(wi), refract(wi, cos_theta_t, eta_ti))
     p = ir.select(sel_r, r_i, t_i)
-    S = spectrum.active()
     if S.polarized:
-        return wo, p, _polarized_weight(S, params, wi, wo, sel_r, p, eta_ti), ir.Bool(True)
+        return wo, p, _polarized_weight(S, params, etas, wi, wo, sel_r, p, eta_ti), ir.Bool(True)
     w_t = params.specular_transmittance * (eta_ti * eta_ti)
-    weight = ir.select(sel_r, params.specular_reflectance, w_t)
+    w_r = params.specular_reflectance
+    if etas is not None:
+        # each wavelength's reflectance over the first one's, the probability
+        w_r = w_r * Vec(*(fresnel(wi.z, e)[0] for e in etas)) * ir.select(r_i > 0.0, 1.0 / ir.select(
+            r_i > 0.0, r_i, 1.0), 0.0)
+    weight = ir.select(sel_r, w_r, w_t)
     return wo, p, weight, ir.Bool(True)
 
 
-def _polarized_weight(S, params: DielectricParams, wi: Vec, wo: Vec, sel_r, p, eta_ti) -> Vec:
+def _polarized_weight(S, params: DielectricParams, etas, wi: Vec, wo: Vec, sel_r, p, eta_ti) -> Vec:
     """Mitsuba's polarized weight: the Fresnel matrix of the chosen event
     for light arriving along -wo (from inside where wo.z < 0) over its
     probability, in the Stokes bases of -wo and wi, times the tint (and
-    eta_ti^2 after a refraction, as unpolarized)."""
+    eta_ti^2 after a refraction, as unpolarized); with a dispersive IOR
+    (``etas``) each wavelength's own matrix."""
     frames = mueller.specular_frames(wo, wi)
-    m = mueller.select(sel_r, mueller.specular_reflection(wo.z, params.eta),
-                       mueller.specular_transmission(wo.z, params.eta))
-    m = mueller.in_frames(m, frames)
     inv_p = ir.select(p > 0.0, 1.0 / ir.select(p > 0.0, p, 1.0), 0.0)
     scale = inv_p * ir.select(sel_r, 1.0, eta_ti * eta_ti)
     tint = ir.select(sel_r, params.specular_reflectance, params.specular_transmittance)
-    return S.from_matrices([mueller.scale(m, scale * tint[c]) for c in range(S.channels)])
+
+    def matrix(eta):
+        return mueller.in_frames(mueller.select(sel_r, mueller.specular_reflection(wo.z, eta),
+                                                mueller.specular_transmission(wo.z, eta)), frames)
+
+    m = matrix(params.eta) if etas is None else None
+    return S.from_matrices([mueller.scale(m if etas is None else matrix(etas[c]), scale * tint[c])
+                            for c in range(S.channels)])
 
 
 # The IOR of a refracting interface bends the sampled direction itself.

@@ -333,5 +333,22 @@ def sampled_eta(ctx, si, wo_world: Vec):
     for idx, t in enumerate(ctx.structure.bsdf_types):
         if t.eta is not None:
             e = t.eta(ParamView(t, row, None, ctx.b, ctx.spectrum)) if callable(t.eta) else row[t.slot(t.eta)]
+            if ctx.structure.dispersion:
+                e = ctx.spectrum.ior(e)[0]      # the wavelength the path follows
             eta = ir.select(kind == idx, ir.select(cos_i >= 0.0, e, 1.0 / e), eta)
     return ctx.detach(ir.select(refracted, eta, 1.0))
+
+
+def sampled_dispersion(ctx, si, wo_world: Vec):
+    """Whether a sampled interaction refracted through a dispersive IOR (a
+    tabulated spectrum, stored negative): its direction belongs to the
+    path's first wavelength alone. Only in scenes with dispersion
+    (``Structure.dispersion``)."""
+    kind = ctx.b["bsdf_type"][si.attr_bsdf]
+    refracted = ir.dot(si.frame.n, wo_world) * si.wi.z < 0.0
+    row = _PlainRow(ctx.b["bsdf_data"], si.attr_bsdf)
+    curve = ir.Bool(False)
+    for idx, t in enumerate(ctx.structure.bsdf_types):
+        if t.eta is not None and not callable(t.eta):
+            curve = curve | ((kind == idx) & (row[t.slot(t.eta)] < 0.0))
+    return refracted & curve

@@ -22,7 +22,7 @@ import numpy as np
 from ... import ir
 from ...ir import Vec
 from .. import emitters, sensors
-from ..bsdfs.surface import SurfaceBsdf, sampled_eta, samples_null
+from ..bsdfs.surface import SurfaceBsdf, sampled_dispersion, sampled_eta, samples_null
 from ..geometry import INF, occluded
 from ..interaction import followed, intersect, material_coords, point_on_surface
 from ..sampling import mis_weight
@@ -46,6 +46,8 @@ class PathState:
     active: Any
     eta: Any            # product of the relative IORs refracted through (Mitsuba's RR uses it)
     valid: Any = None   # scenes with null (pass-through) samples: Mitsuba's valid_ray (see kept)
+    single: Any = None  # scenes with dispersion: the path follows its first wavelength alone (a dispersive
+                        # refraction chose its direction)
     rr_prefix: Any = None  # polarized adjoints: the throughput before this state's, which Russian
                            # roulette multiplies in (the rest of a path traced from identity throughput)
     prev: Any = None    # kernels for moving geometry: the last hit (prim and its material coordinates), the ray
@@ -113,8 +115,9 @@ class PathIntegrator(ReplayIntegrator):
         valid = self.camera_sees_environment(ctx) if samples_null(ctx.structure) else None
         none = (ir.Int(-1), ir.Float(0.0), ir.Float(0.0))
         prev = (*none, o, d, ir.Float(0.0), *none) if ctx.geometry_motion else None
+        single = ir.Bool(False) if ctx.structure.dispersion else None
         return PathState(ir.Int(0), o, d, t_min, t_max, S.one(), S.no_radiance(), ir.Float(1.0), ir.Bool(True),
-                         ir.Bool(True), ir.Float(1.0), valid=valid, prev=prev)
+                         ir.Bool(True), ir.Float(1.0), valid=valid, single=single, prev=prev)
 
     def kept(self, final: PathState):
         """As Mitsuba's path tracer, a path whose every vertex sampled a null
@@ -240,6 +243,14 @@ class PathIntegrator(ReplayIntegrator):
         # rr_depth vertices, on the throughput times eta^2 (undoing the
         # radiance scaling of refractions).
         throughput = S.mul(beta, sh.weight)
+        single = st.single
+        if single is not None:
+            # A refraction through a dispersive IOR went where the first
+            # wavelength goes: the others end here (their estimate so far
+            # stays), the first counts for all four from here on.
+            dispersed = sampled_dispersion(ctx, si, sh.wo) & ~single & ~pass_through
+            throughput = ir.select(dispersed, S.mul(throughput, S.hero_only()), throughput)
+            single = single | dispersed
         eta = st.eta * sampled_eta(ctx, si, sh.wo)
         b_max = S.max(throughput if st.rr_prefix is None else S.mul(st.rr_prefix, throughput))
         active_next = active_next & (b_max != 0.0)
@@ -267,7 +278,8 @@ class PathIntegrator(ReplayIntegrator):
                         ir.Float(0.0), ir.select(pass_through, st.t_max - si.t - si.scale, INF),
                         ir.select(pass_through, S.one(), throughput), radiance,
                         ir.select(pass_through, st.prev_pdf, sh.pdf), ir.select(pass_through, st.prev_delta, sh.delta),
-                        active_next | pass_through, ir.select(pass_through, st.eta, eta), valid, st.rr_prefix,
+                        active_next | pass_through, ir.select(pass_through, st.eta, eta), valid, single,
+                        st.rr_prefix,
                         (si.prim, *material_coords(ctx, si), st.o, st.d, si.t, *st.prev[:3]) if st.prev is not None else None)
         return new, Vertex(st.throughput, ~blocked, active_next & ~pass_through, pending,
                            rr_scale if S.polarized else None)
@@ -278,7 +290,8 @@ class PathIntegrator(ReplayIntegrator):
         whole (no MIS: this direction was not sampled by a BSDF)."""
         S = self.spectrum
         state = PathState(depth, o, d, ir.Float(0.0), INF, S.one(), S.no_radiance(), ir.Float(1.0), ir.Bool(True),
-                          ir.Bool(True), ir.Float(1.0))
+                          ir.Bool(True), ir.Float(1.0),
+                          single=ir.Bool(False) if ctx.structure.dispersion else None)
         return self.trace(ctx, s, state)
 
     def local_radiance(self, vertex: Vertex, sh: Shading, rest: Vec) -> Vec:

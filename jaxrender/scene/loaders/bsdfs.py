@@ -209,10 +209,32 @@ def _value_param(builder: SceneBuilder, props: Properties, prm: base.Param, name
     return pkey
 
 
+# BSDFs that take an IOR given as a spectrum (dispersion, spectral variant):
+# the smooth dielectric's sampled refraction follows one wavelength.
+DISPERSIVE = ("dielectric",)
+DISPERSIVE_FROZEN = "a dispersive IOR's value refers to its curve (-(index + 1) of the scene's spectral curves)"
+
+
 def _ior_param(builder: SceneBuilder, props: Properties, prm: base.Param, name: str, fixed: dict) -> str:
-    """The relative IOR int_ior / ext_ior, as parameter ``<key>.<name>``."""
+    """The relative IOR int_ior / ext_ior, as parameter ``<key>.<name>``; a
+    side given as a tabulated spectrum makes it dispersive
+    (``variants.encode_dispersive_ior``)."""
     pkey = f"{props.key}.{name}"
-    builder.add_param(pkey, np.array(props.ior("int_ior", prm.default) / props.ior("ext_ior", "air")), prm.nondiff)
+    sides = {}
+    for side, default in (("int_ior", prm.default), ("ext_ior", "air")):
+        curve = variants.tabulated(props.values.get(side), props.where(side))
+        if curve is not None:
+            props.mark_read(side)
+        sides[side] = curve if curve is not None else props.ior(side, default)
+    if any(isinstance(v, tuple) for v in sides.values()):
+        if props.plugin not in DISPERSIVE:
+            side = next(k for k, v in sides.items() if isinstance(v, tuple))
+            raise props.error(f"an index of refraction given as a spectrum (dispersion) is supported by "
+                              f"{', '.join(DISPERSIVE)} only, not yet by {props.plugin}", side)
+        value = variants.encode_dispersive_ior(sides["int_ior"], sides["ext_ior"], props.where(name, pkey))
+        builder.add_param(pkey, np.array(value), prm.nondiff, DISPERSIVE_FROZEN)
+        return pkey
+    builder.add_param(pkey, np.array(sides["int_ior"] / sides["ext_ior"]), prm.nondiff)
     return pkey
 
 
