@@ -165,8 +165,23 @@ class Integrator:
     def _value(self, ctx: Context, s) -> Vec:
         """What one sample contributes to the image's channels."""
         ctx = ctx.spectrum.bind(ctx, s)
-        value = ctx.spectrum.to_film(self.sample(ctx, s))
+        value = self.film_values(ctx, s, self.sample(ctx, s))
         return Vec(*value, self.sample_alpha(ctx, s)) if self.alpha else value
+
+    def film_values(self, ctx: Context, s, radiance: Vec) -> Vec:
+        """The image channels (before alpha) of sample ``s``'s estimated
+        ``radiance``, linear in it: the film's colour."""
+        return ctx.spectrum.to_film(radiance)
+
+    @property
+    def film_width(self) -> int:
+        """How many channels :meth:`film_values` gives (alpha excluded)."""
+        return self.spectrum.film_channels
+
+    def film_transpose(self, ctx: Context, s, d_values: Vec) -> Vec:
+        """The transpose of :meth:`film_values`: the cotangent of sample
+        ``s``'s radiance from its image channels' (``film_width``)."""
+        return ctx.spectrum.film_transpose(d_values)
 
     def _variant(self, structure: Structure) -> str:
         """The kernel-name tail of this integrator's options and the scene's structure."""
@@ -346,8 +361,13 @@ class ReplayIntegrator(Integrator):
         spp = b["spp"].value
         footprint = structure.footprint
         stride = self.channels       # alpha, if any, follows the colour and has no derivative
+        width = self.film_width
+
+        def read(item, start=0):
+            return Vec(*(b["grad_image"].read(item, start + k) for k in range(width)))
+
         if footprint == 1:
-            d_item = S.read_film(b["grad_image"], ctx.item)
+            d_item = read(ctx.item)
         unbound = ctx
 
         def one_sample(s, carry):
@@ -357,12 +377,12 @@ class ReplayIntegrator(Integrator):
             if footprint == 1:
                 d_l = d_item
             else:
-                d_l = Vec(*(0.0,) * S.film_channels)
+                d_l = Vec(*(0.0,) * width)
                 for k, w in enumerate(film.splat_weights(unbound, s, footprint)):
-                    d_l = d_l + S.read_film(b["grad_image"], unbound.item, k * stride) * w
+                    d_l = d_l + read(unbound.item, k * stride) * w
             ctx = S.bind(unbound, s)
             plain = ctx.primal()
-            d_l = ctx.spectrum.film_transpose(d_l)
+            d_l = self.film_transpose(ctx, s, d_l)
             state0 = self.start(ctx, s)
             gated = self.kept(state0) is not None
             camera = ctx.camera_motion or ctx.geometry_motion

@@ -131,7 +131,7 @@ class PathIntegrator(ReplayIntegrator):
             return super()._value(ctx, s)
         ctx = ctx.spectrum.bind(ctx, s)
         final = self.run(ctx, s, self.start(ctx, s))
-        return Vec(*ctx.spectrum.to_film(ir.select(final.valid, final.radiance, self.spectrum.no_radiance())),
+        return Vec(*self.film_values(ctx, s, ir.select(final.valid, final.radiance, self.spectrum.no_radiance())),
                    ir.select(final.valid, 1.0, 0.0))
 
     def shade(self, ctx, si, es, u, depth, prev_pdf, prev_delta, show_emitters, prev=None, edge=None,

@@ -1,14 +1,15 @@
 """Mitsuba's ``stokes`` integrator: the polarization state at the sensor.
 
 It runs its nested ``path`` (or ``direct``) integrator, whose estimate in a
-polarized variant is a Mueller matrix per colour channel; unpolarized
-emission turns it into a Stokes vector, its first column. That vector is
-in the implicit Stokes basis of the camera ray (``mueller.stokes_basis(-d)``);
+polarized variant is a Stokes vector per colour channel (unpolarized
+emission through the path's Mueller matrices), in the implicit Stokes
+basis of the camera ray (``mueller.stokes_basis(-d)``);
 as Mitsuba's, it is turned into the sensor's frame, whose x axis is
 ``cross(d, up)`` with ``up`` the sensor's y axis in the world. A pixel's
 channels are Mitsuba's: the nested image (intensity), then S0, S1, S2 and
 S3, three channels each (RGB; a mono value thrice): 3 + 12 channels (1 + 12
-in ``mono_polarized``).
+in ``mono_polarized``). Its images are differentiable as the nested
+integrator's (forward mode and the rb adjoint).
 
 Example::
 
@@ -32,38 +33,46 @@ STOKES_NAMES = tuple(f"S{i}.{c}" for i in range(4) for c in "RGB")
 
 @dataclasses.dataclass(frozen=True)
 class StokesIntegrator(PathIntegrator):
-    """The Stokes vector images of a nested path tracer (polarized variants only)."""
+    """The Stokes vector images of a nested path tracer (polarized variants
+    only), differentiable as the path tracer's image is (the adjoint pulls
+    each channel's cotangent back through the film's linear map)."""
     name = "stokes"
-    differentiable = ()
-    primal_only = ("derivatives of Stokes images are not implemented yet (the nested path or direct "
-                   "integrator's intensity image is differentiable)")
 
     def settings(self, props: Mapping[str, Any]) -> dict:
         return super().settings(props["nested"])
 
     @property
     def channels(self) -> int:
+        return self.film_width
+
+    @property
+    def film_width(self) -> int:
         return self.spectrum.film_channels + len(STOKES_NAMES)
 
     def kernel_name(self, structure: Structure) -> str:
         return self.name + self._variant(structure)
 
-    def _value(self, ctx, s) -> Vec:
+    def film_values(self, ctx, s, radiance: Vec) -> Vec:
+        """The intensity's colour, then S0..S3 turned into the sensor's
+        frame, each as the film's colour (a mono value thrice)."""
         if not self.spectrum.polarized:
             raise ValueError("the stokes integrator needs a polarized variant")
-        ctx = ctx.spectrum.bind(ctx, s)
         S = ctx.spectrum
-        value = self.sample(ctx, s)
         _, d, _, _ = sensors.sample_ray(ctx, s)
         cam = ctx.b["camera"]
-        m = [cam.read(0, layout.CAMERA_TO_WORLD + k) for k in (1, 5, 9)]   # the sensor's y axis in the world
-        up = Vec(*m)
+        up = Vec(*(cam.read(0, layout.CAMERA_TO_WORLD + k) for k in (1, 5, 9)))  # the sensor's y axis in the world
         towards = -d
         r = mueller.rotate_stokes_basis(towards, mueller.stokes_basis(towards), ir.cross(d, up))
         n = S.channels
-        per_channel = [mueller.apply(r, Vec(*value[c::n])) for c in range(n)]   # each channel's Stokes vector
-        out = list(S.to_film(value))
+        per_channel = [mueller.apply(r, Vec(*radiance[c::n])) for c in range(n)]   # each channel's Stokes vector
+        out = list(S.to_film(radiance))
         for i in range(4):
             rgb = S.to_film(S.radiance(Vec(*(per_channel[c][i] for c in range(n)))))
             out.extend(rgb if len(rgb) == 3 else (rgb[0],) * 3)
         return Vec(*out)
+
+    def film_transpose(self, ctx, s, d_values: Vec) -> Vec:
+        # film_values is linear in the radiance: its pullback at zero is its transpose
+        zero = Vec(*(ir.Float(0.0) for _ in range(self.spectrum.radiance_width)))
+        _, pullback = ir.vjp(lambda radiance: self.film_values(ctx, s, radiance), zero)
+        return pullback(d_values)[0]
