@@ -227,13 +227,21 @@ def encode_color(value: Any, where: str, illuminant: bool = False, parse=None, r
     if uniform is None and not isinstance(value, Mapping) and np.ndim(value) == 0:
         uniform = float(rgb[0])      # a plain float: Mitsuba's uniform spectrum
     if uniform is not None:
-        if not 0.0 <= uniform <= 1.0:
-            raise SceneError(f"{where}: the spectral variant stores colours as reflectance spectra in [0, 1]; "
-                             f"{uniform} is outside (unbounded spectra are not supported yet)")
+        if uniform > 1.0:
+            # beyond a reflectance spectrum (a conductor's eta, say): Mitsuba's
+            # uniform spectrum, stored as a flat tabulated curve times the value
+            index = _loading.get().curve(np.ones(CURVE_SAMPLES))
+            return np.array([TABULATED, float(index), uniform])
+        if uniform < 0.0:
+            raise SceneError(f"{where}: a negative value {uniform} has no spectrum")
         return uniform_coeffs(np.array([uniform]))[0]
     if np.any(rgb < 0) or np.any(rgb > 1):
-        raise SceneError(f"{where}: the spectral variant stores colours as reflectance spectra, RGB in [0, 1]; "
-                         f"got {rgb.tolist()} (unbounded spectra are not supported yet)")
+        # (Mitsuba's spectral variant fetches coefficients for such a colour
+        # anyway, extrapolating its table: a reflectance in [0, 1] that is
+        # not the colour; give a float or a spectrum instead)
+        raise SceneError(f"{where}: the spectral variant stores RGB colours as reflectance spectra, in [0, 1]; "
+                         f"got {rgb.tolist()} (unbounded RGB spectra are not supported yet: give a float, or a "
+                         "wavelength:value spectrum)")
     return reflectance_coeffs(rgb)
 
 

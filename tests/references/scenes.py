@@ -609,7 +609,18 @@ def cbox_principled(d):
     return d
 
 
+def cbox_uniform_iors(d):
+    """Conductors whose eta and k are floats above 1: Mitsuba's uniform
+    spectra, beyond reflectances (spectral: not upsampled colours)."""
+    d = _base(d)
+    d["large-box"]["bsdf"] = {"type": "roughconductor", "distribution": "ggx", "alpha": 0.2, "eta": 2.2, "k": 1.5}
+    d["small-box"]["bsdf"] = {"type": "conductor", "eta": 1.8, "k": 3.0,
+                              "specular_reflectance": {"type": "rgb", "value": [0.9, 0.6, 0.3]}}
+    return d
+
+
 COLOR_VARIANTS = {
+    "spectral_uniform_iors": ("spectral", cbox_uniform_iors),
     "spectral_principled": ("spectral", cbox_principled),
     "mono_principled": ("mono", cbox_principled),
     "rgb_spectrum_lists": ("rgb", cbox_spectrum_lists),
