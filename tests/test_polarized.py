@@ -234,7 +234,6 @@ def test_prb_is_refused_and_rb_is_the_default():
 
 @pytest.mark.parametrize("edit, variant, says", [
     (lambda d: d.update(integrator={"type": "volpath"}), "mono_polarized", "volpath integrator"),
-    (lambda d: d.update(integrator={"type": "aov", "aovs": "dd:depth"}), "spectral_polarized", "aov integrator"),
     (lambda d: d.update(integrator={"type": "stokes", "nested": {"type": "path"}}), "spectral",
      "stokes integrator needs a polarized variant"),
     (lambda d: d.update(integrator={"type": "stokes", "nested": {"type": "volpath"}}), "spectral_polarized",

@@ -377,7 +377,7 @@ def test_a_bsdf_plugin_works_in_every_variant(variant):
             hook()
 
 
-@pytest.mark.parametrize("name", ["mono_aovs", "spectral_aovs"])
+@pytest.mark.parametrize("name", ["mono_aovs", "spectral_aovs", "spectral_polarized_aovs"])
 def test_aovs_match_mitsuba_in_mono_and_spectral(name):
     """The aov integrator: geometry channels as in rgb, the albedo as
     Mitsuba writes it (a mono value in all three channels, a spectrum

@@ -726,4 +726,5 @@ POLARIZED_VARIANTS = {
 
 
 # The aov integrator in the colour variants (compared as tests/test_aov.py does).
-COLOR_AOV_VARIANTS = {"mono_aovs": ("mono", cbox_aovs), "spectral_aovs": ("spectral", cbox_aovs)}
+COLOR_AOV_VARIANTS = {"mono_aovs": ("mono", cbox_aovs), "spectral_aovs": ("spectral", cbox_aovs),
+                      "spectral_polarized_aovs": ("spectral_polarized", cbox_aovs)}

@@ -184,7 +184,13 @@ class SurfaceBsdf:
         if t.albedo is not None:
             k = t.slot(t.albedo)
             return self.ctx.spectrum.color(row[k:k + t.param(t.albedo).width()])
-        return t.call("eval", params, wi, Vec(0.0, 0.0, 1.0)) * math.pi
+        S = self.ctx.spectrum
+        if not S.polarized:
+            return t.call("eval", params, wi, Vec(0.0, 0.0, 1.0)) * math.pi
+        # (traced values: a polarizing BSDF's frames take the direction apart)
+        value = t.call("eval", params, wi, Vec(*(ir.Float(x) for x in (0.0, 0.0, 1.0)))) * math.pi
+        # a polarizing BSDF's Mueller matrix: its unpolarized part (Mitsuba's unpolarized_spectrum)
+        return S.intensity(value) if len(value) == S.width else value
 
     def albedo(self) -> Vec:
         """Mitsuba's ``eval_diffuse_reflectance``: the diffuse reflectance
