@@ -126,14 +126,14 @@ def kitchen_sink_failures(gpu, cpu) -> list:
     return fails
 
 
-def render_comparison(gpu, cpu, size=16, spp=4, scene_dict=None):
-    """Same scene (default: ``material_cbox(size)``), seed and spp on both
-    backends. Paths follow the same random
+def render_comparison(gpu, cpu, size=16, spp=4, scene_dict=None, variant=None):
+    """Same scene (default: ``material_cbox(size)``; in ``variant``, default
+    the selected one), seed and spp on both backends. Paths follow the same random
     numbers through the same IEEE arithmetic; only transcendental functions
     may differ by an ulp, which can flip a rare sampling decision. So the
     two images must agree far below Monte Carlo noise, measured by a CPU
     render with another seed. Returns (report, times)."""
-    scene = jaxrender.load_dict(material_cbox(size) if scene_dict is None else scene_dict)
+    scene = jaxrender.load_dict(material_cbox(size) if scene_dict is None else scene_dict, variant=variant)
     times = {}
     with cpu():
         a = np.asarray(jaxrender.render(scene, spp=spp, seed=1))
@@ -147,6 +147,18 @@ def render_comparison(gpu, cpu, size=16, spp=4, scene_dict=None):
     diff = np.abs(g - a).mean()
     return dict(noise=float(noise), diff=float(diff), mean_gpu=float(g.mean()), mean_cpu=float(a.mean()),
                 identical=float(np.mean(np.all(g == a, -1))), finite=bool(np.isfinite(g).all())), times
+
+
+def polarized_scene(size=16) -> dict:
+    """The Stokes images of reflections off glass, rough gold, a blend and a
+    twosided rough mirror (tests/references/scenes.py), for spectral_polarized."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "references"))
+    from scenes import cbox_stokes_rough
+    d = cbox_stokes_rough(jaxrender.cornell_box())
+    d["sensor"]["film"]["width"] = d["sensor"]["film"]["height"] = size
+    return d
 
 
 def gradient_comparison(gpu, cpu, size=8, spp=4, geometry=False):

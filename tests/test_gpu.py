@@ -90,6 +90,18 @@ def test_image_matches_the_cpu_within_noise(capsys):
     assert abs(r["mean_gpu"] - r["mean_cpu"]) < 0.01 * r["noise"], r
 
 
+def test_polarized_stokes_image_matches_the_cpu_within_noise(capsys):
+    """spectral_polarized Stokes images (Mueller matrices per wavelength; the
+    kernels spill on the GPU, see test_gpu_ptx.POLARIZED)."""
+    r, t = gpu_checks.render_comparison(gpu, cpu, size=32, spp=8, scene_dict=gpu_checks.polarized_scene(32),
+                                        variant="spectral_polarized")
+    with capsys.disabled():
+        print(f"\n  stokes 32x32x8spp: GPU vs CPU mean |diff| {r['diff']:.3g} (noise {r['noise']:.3g}), "
+              f"GPU render {t['render'] * 1e3:.1f} ms", end="")
+    assert r["finite"]
+    assert r["diff"] < 0.02 * r["noise"], r
+
+
 @pytest.mark.parametrize("geometry", [False, True])
 def test_gradients_match_the_cpu_within_noise(capsys, geometry):
     rows = gpu_checks.gradient_comparison(gpu, cpu, geometry=geometry)

@@ -77,6 +77,16 @@ def test_instanced_image_matches_the_cpu_far_below_noise():
 
 
 @pytest.mark.slow
+def test_polarized_stokes_image_matches_the_cpu_far_below_noise():
+    """spectral_polarized: Mueller matrices per wavelength through the
+    polarizing BSDFs' frames, the stokes integrator's 15 channels."""
+    r, _ = gpu_checks.render_comparison(emulated_gpu, cpu, spp=2, scene_dict=gpu_checks.polarized_scene(),
+                                        variant="spectral_polarized")
+    assert r["finite"]
+    assert r["diff"] < 1e-3 * r["noise"], r
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("geometry", [False, True])
 def test_gradients_match_the_cpu_far_below_noise(geometry):
     rows = gpu_checks.gradient_comparison(emulated_gpu, cpu, geometry=geometry)
