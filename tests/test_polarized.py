@@ -6,8 +6,9 @@ What we compare with, that we did not write:
 * Mitsuba 3 images of the same scenes in ``llvm_ad_spectral_polarized`` /
   ``llvm_ad_mono_polarized`` (tests/data/references, made by
   tests/references/make_references.py): S0-S3 of reflections off glass,
-  smooth and rough gold, a blend and a twosided rough mirror, sheets at
-  several angles, crossed polarizers in the path tracer,
+  smooth and rough gold, a blend and a twosided rough mirror, linear and
+  circular polarizers and retarders at several angles, crossed polarizers
+  in the path tracer,
   judged against Monte Carlo noise as tests/test_render_reference.py does;
 * closed forms: Malus's law, a quarter-wave plate turning linear light
   circular, the derivative of Malus's law;
@@ -91,8 +92,8 @@ def sheets(angles, kinds=None, stokes=False, size=4) -> dict:
          "sky": {"type": "constant", "radiance": {"type": "rgb", "value": [1.0, 1.0, 1.0]}}}
     for k, theta in enumerate(angles):
         kind = (kinds or ["polarizer"] * len(angles))[k]
-        d[f"sheet{k}"] = {"type": "rectangle", "to_world": T().translate([0.0, 0.0, 1.0 + k]),
-                          "bsdf": {"type": kind, "theta": float(theta)}}
+        bsdf = {"type": kind} if kind == "circular" else {"type": kind, "theta": float(theta)}
+        d[f"sheet{k}"] = {"type": "rectangle", "to_world": T().translate([0.0, 0.0, 1.0 + k]), "bsdf": bsdf}
     return d
 
 
@@ -139,6 +140,26 @@ def test_stokes_vectors_of_linear_and_circular_light():
     np.testing.assert_allclose([abs(right[3]), abs(left[3])], [0.5, 0.5], atol=1e-4)
     assert right[3] * left[3] < 0
     np.testing.assert_allclose(right[1:3], 0.0, atol=3e-4)   # (oblique rays within the 1 degree view)
+
+
+def test_circular_polarizers():
+    """Linear light through a circular polarizer: half of it passes, fully
+    circular, of opposite handedness for the two kinds; unpolarized light
+    through crossed circular polarizers (right, then left) does not pass."""
+    def stokes(kinds, left=False):
+        d = sheets([0.0] * len(kinds), kinds, stokes=True)
+        if left:
+            d[f"sheet{len(kinds) - 1}"]["bsdf"]["left_handed"] = True
+        image = np.asarray(jaxrender.render(jaxrender.load_dict(d, variant="mono_polarized"), spp=4))
+        return image[..., 1::3].mean((0, 1))
+
+    right, left = stokes(["polarizer", "circular"]), stokes(["polarizer", "circular"], left=True)
+    np.testing.assert_allclose([right[0], abs(right[3]), left[0], abs(left[3])], 0.25, atol=1e-5)
+    np.testing.assert_allclose(np.r_[right[1:3], left[1:3]], 0.0, atol=1e-5)
+    assert right[3] * left[3] < 0
+    np.testing.assert_allclose(stokes(["circular", "circular"], left=True), 0.0, atol=1e-6)
+    scene = jaxrender.load_dict(sheets([0.0, 0.0], ["circular", "circular"]), variant="rgb")
+    np.testing.assert_allclose(np.asarray(jaxrender.render(scene, spp=4)), 0.25, atol=1e-5)
 
 
 # ---------------------------------------------------------------------------

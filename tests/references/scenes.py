@@ -716,7 +716,26 @@ def cbox_stokes_rough(d):
     return d
 
 
+def cbox_circular(d):
+    """Circular polarizers in front of the Cornell box: right-handed over
+    the left half, left-handed (transmitting 0.7) over the right half, and
+    a linear polarizer at 30 degrees behind both (S3 of either sign, and
+    half of the linear light through each)."""
+    d = _base(d)
+    T = _transform(d)
+    _glass_small_box(d)
+    d["sheet"] = {"type": "rectangle", "to_world": T().translate([0.0, 0.0, 2.6]).scale([2.0, 2.0, 1.0]),
+                  "bsdf": {"type": "polarizer", "theta": 30.0}}
+    d["left"] = {"type": "rectangle", "to_world": T().translate([-1.0, 0.0, 2.7]).scale([1.0, 2.0, 1.0]),
+                 "bsdf": {"type": "circular"}}
+    d["right"] = {"type": "rectangle", "to_world": T().translate([1.0, 0.0, 2.7]).scale([1.0, 2.0, 1.0]),
+                  "bsdf": {"type": "circular", "left_handed": True, "transmittance": 0.7}}
+    d["integrator"] = {"type": "stokes", "nested": {"type": "path", "max_depth": 8}}
+    return d
+
+
 POLARIZED_VARIANTS = {
+    "spectral_polarized_circular": ("spectral_polarized", cbox_circular),
     "spectral_polarized_stokes_rough": ("spectral_polarized", cbox_stokes_rough),
     "spectral_polarized_stokes": ("spectral_polarized", cbox_stokes),
     "spectral_polarized_sheets": ("spectral_polarized", cbox_polarizers),

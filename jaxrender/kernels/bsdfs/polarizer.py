@@ -20,7 +20,7 @@ from typing import Any
 from ... import ir
 from ...ir import Vec
 from .. import mueller, spectrum
-from ..spectrum import black
+from . import null
 from .base import COLOR, FLAG, FLOAT, BsdfType, Param
 
 
@@ -29,14 +29,6 @@ class PolarizerParams:
     theta: Any            # degrees
     transmittance: Vec
     polarizing: Any       # 1.0 or 0.0
-
-
-def eval(params: PolarizerParams, wi: Vec, wo: Vec) -> Vec:  # noqa: A001 - BSDF interface name
-    return black()
-
-
-def pdf(params: PolarizerParams, wi: Vec, wo: Vec):
-    return ir.Float(0.0)
 
 
 def transmission(params: PolarizerParams, wi: Vec) -> Vec:
@@ -62,5 +54,5 @@ def sample(params: PolarizerParams, wi: Vec, u1, u2: Vec):
 
 PARAMS = (Param("theta", FLOAT, 0.0), Param("transmittance", COLOR, 1.0), Param("polarizing", FLAG, True))
 TYPE = BsdfType("polarizer", "polarizer", PARAMS,
-                lambda p: PolarizerParams(p.theta, p.transmittance, p.polarizing), eval, pdf, sample,
+                lambda p: PolarizerParams(p.theta, p.transmittance, p.polarizing), null.eval, null.pdf, sample,
                 null=True, anisotropic=True, polarizing=True)

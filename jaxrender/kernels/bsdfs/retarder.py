@@ -18,7 +18,7 @@ from typing import Any
 from ... import ir
 from ...ir import Vec
 from .. import mueller, spectrum
-from ..spectrum import black
+from . import null
 from .base import COLOR, FLOAT, BsdfType, Param
 
 
@@ -27,14 +27,6 @@ class RetarderParams:
     theta: Any            # degrees
     delta: Any            # degrees
     transmittance: Vec
-
-
-def eval(params: RetarderParams, wi: Vec, wo: Vec) -> Vec:  # noqa: A001 - BSDF interface name
-    return black()
-
-
-def pdf(params: RetarderParams, wi: Vec, wo: Vec):
-    return ir.Float(0.0)
 
 
 def sample(params: RetarderParams, wi: Vec, u1, u2: Vec):
@@ -57,5 +49,5 @@ def sample(params: RetarderParams, wi: Vec, u1, u2: Vec):
 
 PARAMS = (Param("theta", FLOAT, 0.0), Param("delta", FLOAT, 90.0), Param("transmittance", COLOR, 1.0))
 TYPE = BsdfType("retarder", "retarder", PARAMS,
-                lambda p: RetarderParams(p.theta, p.delta, p.transmittance), eval, pdf, sample,
+                lambda p: RetarderParams(p.theta, p.delta, p.transmittance), null.eval, null.pdf, sample,
                 null=True, anisotropic=True, polarizing=True)
