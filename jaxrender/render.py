@@ -236,6 +236,12 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
         settings = integrator.settings(scene.integrator)
     except ValueError as exc:
         raise SceneError(str(exc)) from None
+    sheets = sorted({t.plugin for t in scene.bsdf_types if t.plugin in _SHEETS})
+    if sheets and scene.integrator["type"] in ("volpath", "prbvolpath"):
+        # (volpath's shadow rays cross pass-through surfaces by their null
+        # transmission, which for these is a colour or a Mueller matrix)
+        raise SceneError(f"the {sheets[0]} BSDF under the {scene.integrator['type']} integrator is not supported "
+                         "yet (path, direct, stokes)")
     if scene.variant != "rgb":
         _check_variant(scene, cam)
         integrator = dataclasses.replace(integrator, spectrum=spectrum.BY_NAME[scene.variant])
@@ -287,6 +293,9 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     if integrator.name == "stokes" or variants.color_base(scene.variant) == "mono":
         return image  # (mono: the film's one colour channel is the luminance, whatever the format, as Mitsuba's)
     return to_pixel_format(image, cam.pixel_format)
+
+
+_SHEETS = ("polarizer", "retarder", "circular")
 
 
 def _check_variant(scene, cam) -> None:

@@ -255,6 +255,10 @@ def test_prb_is_refused_and_rb_is_the_default():
 
 @pytest.mark.parametrize("edit, variant, says", [
     (lambda d: d.update(integrator={"type": "volpath"}), "mono_polarized", "volpath integrator"),
+    (lambda d: d.update(integrator={"type": "volpath"}, sheet={"type": "rectangle", "bsdf": {"type": "polarizer"}}),
+     "rgb", "polarizer BSDF under the volpath integrator"),
+    (lambda d: d.update(integrator={"type": "prbvolpath"}, sheet={"type": "rectangle", "bsdf": {"type": "circular"}}),
+     "spectral", "circular BSDF under the prbvolpath integrator"),
     (lambda d: d.update(integrator={"type": "stokes", "nested": {"type": "path"}}), "spectral",
      "stokes integrator needs a polarized variant"),
     (lambda d: d.update(integrator={"type": "stokes", "nested": {"type": "volpath"}}), "spectral_polarized",
