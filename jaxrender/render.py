@@ -324,9 +324,9 @@ def _check_variant(scene, cam) -> None:
 def _check_polarized(scene, cam) -> None:
     """What a polarized variant cannot render yet: a SceneError."""
     kind = scene.integrator["type"]
-    if kind not in ("path", "direct", "stokes", "aov"):
+    if kind not in ("path", "direct", "volpath", "prbvolpath", "stokes", "aov"):
         raise SceneError(f"the {kind} integrator in the {scene.variant} variant is not supported yet "
-                         "(path, direct, stokes, aov)")
+                         "(path, direct, volpath, prbvolpath, stokes, aov)")
     if kind == "stokes" and cam.pixel_format != "rgb":
         raise SceneError(f"pixel_format {cam.pixel_format!r} with the stokes integrator is not supported yet (rgb)")
 

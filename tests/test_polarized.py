@@ -205,6 +205,17 @@ def _weighted_sum(scene, key, index, spp=64):
     return f, (x0 if x0.ndim == 0 else x0[index])
 
 
+def check_gradient(f, v, step, what, rtol=0.02):
+    """Reverse mode matches central differences (same random numbers) of
+    ``f`` at ``v`` and forward mode matches reverse mode."""
+    g = float(jax.grad(f)(v))
+    fd = float((f(v + step) - f(v - step)) / (2 * step))
+    assert abs(fd) > 1e-3, what
+    np.testing.assert_allclose(g, fd, rtol=rtol, err_msg=what)
+    _, t = jax.jvp(f, (v,), (jnp.ones_like(v),))
+    np.testing.assert_allclose(float(t), g, rtol=1e-4, err_msg=what)
+
+
 @pytest.mark.parametrize("key, index, step", [
     ("red.reflectance.value", 2, 0.5),     # a wall's colour (a sigmoid coefficient), seen past glass and gold
     ("left.bsdf.theta.value", 0, 1.0),     # a polarizer's angle (degrees)
@@ -215,13 +226,7 @@ def test_gradients_match_finite_differences(key, index, step):
     with the same random numbers (Russian roulette off: its decisions move
     with the parameters), and forward mode."""
     scene = jaxrender.load_dict(_small("spectral_polarized_path", rr_depth=100), variant="spectral_polarized")
-    f, v = _weighted_sum(scene, key, index)
-    g = float(jax.grad(f)(v))
-    fd = float((f(v + step) - f(v - step)) / (2 * step))
-    assert abs(fd) > 1e-3
-    np.testing.assert_allclose(g, fd, rtol=0.02)
-    _, t = jax.jvp(f, (v,), (jnp.ones_like(v),))
-    np.testing.assert_allclose(float(t), g, rtol=1e-4)
+    check_gradient(*_weighted_sum(scene, key, index), step, key)
 
 
 def test_forward_and_reverse_mode_agree_with_russian_roulette():
@@ -254,7 +259,6 @@ def test_prb_is_refused_and_rb_is_the_default():
 
 
 @pytest.mark.parametrize("edit, variant, says", [
-    (lambda d: d.update(integrator={"type": "volpath"}), "mono_polarized", "volpath integrator"),
     (lambda d: d.update(integrator={"type": "volpath"}, sheet={"type": "rectangle", "bsdf": {"type": "polarizer"}}),
      "rgb", "polarizer BSDF under the volpath integrator"),
     (lambda d: d.update(integrator={"type": "prbvolpath"}, sheet={"type": "rectangle", "bsdf": {"type": "circular"}}),
@@ -287,13 +291,20 @@ def test_stokes_images_are_differentiable():
         def f(v, key=key):
             return jnp.sum(w * jaxrender.render(scene, {key: v}, spp=64, seed=5, seed_grad=5))
 
-        v = jnp.asarray(scene.params[key])
-        g = float(jax.grad(f)(v))
-        fd = float((f(v + step) - f(v - step)) / (2 * step))
-        assert abs(fd) > 1e-3, key
-        np.testing.assert_allclose(g, fd, rtol=0.02, err_msg=key)
-        _, t = jax.jvp(f, (v,), (jnp.ones_like(v),))
-        np.testing.assert_allclose(float(t), g, rtol=1e-4, err_msg=key)
+        check_gradient(f, jnp.asarray(scene.params[key]), step, key)
+
+
+def test_volpath_gradients_match_finite_differences():
+    """volpath in spectral_polarized (a medium inside a glass ball): the
+    derivative by the medium's albedo and the glass's tint, reverse mode (rb)
+    against central differences with the same random numbers (Russian
+    roulette off), and against forward mode."""
+    d = _small("spectral_polarized_medium_in_glass")
+    d["integrator"]["rr_depth"] = 100
+    scene = jaxrender.load_dict(d, variant="spectral_polarized")
+    albedo = [k for k in scene.params if k.startswith("ball.interior_medium.albedo")][0]
+    for key, index, step in ((albedo, 2, 0.1), ("red.reflectance.value", 2, 0.25)):
+        check_gradient(*_weighted_sum(scene, key, index), step, key)
 
 
 def test_moving_cameras_are_not_differentiable_yet():

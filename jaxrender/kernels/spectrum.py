@@ -194,6 +194,14 @@ class SpectrumType:
         out = [mueller.apply(self.matrix(m, c), Vec(*radiance[c::n])) for c in range(n)]
         return Vec(*(out[c][i] for i in range(4) for c in range(n)))
 
+    def times(self, value: Vec, color: Vec) -> Vec:
+        """A path spectrum or radiance scaled channel by channel by ``color``
+        (a medium's weight: the same for every polarization state)."""
+        if not self.polarized:
+            return value * color
+        n = self.channels
+        return Vec(*(x * color[i % n] for i, x in enumerate(value)))
+
     def intensity(self, value: Vec) -> Vec:
         """The colour an unpolarized observer sees of a path spectrum or a
         radiance: itself, or when polarized entry (0, 0) / S0 of each

@@ -734,7 +734,51 @@ def cbox_circular(d):
     return d
 
 
+def brewster_periscope(d):
+    """Two glass plates at Brewster's angle (tan = 1.5) whose planes of
+    incidence are perpendicular: the first reflects only light polarized
+    along its surface, which the second, seeing it as p-polarized, does not
+    reflect. Polarized, the light seen in the second plate nearly vanishes
+    (unpolarized it would not). The light passes a slab of fog on its way
+    (volpath with a medium)."""
+    import numpy as np
+    T = _transform(d)
+    th = np.arctan(1.5)
+    d0 = np.array([np.sin(th), 0.0, -np.cos(th)])           # onto plate 1 (normal +z)
+    d1 = np.array([np.sin(th), 0.0, np.cos(th)])            # reflected
+    p2 = 3.0 * d1
+    n2 = -np.cos(th) * d1 + np.array([0.0, np.sin(th), 0.0])
+    d2 = d1 + 2.0 * np.cos(th) * n2                          # reflected off plate 2
+    lp = p2 + 4.0 * d2
+
+    def facing(origin, normal, size):
+        up = [0.0, 0.0, 1.0] if abs(normal[2]) < 0.9 else [0.0, 1.0, 0.0]
+        return T().look_at(origin=list(map(float, origin)), target=list(map(float, origin + normal)), up=up) \
+            .scale([size, size, 1.0])
+
+    sensor = d["sensor"]
+    sensor["to_world"] = T().look_at(origin=list(map(float, -6.0 * d0)), target=[0.0, 0.0, 0.0], up=[0.0, 1.0, 0.0])
+    sensor["fov"] = 4.0
+    sensor["film"]["width"] = sensor["film"]["height"] = 16
+    sensor["film"]["rfilter"] = {"type": "box"}
+    return {
+        "type": "scene", "integrator": {"type": "volpath", "max_depth": 6}, "sensor": sensor,
+        "plate1": {"type": "rectangle", "to_world": T().scale([2.0, 2.0, 1.0]),
+                   "bsdf": {"type": "dielectric", "int_ior": 1.5, "ext_ior": 1.0}},
+        "plate2": {"type": "rectangle", "to_world": facing(p2, n2, 1.5),
+                   "bsdf": {"type": "dielectric", "int_ior": 1.5, "ext_ior": 1.0}},
+        "light": {"type": "rectangle", "to_world": facing(lp, -d2, 3.0),
+                  "emitter": {"type": "area", "radiance": {"type": "rgb", "value": [10.0, 10.0, 10.0]}}},
+        "fog": {"type": "cube", "to_world": T().translate(list(map(float, p2 + 2.0 * d2))).scale(0.8),
+                "bsdf": {"type": "null"},
+                "interior": {"type": "homogeneous", "sigma_t": 0.5, "albedo": 0.6}},
+    }
+
+
 POLARIZED_VARIANTS = {
+    "spectral_polarized_brewster": ("spectral_polarized", brewster_periscope),
+    "spectral_polarized_medium_in_glass": ("spectral_polarized", cbox_medium_in_glass),
+    "mono_polarized_medium_smoke": ("mono_polarized", cbox_medium_smoke),
     "spectral_polarized_circular": ("spectral_polarized", cbox_circular),
     "spectral_polarized_stokes_rough": ("spectral_polarized", cbox_stokes_rough),
     "spectral_polarized_stokes": ("spectral_polarized", cbox_stokes),

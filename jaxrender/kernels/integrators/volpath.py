@@ -83,6 +83,7 @@ class VolpathState:
     it: Any             # loop iterations so far (random number groups)
     channel: Any        # the colour channel distances are sampled in
     ahead: KnownHit     # the surface ahead, known after a null collision (no second BVH query)
+    rr_prefix: Any = None  # polarized adjoints: the throughput roulette multiplies in (PathState's)
 
 
 @dataclasses.dataclass
@@ -153,7 +154,7 @@ class VolpathIntegrator(PathIntegrator):
     def _value(self, ctx, s) -> Vec:
         ctx = ctx.spectrum.bind(ctx, s)
         final = self.run(ctx, s, self.start(ctx, s))
-        radiance = ctx.spectrum.to_film(final.radiance)
+        radiance = self.film_values(ctx, s, final.radiance)
         return Vec(*radiance, ir.select(final.valid, 1.0, 0.0)) if self.alpha else radiance
 
     def start(self, ctx, s) -> VolpathState:
@@ -163,7 +164,7 @@ class VolpathIntegrator(PathIntegrator):
         channel = ir.minimum(ir.cast(ctx.rand(s, CHANNEL_GROUP)[2] * float(n), "i32"), n - 1)
         medium = ctx.b["camera_medium"].value if ctx.structure.media else ir.Int(-1)
         # (distances in media count from the near clip plane, as Mitsuba's camera rays start there)
-        return VolpathState(ir.Int(0), o + d * t_min, d, t_max - t_min, S.one(), S.zero(), ir.Bool(True),
+        return VolpathState(ir.Int(0), o + d * t_min, d, t_max - t_min, S.one(), S.no_radiance(), ir.Bool(True),
                             ir.Float(1.0), medium, o, ir.Float(1.0), ~self._hidden(ctx),
                             self.camera_sees_environment(ctx), ir.Int(0), channel, KnownHit.none())
 
@@ -176,7 +177,8 @@ class VolpathIntegrator(PathIntegrator):
         transmittance (phase function value times radiance, MIS-weighted
         against phase sampling)."""
         f = media.phase.eval(ctx, mv.phase, mv.g, wi, es.w)
-        return emitters.eval_sample(ctx, es) * (f * emitters.light_weight(ctx, es, f))
+        # (a phase function keeps light's polarization, as Mitsuba's: emission stays unpolarized)
+        return self.spectrum.radiance(emitters.eval_sample(ctx, es) * (f * emitters.light_weight(ctx, es, f)))
 
     def shade(self, ctx, si, es, u, depth, last_pdf, specular, show, scatter, pass_through, flight: Flight,
               shadow: Shadow, wi: Vec, phase_sample) -> VolShading:
@@ -190,17 +192,19 @@ class VolpathIntegrator(PathIntegrator):
         S = self.spectrum
         w_med, tr = flight.weight, shadow.tr
         if ctx.structure.media:
-            w_med = w_med * ir.cond(flight.medium >= 0, lambda: _flight_factor(ctx, flight), S.one)
+            def one():
+                return S.full(1.0)
+            w_med = w_med * ir.cond(flight.medium >= 0, lambda: _flight_factor(ctx, flight), one)
             for m, length in zip(shadow.media, shadow.lengths):
-                tr = tr * ir.cond(m >= 0, lambda m=m, length=length: _optical_factor(ctx, m, length), S.one)
+                tr = tr * ir.cond(m >= 0, lambda m=m, length=length: _optical_factor(ctx, m, length), one)
             if "heterogeneous" in ctx.structure.media:
-                tr = tr * ir.cond(shadow.tracked >= 0, lambda: _tracking_factor(ctx, shadow), S.one)
+                tr = tr * ir.cond(shadow.tracked >= 0, lambda: _tracking_factor(ctx, shadow), one)
 
         def at_collision():
             mv = media.read(ctx, flight.medium)
             wo, weight, pdf = phase_sample
             f = media.phase.eval(ctx, mv.phase, mv.g, wi, wo)
-            return (S.zero(), self.shade_medium(ctx, mv, wi, es), S.one() * (weight * _relative(f)), wo, pdf,
+            return (S.no_radiance(), self.shade_medium(ctx, mv, wi, es), S.one() * (weight * _relative(f)), wo, pdf,
                     ~mv.sample_emitters, ir.Bool(False))
 
         def at_surface():
@@ -223,7 +227,7 @@ class VolpathIntegrator(PathIntegrator):
         group = FIRST_GROUP + st.it * GROUPS_PER_ITERATION
         u_dir, u_med, u_em = ctx.rand(s, group), ctx.rand(s, group + 1), ctx.rand(s, group + 2)
         # Roulette first, on the throughput times eta^2 (undoing refractions' radiance scaling).
-        b_max = S.max(st.throughput)
+        b_max = S.max(st.throughput if st.rr_prefix is None else S.mul(st.rr_prefix, st.throughput))
         q = ctx.detach(ir.minimum(b_max * st.eta * st.eta, 0.95))
         rr = st.depth > rr_d
         alive = (b_max > 0.0) & (~rr | (u_dir[3] < q)) & below_max(st.depth)
@@ -250,14 +254,15 @@ class VolpathIntegrator(PathIntegrator):
                 real = Vec(*(ir.select(m > 0.0, x / ir.select(m > 0.0, m, 1.0), 0.0)
                              for x, m in zip(sigma_t, mv.majorant)))
                 scale = ir.select(null, sigma_n * (1.0 / ir.select(p_null > 0.0, p_null, 1.0)),
-                                  ir.select(collided, sigma_s * (1.0 / ir.maximum(_mean(real), 1e-30)), S.one()))
+                                  ir.select(collided, sigma_s * (1.0 / ir.maximum(_mean(real), 1e-30)), S.full(1.0)))
                 return collided, null, t_end, ctx.detach(weight * scale)
 
             collided, null, t_coll, w_med = ir.cond(alive & (st.medium >= 0), in_medium,
-                                                    lambda: (ir.Bool(False), ir.Bool(False), ir.Float(0.0), S.one()))
+                                                    lambda: (ir.Bool(False), ir.Bool(False), ir.Float(0.0),
+                                                             S.full(1.0)))
         else:
             collided = null = ir.Bool(False)
-            t_coll, w_med = ir.Float(0.0), S.one()
+            t_coll, w_med = ir.Float(0.0), S.full(1.0)
         scatter = collided & ~null
         depth = ir.select(scatter, st.depth + 1, st.depth)
         scatter = scatter & below_max(depth)
@@ -297,9 +302,9 @@ class VolpathIntegrator(PathIntegrator):
         seen_from = dataclasses.replace(si, o=st.last_p, t=ir.norm(si.p - st.last_p))
         sh = shade(seen_from, es, u_dir, st.depth, st.last_pdf, st.specular, show, scatter, pass_through,
                    Flight(st.medium, t_coll, collided, null, st.channel, w_med, p_coll), shadow, wi, phase_sample)
-        throughput = throughput * sh.medium
+        throughput = S.times(throughput, sh.medium)
         interacts = scatter | surface
-        gathered = throughput * (sh.emitted + ir.select(shadowed, sh.direct * sh.tr, S.zero()))
+        gathered = S.apply(throughput, sh.emitted + ir.select(shadowed, S.times(sh.direct, sh.tr), S.no_radiance()))
 
         bounce = scatter | (~pass_through & ~sh.null)
         passed = si.p + st.d * si.scale
@@ -316,22 +321,29 @@ class VolpathIntegrator(PathIntegrator):
             ir.select(surface & bounce, depth + 1, depth),
             ir.select(moves, p_coll, o), ir.select(moves, st.d, d),
             ir.select(moves, st.t_max - t_coll, t_max),
-            ir.select(interacts, throughput * sh.weight, throughput),
-            st.radiance + ir.select(interacts, gathered, S.zero()),
+            ir.select(interacts, S.mul(throughput, sh.weight), throughput),
+            st.radiance + ir.select(interacts, gathered, S.no_radiance()),
             moves | (interacts & goes_on),
             ir.select(interacts, st.eta * eta, st.eta),
             ir.select(interacts, medium, st.medium),
             ir.select(interacts & bounce, ir.select(scatter, p_coll, si.p), st.last_p),
             ir.select(interacts & bounce, sh.pdf, st.last_pdf),
             ir.select(interacts & bounce, sh.delta, st.specular), ir.select(interacts, valid, st.valid),
-            st.it + 1, st.channel, KnownHit.ahead(moves, si, t_coll))
+            st.it + 1, st.channel, KnownHit.ahead(moves, si, t_coll), st.rr_prefix)
         return new, Vertex(st.throughput * ir.select(rr & alive, 1.0 / ir.select(q > 0.0, q, 1.0), 1.0),
                            interacts, shadowed, new.active)
 
     def local_radiance(self, vertex: Vertex, sh: VolShading, rest: Vec) -> Vec:
+        S = self.spectrum
+        if S.polarized:
+            # rest: the radiance arriving from the continuation (incident_state)
+            beta = S.times(vertex.throughput, sh.medium)
+            here = S.apply(beta, sh.emitted + ir.select(vertex.shadowed, S.times(sh.direct, sh.tr), S.no_radiance()))
+            later = S.apply(beta, ir.select(vertex.interacts, S.apply(sh.weight, rest), rest))
+            return ir.select(vertex.interacts, here, S.no_radiance()) + ir.select(vertex.continues, later,
+                                                                                   S.no_radiance())
         # This iteration's weights scale what it gathers and, as ratios to
         # their (constant) values, everything the path gathers later.
-        S = self.spectrum
         later = rest * _relative_vec(sh.medium)
         later = ir.select(vertex.interacts, later * _relative_vec(sh.weight), later)
         here = vertex.throughput * sh.medium * (sh.emitted + ir.select(vertex.shadowed, sh.direct * sh.tr, S.zero()))
@@ -373,7 +385,8 @@ class VolpathIntegrator(PathIntegrator):
                     weight = media.spectral_ratio(mv.majorant, st.channel, t_end, collided)
                     sigma_n = media.coefficients(ctx, mv, o + w * t_end)[1]
                     return collided, t_end, ir.select(collided, weight * sigma_n, weight)
-                collided, t, weight = ir.cond(m >= 0, in_medium, lambda: (ir.Bool(False), ir.Float(0.0), S.one()))
+                collided, t, weight = ir.cond(m >= 0, in_medium, lambda: (ir.Bool(False), ir.Float(0.0),
+                                                                          S.full(1.0)))
                 het = _is_heterogeneous(ctx, m)
                 # homogeneous media: the distance travelled in each; heterogeneous
                 # ones: one of the ratio-tracking collisions, uniformly (reservoir)
@@ -385,7 +398,7 @@ class VolpathIntegrator(PathIntegrator):
                     tracked = ir.select(pick, m, tracked)
                     p_tracked = ir.select(pick, o + w * t, p_tracked)
             else:
-                collided, t, weight = ir.Bool(False), ir.Float(0.0), S.one()
+                collided, t, weight = ir.Bool(False), ir.Float(0.0), S.full(1.0)
             crossing = ~collided & si.hit
             if partial:    # masks and blends with null components: what the surface lets through
                 passed = ir.cond(crossing, lambda: SurfaceBsdf(plain, si).null_transmission(), lambda: ir.Float(1.0))
@@ -399,7 +412,7 @@ class VolpathIntegrator(PathIntegrator):
                     tracked, count, p_tracked, KnownHit.ahead(collided, si, t))
 
         none = _no_shadow(S)
-        out = ir.while_loop(lambda state: state[4], body, (o, dist, medium, S.one(), ir.Bool(True), ir.Int(0),
+        out = ir.while_loop(lambda state: state[4], body, (o, dist, medium, S.full(1.0), ir.Bool(True), ir.Int(0),
                                                           none.media, none.lengths, none.tracked, none.count,
                                                           none.p, KnownHit.none()))
         return Shadow(ctx.detach(out[3]), out[6], out[7], out[8], out[9], ctx.detach(out[10]))
@@ -473,7 +486,7 @@ class Vertex:
 
 
 def _no_shadow(S) -> Shadow:
-    return Shadow(S.zero(), tuple(ir.Int(-1) for _ in range(MAX_SHADOW_MEDIA)),
+    return Shadow(S.full(0.0), tuple(ir.Int(-1) for _ in range(MAX_SHADOW_MEDIA)),
                   tuple(ir.Float(0.0) for _ in range(MAX_SHADOW_MEDIA)), ir.Int(-1), ir.Float(0.0),
                   Vec(ir.Float(0.0), ir.Float(0.0), ir.Float(0.0)))
 
@@ -524,7 +537,7 @@ def _flight_factor(ctx, fl: Flight) -> Vec:
     a real collision sigma_s(x) / (m P_real): d log sigma_s, and a null one
     (m - sigma_t(x)) / (m P_null): -d sigma_t / (m - sigma_t)."""
     mv = media.read(ctx, fl.medium)
-    one = ctx.spectrum.one()
+    one = ctx.spectrum.full(1.0)
 
     def homogeneous():
         sigma_s, _, sigma_t = media.coefficients(ctx, mv, fl.p)

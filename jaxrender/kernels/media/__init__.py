@@ -78,7 +78,7 @@ def coefficients(ctx, mv: MediumView, p: Vec) -> tuple[Vec, Vec, Vec]:
     kinds = ctx.structure.media
 
     def homogeneous():
-        return mv.sigma_t * mv.albedo, S.zero(), mv.sigma_t
+        return mv.sigma_t * mv.albedo, S.full(0.0), mv.sigma_t
 
     if "heterogeneous" not in kinds:
         return homogeneous()
