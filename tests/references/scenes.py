@@ -775,7 +775,29 @@ def brewster_periscope(d):
     }
 
 
+def cbox_pplastic(d):
+    """Mitsuba's polarized plastic (rough GGX and Beckmann coatings over
+    coloured bases) on the boxes, seen by the stokes integrator where
+    polarized (the path tracer elsewhere)."""
+    d = _base(d)
+    d["large-box"]["bsdf"] = {"type": "pplastic", "distribution": "ggx", "alpha": 0.15,
+                              "diffuse_reflectance": {"type": "rgb", "value": [0.2, 0.4, 0.7]}}
+    d["small-box"]["bsdf"] = {"type": "pplastic", "alpha": 0.3, "int_ior": 1.7,
+                              "diffuse_reflectance": {"type": "rgb", "value": [0.7, 0.5, 0.2]},
+                              "specular_reflectance": 0.8}
+    d["integrator"] = {"type": "path", "max_depth": 6}
+    return d
+
+
+def cbox_pplastic_stokes(d):
+    d = cbox_pplastic(d)
+    d["integrator"] = {"type": "stokes", "nested": {"type": "path", "max_depth": 6}}
+    return d
+
+
 POLARIZED_VARIANTS = {
+    "rgb_pplastic": ("rgb", cbox_pplastic),
+    "spectral_polarized_pplastic": ("spectral_polarized", cbox_pplastic_stokes),
     "spectral_polarized_brewster": ("spectral_polarized", brewster_periscope),
     "spectral_polarized_medium_in_glass": ("spectral_polarized", cbox_medium_in_glass),
     "mono_polarized_medium_smoke": ("mono_polarized", cbox_medium_smoke),

@@ -19,13 +19,13 @@ Example::
 from __future__ import annotations
 
 from . import (blendbsdf, bumpmap, circular, conductor, dielectric, diffuse, mask, normalmap, null, plastic,
-               polarizer, principled, principledthin, retarder, roughconductor, roughdielectric, roughplastic,
-               thindielectric, twosided)
+               polarizer, pplastic, principled, principledthin, retarder, roughconductor, roughdielectric,
+               roughplastic, thindielectric, twosided)
 from ..params import add_plugin
 from .base import OPTION, BsdfType
 
 _BUILTIN = (diffuse.TYPE, conductor.TYPE, *roughconductor.TYPES, *plastic.TYPES, dielectric.TYPE,
-            thindielectric.TYPE, *roughdielectric.TYPES, *roughplastic.TYPES, *principled.TYPES,
+            thindielectric.TYPE, *roughdielectric.TYPES, *roughplastic.TYPES, *pplastic.TYPES, *principled.TYPES,
             principledthin.TYPE, null.TYPE, polarizer.TYPE, retarder.TYPE, circular.TYPE, blendbsdf.TYPE,
             mask.TYPE, twosided.TYPE, normalmap.TYPE, bumpmap.TYPE)
 TYPES: dict[str, BsdfType] = {t.name: t for t in _BUILTIN}

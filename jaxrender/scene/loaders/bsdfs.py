@@ -314,8 +314,15 @@ def _has_spec_trans(values: Mapping) -> bool:
     return not absent
 
 
+def _pplastic(props: Properties) -> dict:
+    """Mitsuba's pplastic: the two indices of refraction must differ."""
+    if props.ior("int_ior", "polypropylene") / props.ior("ext_ior", "air") == 1.0:
+        raise props.error("int_ior and ext_ior must differ")
+    return {}
+
+
 PLUGIN_RULES: dict[str, Callable[[Properties], dict]] = {
-    "roughplastic": _roughplastic, "conductor": _conductor_material, "roughconductor": _conductor_material,
+    "roughplastic": _roughplastic, "pplastic": _pplastic, "conductor": _conductor_material, "roughconductor": _conductor_material,
     "principled": _principled}
 
 
