@@ -237,10 +237,10 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     except ValueError as exc:
         raise SceneError(str(exc)) from None
     sheets = sorted({t.plugin for t in scene.bsdf_types if t.plugin in _SHEETS})
-    if sheets and scene.integrator["type"] in ("volpath", "prbvolpath"):
+    if sheets and _transport(scene) in ("volpath", "prbvolpath"):
         # (volpath's shadow rays cross pass-through surfaces by their null
         # transmission, which for these is a colour or a Mueller matrix)
-        raise SceneError(f"the {sheets[0]} BSDF under the {scene.integrator['type']} integrator is not supported "
+        raise SceneError(f"the {sheets[0]} BSDF under the {_transport(scene)} integrator is not supported "
                          "yet (path, direct, stokes)")
     if scene.variant != "rgb":
         _check_variant(scene, cam)
@@ -298,6 +298,12 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
 _SHEETS = ("polarizer", "retarder", "circular")
 
 
+def _transport(scene) -> str:
+    """The integrator type that traces the scene's paths (a stokes integrator's nested one)."""
+    settings = scene.integrator
+    return settings["nested"]["type"] if settings["type"] == "stokes" else settings["type"]
+
+
 def _check_variant(scene, cam) -> None:
     """What the scene's variant (mono, spectral, polarized) cannot render yet: a SceneError."""
     name = variants.color_base(scene.variant)
@@ -311,8 +317,8 @@ def _check_variant(scene, cam) -> None:
             raise SceneError("the sunsky emitter in the mono variant is not supported yet")
         return
     why = variants.spectral_why(scene)
-    if scene.dispersive and scene.integrator["type"] not in ("path", "direct", "stokes", "aov"):
-        why = (f"a dispersive index of refraction under the {scene.integrator['type']} integrator "
+    if scene.dispersive and _transport(scene) not in ("path", "direct", "aov"):
+        why = (f"a dispersive index of refraction under the {_transport(scene)} integrator "
                "(path and direct follow one wavelength after a dispersive refraction; volpath does not yet)")
     if why is not None:
         raise SceneError(f"the spectral variant cannot render this scene yet: {why}")

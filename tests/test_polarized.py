@@ -265,8 +265,11 @@ def test_prb_is_refused_and_rb_is_the_default():
      "spectral", "circular BSDF under the prbvolpath integrator"),
     (lambda d: d.update(integrator={"type": "stokes", "nested": {"type": "path"}}), "spectral",
      "stokes integrator needs a polarized variant"),
-    (lambda d: d.update(integrator={"type": "stokes", "nested": {"type": "volpath"}}), "spectral_polarized",
-     "nested 'volpath' integrator"),
+    (lambda d: d.update(integrator={"type": "stokes", "nested": {"type": "aov", "aovs": "dd:depth"}}),
+     "spectral_polarized", "nested 'aov' integrator"),
+    (lambda d: d.update(integrator={"type": "stokes", "nested": {"type": "volpath"}},
+                        sheet={"type": "rectangle", "bsdf": {"type": "retarder"}}),
+     "spectral_polarized", "retarder BSDF under the volpath integrator"),
     (lambda d: d.update(integrator={"type": "stokes", "hide_emitters": True, "nested": {"type": "path"}}),
      "spectral_polarized", "give hide_emitters to the nested integrator"),
 ])

@@ -795,7 +795,15 @@ def cbox_pplastic_stokes(d):
     return d
 
 
+def brewster_stokes(d):
+    """The Brewster periscope's Stokes images, volpath nested."""
+    d = brewster_periscope(d)
+    d["integrator"] = {"type": "stokes", "nested": d["integrator"]}
+    return d
+
+
 POLARIZED_VARIANTS = {
+    "spectral_polarized_brewster_stokes": ("spectral_polarized", brewster_stokes),
     "rgb_pplastic": ("rgb", cbox_pplastic),
     "spectral_polarized_pplastic": ("spectral_polarized", cbox_pplastic_stokes),
     "spectral_polarized_brewster": ("spectral_polarized", brewster_periscope),

@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping
 from .aov import AovIntegrator, parse_aovs
 from .base import ADJOINT_METHODS, Integrator, ReplayIntegrator
 from .path import PathIntegrator
-from .stokes import STOKES_NAMES, StokesIntegrator
+from .stokes import STOKES_NAMES, StokesIntegrator, StokesVolpathIntegrator
 from .volpath import VolpathIntegrator
 
 BY_TYPE: dict[str, Callable[[Mapping[str, Any]], Integrator]] = {
@@ -28,7 +28,9 @@ BY_TYPE: dict[str, Callable[[Mapping[str, Any]], Integrator]] = {
     "volpath": lambda props: VolpathIntegrator(),
     "prbvolpath": lambda props: VolpathIntegrator(),  # the same kernels (Mitsuba's defaults: settings)
     "aov": lambda props: AovIntegrator(tuple(t for _, t in parse_aovs(props["aovs"]))),
-    "stokes": lambda props: StokesIntegrator(),     # its nested path / direct settings: StokesIntegrator.settings
+    # (the nested integrator's settings: StokesFilm.settings)
+    "stokes": lambda props: (StokesVolpathIntegrator() if props["nested"]["type"] in ("volpath", "prbvolpath")
+                             else StokesIntegrator()),
 }
 
 
@@ -41,4 +43,4 @@ def create(props: Mapping[str, Any]) -> Integrator:
 
 
 __all__ = ["ADJOINT_METHODS", "AovIntegrator", "BY_TYPE", "Integrator", "PathIntegrator", "ReplayIntegrator",
-           "STOKES_NAMES", "StokesIntegrator", "VolpathIntegrator", "create", "parse_aovs"]
+           "STOKES_NAMES", "StokesIntegrator", "StokesVolpathIntegrator", "VolpathIntegrator", "create", "parse_aovs"]

@@ -1,6 +1,7 @@
 """Mitsuba's ``stokes`` integrator: the polarization state at the sensor.
 
-It runs its nested ``path`` (or ``direct``) integrator, whose estimate in a
+It runs its nested ``path`` (or ``direct``, ``volpath``, ``prbvolpath``)
+integrator, whose estimate in a
 polarized variant is a Stokes vector per colour channel (unpolarized
 emission through the path's Mueller matrices), in the implicit Stokes
 basis of the camera ray (``mueller.stokes_basis(-d)``);
@@ -27,16 +28,15 @@ from ...ir import Vec
 from .. import layout, mueller, sensors
 from ..context import Structure
 from .path import PathIntegrator
+from .volpath import VolpathIntegrator
 
 STOKES_NAMES = tuple(f"S{i}.{c}" for i in range(4) for c in "RGB")
 
 
-@dataclasses.dataclass(frozen=True)
-class StokesIntegrator(PathIntegrator):
-    """The Stokes vector images of a nested path tracer (polarized variants
-    only), differentiable as the path tracer's image is (the adjoint pulls
-    each channel's cotangent back through the film's linear map)."""
-    name = "stokes"
+class StokesFilm:
+    """What makes an integrator Mitsuba's ``stokes`` around it: the film's
+    channels, their values from a sample's radiance and back (mixed into
+    the nested integrator's class, ahead of it)."""
 
     def settings(self, props: Mapping[str, Any]) -> dict:
         return super().settings(props["nested"])
@@ -76,3 +76,17 @@ class StokesIntegrator(PathIntegrator):
         zero = Vec(*(ir.Float(0.0) for _ in range(self.spectrum.radiance_width)))
         _, pullback = ir.vjp(lambda radiance: self.film_values(ctx, s, radiance), zero)
         return pullback(d_values)[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class StokesIntegrator(StokesFilm, PathIntegrator):
+    """The Stokes vector images of a nested path (or direct) tracer
+    (polarized variants only), differentiable as its image is (the adjoint
+    pulls each channel's cotangent back through the film's linear map)."""
+    name = "stokes"
+
+
+@dataclasses.dataclass(frozen=True)
+class StokesVolpathIntegrator(StokesFilm, VolpathIntegrator):
+    """The Stokes vector images of a nested volpath (or prbvolpath)."""
+    name = "stokes_volpath"

@@ -81,7 +81,7 @@ def load_aov(builder: SceneBuilder, props: Properties) -> dict:
 
 @INTEGRATORS.register("stokes")
 def load_stokes(builder: SceneBuilder, props: Properties) -> dict:
-    """Mitsuba's ``stokes``: one nested ``path`` or ``direct`` integrator,
+    """Mitsuba's ``stokes``: one nested ``path``, ``direct``, ``volpath`` or ``prbvolpath`` integrator,
     in a polarized variant only (as Mitsuba, which raises otherwise)."""
     if not variants.loading_name().endswith("_polarized"):
         raise props.error(f"the stokes integrator needs a polarized variant (spectral_polarized or mono_polarized), "
@@ -97,8 +97,9 @@ def load_stokes(builder: SceneBuilder, props: Properties) -> dict:
     if builder.category(spec, name) != "integrator":
         raise props.error("its nested plugin must be an integrator", name)
     spec, _ = builder.resolve(spec, name)
-    if spec.get("type") not in ("path", "direct"):
-        raise props.error(f"a nested {spec.get('type')!r} integrator is not supported yet (path, direct)", name)
+    if spec.get("type") not in ("path", "direct", "volpath", "prbvolpath"):
+        raise props.error(f"a nested {spec.get('type')!r} integrator is not supported yet "
+                          "(path, direct, volpath, prbvolpath)", name)
     props.mark_read(name)
     settings["nested"] = load_plugin(INTEGRATORS, builder, spec, props.where(name))
     return settings
