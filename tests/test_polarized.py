@@ -18,6 +18,7 @@ What we compare with, that we did not write:
 """
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from pathlib import Path
@@ -40,11 +41,15 @@ from test_render_reference import disagreements  # noqa: E402
 OUR_SPP, OUR_RENDERS = 64, 8
 
 
+@functools.cache
 def our_renders(name: str, variant: str | None = None) -> np.ndarray:
+    """OUR_RENDERS renders of reference scene ``name`` (read-only: shared by the tests)."""
     default, make = POLARIZED_VARIANTS[name]
     scene = jaxrender.load_dict(make(jaxrender.cornell_box()), variant=variant or default)
-    return np.stack([np.asarray(jaxrender.render(scene, spp=OUR_SPP, seed=100 + k), np.float64)
-                     for k in range(OUR_RENDERS)])
+    renders = np.stack([np.asarray(jaxrender.render(scene, spp=OUR_SPP, seed=100 + k), np.float64)
+                        for k in range(OUR_RENDERS)])
+    renders.flags.writeable = False
+    return renders
 
 
 def reference(name: str):
