@@ -322,9 +322,9 @@ def _check_variant(scene, cam) -> None:
                "(path and direct follow one wavelength after a dispersive refraction; volpath does not yet)")
     if why is not None:
         raise SceneError(f"the spectral variant cannot render this scene yet: {why}")
-    if cam.pixel_format not in ("rgb", "rgba"):
-        raise SceneError(f"pixel_format {cam.pixel_format!r} in the spectral variant is not supported yet "
-                         "(rgb, rgba)")
+    # (every pixel format: the film's linear sRGB is a linear map of the
+    # spectrum's XYZ, so xyz and luminance follow from it exactly, as
+    # Mitsuba's spectral film gives them)
 
 
 def _check_polarized(scene, cam) -> None:

@@ -619,7 +619,21 @@ def cbox_uniform_iors(d):
     return d
 
 
+def cbox_xyz(d):
+    d = _base(d)
+    d["sensor"]["film"]["pixel_format"] = "xyz"
+    return d
+
+
+def cbox_luminance_alpha(d):
+    d = cbox_spectral_mix(d)
+    d["sensor"]["film"]["pixel_format"] = "luminance_alpha"
+    return d
+
+
 COLOR_VARIANTS = {
+    "spectral_xyz": ("spectral", cbox_xyz),
+    "spectral_luminance_alpha": ("spectral", cbox_luminance_alpha),
     "spectral_uniform_iors": ("spectral", cbox_uniform_iors),
     "spectral_principled": ("spectral", cbox_principled),
     "mono_principled": ("mono", cbox_principled),
