@@ -8,15 +8,18 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 
-@pytest.fixture(autouse=True)
-def _mitsuba_variant_restored():
-    """Mitsuba's variant is process-wide: modules that compare with it set
-    theirs once at import, so a test that sets another one (a spectral
-    reference, say) gets the previous one back afterwards, whatever the
-    test order."""
+def _restoring_mitsuba_variant():
     mi = sys.modules.get("mitsuba")
     before = mi.variant() if mi is not None else None
     yield
     mi = sys.modules.get("mitsuba")
     if mi is not None and before is not None and mi.variant() != before:
         mi.set_variant(before)
+
+
+# Mitsuba's variant is process-wide: modules that compare with it set theirs
+# once at import, so a test (or a module's fixture) that sets another one, a
+# spectral reference say, gives the previous one back afterwards, whatever
+# the order the tests run in.
+_mitsuba_variant_per_module = pytest.fixture(scope="module", autouse=True)(_restoring_mitsuba_variant)
+_mitsuba_variant_per_test = pytest.fixture(autouse=True)(_restoring_mitsuba_variant)
