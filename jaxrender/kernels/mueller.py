@@ -250,14 +250,15 @@ def select(cond, a: Mueller, b: Mueller) -> Mueller:
     return tuple(Vec(*(_select(cond, x, y) for x, y in zip(ra, rb))) for ra, rb in zip(a, b))
 
 
-def specular_frames(wo_hat: Vec, wi_hat: Vec, normal: Vec | None = None) -> tuple[Mueller, Mueller]:
-    """(R_out, R_in^T) that turn a Fresnel matrix (:func:`specular_reflection`,
+def in_specular_bases(m: Mueller, wo_hat: Vec, wi_hat: Vec, normal: Vec | None = None) -> Mueller:
+    """Fresnel matrix ``m`` (:func:`specular_reflection`,
     :func:`specular_transmission`: frames' x axes the s direction,
-    perpendicular to the plane of incidence) into the implicit Stokes bases
+    perpendicular to the plane of incidence) in the implicit Stokes bases
     of light arriving along ``-wo_hat`` and leaving along ``wi_hat`` (local
     directions) at a surface of ``normal`` (None: +z; a microfacet's), as
-    Mitsuba's conductors and dielectric do; where the light is collinear
-    with the normal, the s axis is x. Apply with :func:`in_frames`."""
+    Mitsuba's conductors and dielectric turn theirs; where the light is
+    collinear with the normal, the s axis is x. (Called per colour channel:
+    the trace's value numbering computes the rotations once.)"""
     if normal is None:
         s_in = Vec(wo_hat.y, -wo_hat.x, 0.0)         # cross(n, -wo_hat)
         s_out = Vec(-wi_hat.y, wi_hat.x, 0.0)        # cross(n, wi_hat)
@@ -267,14 +268,7 @@ def specular_frames(wo_hat: Vec, wi_hat: Vec, normal: Vec | None = None) -> tupl
         collinear = (s_in.x == 0.0) & (s_in.y == 0.0) & (s_in.z == 0.0)
     s_in = Vec(*(ir.select(collinear, a, b) for a, b in zip((1.0, 0.0, 0.0), s_in)))
     s_out = Vec(*(ir.select(collinear, a, b) for a, b in zip((1.0, 0.0, 0.0), s_out)))
-    r_in = rotate_stokes_basis(-wo_hat, s_in, stokes_basis(-wo_hat))
-    r_out = rotate_stokes_basis(wi_hat, s_out, stokes_basis(wi_hat))
-    return r_out, transpose(r_in)
-
-
-def in_frames(m: Mueller, frames: tuple[Mueller, Mueller]) -> Mueller:
-    """``m`` re-expressed by ``frames`` = (R_out, R_in^T): R_out @ m @ R_in^T."""
-    return matmul(frames[0], matmul(m, frames[1]))
+    return rotate_mueller_basis(m, -wo_hat, s_in, stokes_basis(-wo_hat), wi_hat, s_out, stokes_basis(wi_hat))
 
 
 # ---------------------------------------------------------------------------

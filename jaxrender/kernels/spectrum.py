@@ -117,7 +117,7 @@ class SpectrumType:
 
     def one(self) -> Vec:
         """The path spectrum that changes nothing (the identity matrix when polarized)."""
-        return self.scaled(1.0) if self.polarized else self.full(1.0)
+        return self.scaled(1.0)
 
     def full(self, value) -> Vec:
         """A colour of ``value`` in every channel."""
@@ -132,7 +132,7 @@ class SpectrumType:
             return color
         if len(color) != self.channels:
             raise ValueError(f"depolarizer: a colour has {self.channels} channels, got {len(color)}")
-        return self._pack([mueller.depolarizer(c) for c in color])
+        return self.from_matrices([mueller.depolarizer(c) for c in color])
 
     def scaled(self, value) -> Vec:
         """A path spectrum that scales everything by ``value`` (a Float or a
@@ -141,7 +141,7 @@ class SpectrumType:
         if not self.polarized:
             return value if isinstance(value, Vec) else self.full(value)
         values = tuple(value) if isinstance(value, Vec) else (value,) * self.channels
-        return self._pack([mueller.scale(mueller.identity(), c) for c in values])
+        return self.from_matrices([mueller.scale(mueller.identity(), c) for c in values])
 
     def as_path(self, value: Vec, keeps_polarization: bool = False) -> Vec:
         """A BSDF's value as a path spectrum: a Mueller matrix stays one; a
@@ -157,7 +157,8 @@ class SpectrumType:
         towards the camera, ``b`` what follows it)."""
         if not self.polarized:
             return a * b
-        return self._pack([mueller.matmul(self.matrix(a, c), self.matrix(b, c)) for c in range(self.channels)])
+        return self.from_matrices([mueller.matmul(self.matrix(a, c), self.matrix(b, c))
+                                   for c in range(self.channels)])
 
     def matrix(self, value: Vec, c: int) -> tuple:
         """(polarized) Channel ``c`` of a path spectrum as a Mueller matrix (``mueller.py``)."""
@@ -168,11 +169,7 @@ class SpectrumType:
 
     def from_matrices(self, matrices: list) -> Vec:
         """(polarized) The path spectrum of one Mueller matrix per channel."""
-        return self._pack(matrices)
-
-    def _pack(self, matrices: list) -> Vec:
-        n = self.channels
-        return Vec(*(matrices[c][i][j] for i in range(4) for j in range(4) for c in range(n)))
+        return Vec(*(matrices[c][i][j] for i in range(4) for j in range(4) for c in range(self.channels)))
 
     # -- radiance: a Stokes vector per channel when polarized ------------------------
     def no_radiance(self) -> Vec:

@@ -52,11 +52,11 @@ def polarized_fresnel(S, params, wo: Vec, wi: Vec, normal: Vec | None = None) ->
     along wi off a surface (a microfacet) of ``normal`` (None: +z): per
     channel, the Fresnel matrix of its complex IOR eta + i k in those
     directions' Stokes bases, times ``specular_reflectance`` (Mitsuba's)."""
-    frames = mueller.specular_frames(wo, wi, normal)
     cos = wo.z if normal is None else ir.dot(wo, normal)
     return S.from_matrices([
-        mueller.scale(mueller.in_frames(mueller.specular_reflection(cos, (params.eta[c], params.k[c])), frames),
-                      params.specular_reflectance[c]) for c in range(S.channels)])
+        mueller.scale(mueller.in_specular_bases(mueller.specular_reflection(cos, (params.eta[c], params.k[c])),
+                                                wo, wi, normal), params.specular_reflectance[c])
+        for c in range(S.channels)])
 
 
 # Mitsuba's default material "none": eta = 0, k = 1, a perfect mirror.

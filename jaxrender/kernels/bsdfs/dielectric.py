@@ -79,17 +79,16 @@ def _polarized_weight(S, params: DielectricParams, etas, wi: Vec, wo: Vec, sel_r
     probability, in the Stokes bases of -wo and wi, times the tint (and
     eta_ti^2 after a refraction, as unpolarized); with a dispersive IOR
     (``etas``) each wavelength's own matrix."""
-    frames = mueller.specular_frames(wo, wi)
     inv_p = ir.select(p > 0.0, 1.0 / ir.select(p > 0.0, p, 1.0), 0.0)
     scale = inv_p * ir.select(sel_r, 1.0, eta_ti * eta_ti)
     tint = ir.select(sel_r, params.specular_reflectance, params.specular_transmittance)
 
     def matrix(eta):
-        return mueller.in_frames(mueller.select(sel_r, mueller.specular_reflection(wo.z, eta),
-                                                mueller.specular_transmission(wo.z, eta)), frames)
+        return mueller.in_specular_bases(mueller.select(sel_r, mueller.specular_reflection(wo.z, eta),
+                                                        mueller.specular_transmission(wo.z, eta)), wo, wi)
 
-    m = matrix(params.eta) if etas is None else None
-    return S.from_matrices([mueller.scale(m if etas is None else matrix(etas[c]), scale * tint[c])
+    # (the same eta in every channel without dispersion: value numbering traces it once)
+    return S.from_matrices([mueller.scale(matrix(params.eta if etas is None else etas[c]), scale * tint[c])
                             for c in range(S.channels)])
 
 

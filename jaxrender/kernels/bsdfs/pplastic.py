@@ -61,18 +61,17 @@ def eval(p: PolarizedPlasticParams, wi: Vec, wo: Vec, distribution: str = "beckm
         diffuse = p.diffuse_reflectance * ((1.0 - r_o) * (1.0 - r_i) * INV_PI * wo.z)
         return ir.select(ok, specular + diffuse, black())
     # light arrives along -wo and leaves along wi
-    f_spec = mueller.in_frames(mueller.specular_reflection(ir.dot(wo, h), p.eta), mueller.specular_frames(wo, wi, h))
+    f_spec = mueller.in_specular_bases(mueller.specular_reflection(ir.dot(wo, h), p.eta), wo, wi, h)
     t_out = mueller.specular_transmission(ir.abs(wo.z), p.eta)            # into the coating
     inv_eta = 1.0 / p.eta
     cos_t = fresnel(wi.z, p.eta)[1]
     inside = -refract(wi, cos_t, inv_eta)                                   # towards the surface from below
     t_in = mueller.specular_transmission(ir.abs(inside.z), inv_eta)        # out of the coating
-    frames = mueller.specular_frames(wo, wi)
     matrices = []
     for c in range(S.channels):
         base = mueller.matmul(t_in, mueller.matmul(mueller.depolarizer(p.diffuse_reflectance[c]), t_out))
         m = mueller.scale(f_spec, p.specular_reflectance[c] * lobe)
-        diffuse = mueller.scale(mueller.in_frames(base, frames), INV_PI * wo.z)
+        diffuse = mueller.scale(mueller.in_specular_bases(base, wo, wi), INV_PI * wo.z)
         matrices.append(tuple(Vec(*(a + b for a, b in zip(ra, rb))) for ra, rb in zip(m, diffuse)))
     return ir.select(ok, S.from_matrices(matrices), S.zero())
 

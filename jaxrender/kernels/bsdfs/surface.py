@@ -172,25 +172,18 @@ class SurfaceBsdf:
         (Mitsuba's ``SurfaceInteraction::to_world_mueller``)."""
         S, frame, wi = self.ctx.spectrum, self.si.frame, self.si.wi
         in_world, out_world = frame.to_world(in_forward), frame.to_world(wi)
-        r_in = mueller.rotate_stokes_basis(in_world, frame.to_world(mueller.stokes_basis(in_forward)),
-                                           mueller.stokes_basis(in_world))
-        r_out = mueller.rotate_stokes_basis(out_world, frame.to_world(mueller.stokes_basis(wi)),
-                                            mueller.stokes_basis(out_world))
-        r_in_t = mueller.transpose(r_in)
-        return S.from_matrices([mueller.matmul(r_out, mueller.matmul(S.matrix(value, c), r_in_t))
-                                for c in range(S.channels)])
+        bases = (in_world, frame.to_world(mueller.stokes_basis(in_forward)), mueller.stokes_basis(in_world),
+                 out_world, frame.to_world(mueller.stokes_basis(wi)), mueller.stokes_basis(out_world))
+        return S.from_matrices([mueller.rotate_mueller_basis(S.matrix(value, c), *bases) for c in range(S.channels)])
 
     def leaf_albedo(self, t, row, params, wi: Vec) -> Vec:
         if t.albedo is not None:
             k = t.slot(t.albedo)
             return self.ctx.spectrum.color(row[k:k + t.param(t.albedo).width()])
-        S = self.ctx.spectrum
-        if not S.polarized:
-            return t.call("eval", params, wi, Vec(0.0, 0.0, 1.0)) * math.pi
-        # (traced values: a polarizing BSDF's frames take the direction apart)
+        # (the normal as traced values: a polarizing BSDF's frames take the direction apart)
         value = t.call("eval", params, wi, Vec(*(ir.Float(x) for x in (0.0, 0.0, 1.0)))) * math.pi
         # a polarizing BSDF's Mueller matrix: its unpolarized part (Mitsuba's unpolarized_spectrum)
-        return S.intensity(value) if len(value) == S.width else value
+        return self.ctx.spectrum.intensity(value)
 
     def albedo(self) -> Vec:
         """Mitsuba's ``eval_diffuse_reflectance``: the diffuse reflectance
@@ -331,11 +324,9 @@ def sampled_eta(ctx, si, wo_world: Vec):
     sample counts as eta 1 even when a dielectric child refracted: roulette
     then continues with another probability, which changes the noise, not
     the expected image."""
-    kind = ctx.b["bsdf_type"][si.attr_bsdf]
+    kind, row, refracted = _sampled_interaction(ctx, si, wo_world)
     cos_i = si.wi.z
-    refracted = ir.dot(si.frame.n, wo_world) * cos_i < 0.0
     eta = ir.Float(1.0)
-    row = _PlainRow(ctx.b["bsdf_data"], si.attr_bsdf)
     for idx, t in enumerate(ctx.structure.bsdf_types):
         if t.eta is not None:
             e = t.eta(ParamView(t, row, None, ctx.b, ctx.spectrum)) if callable(t.eta) else row[t.slot(t.eta)]
@@ -345,14 +336,19 @@ def sampled_eta(ctx, si, wo_world: Vec):
     return ctx.detach(ir.select(refracted, eta, 1.0))
 
 
+def _sampled_interaction(ctx, si, wo_world: Vec) -> tuple:
+    """(BSDF type id, plain row, whether the sample refracted) of the hit's
+    BSDF sampled towards ``wo_world``."""
+    refracted = ir.dot(si.frame.n, wo_world) * si.wi.z < 0.0
+    return ctx.b["bsdf_type"][si.attr_bsdf], _PlainRow(ctx.b["bsdf_data"], si.attr_bsdf), refracted
+
+
 def sampled_dispersion(ctx, si, wo_world: Vec):
     """Whether a sampled interaction refracted through a dispersive IOR (a
     tabulated spectrum, stored negative): its direction belongs to the
     path's first wavelength alone. Only in scenes with dispersion
     (``Structure.dispersion``)."""
-    kind = ctx.b["bsdf_type"][si.attr_bsdf]
-    refracted = ir.dot(si.frame.n, wo_world) * si.wi.z < 0.0
-    row = _PlainRow(ctx.b["bsdf_data"], si.attr_bsdf)
+    kind, row, refracted = _sampled_interaction(ctx, si, wo_world)
     curve = ir.Bool(False)
     for idx, t in enumerate(ctx.structure.bsdf_types):
         if t.eta is not None and not callable(t.eta):
