@@ -290,7 +290,7 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     config = RenderConfig(film, method, why, structure, integrator, split)
     image = render_image(config, inputs)
     # mono: the film's one colour channel is the luminance, whatever the format (as Mitsuba's)
-    if integrator.name == "stokes" or variants.color_base(scene.variant) == "mono":
+    if scene.integrator["type"] == "stokes" or variants.color_base(scene.variant) == "mono":
         return image  # (mono: the film's one colour channel is the luminance, whatever the format, as Mitsuba's)
     return to_pixel_format(image, cam.pixel_format)
 

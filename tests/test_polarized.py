@@ -264,6 +264,8 @@ def test_prb_is_refused_and_rb_is_the_default():
 
 
 @pytest.mark.parametrize("edit, variant, says", [
+    (lambda d: d["floor"].update(bsdf={"type": "pplastic", "int_ior": 1.2, "ext_ior": 1.2}), "spectral_polarized",
+     "int_ior and ext_ior must differ"),
     (lambda d: d.update(integrator={"type": "volpath"}, sheet={"type": "rectangle", "bsdf": {"type": "polarizer"}}),
      "rgb", "polarizer BSDF under the volpath integrator"),
     (lambda d: d.update(integrator={"type": "prbvolpath"}, sheet={"type": "rectangle", "bsdf": {"type": "circular"}}),

@@ -272,6 +272,11 @@ def _roughplastic(props: Properties) -> dict:
             a = None
         if a is not None and a.size == 1 and not (np.isfinite(a) and 0.0 < float(a) <= 4.0):
             raise props.error(f"roughness must be in (0, 4], got {float(a)}", "alpha")
+    return _iors_differ(props)
+
+
+def _iors_differ(props: Properties) -> dict:
+    """Mitsuba's plastics: the two indices of refraction must differ."""
     if props.ior("int_ior", "polypropylene") / props.ior("ext_ior", "air") == 1.0:
         raise props.error("int_ior and ext_ior must differ")
     return {}
@@ -314,16 +319,9 @@ def _has_spec_trans(values: Mapping) -> bool:
     return not absent
 
 
-def _pplastic(props: Properties) -> dict:
-    """Mitsuba's pplastic: the two indices of refraction must differ."""
-    if props.ior("int_ior", "polypropylene") / props.ior("ext_ior", "air") == 1.0:
-        raise props.error("int_ior and ext_ior must differ")
-    return {}
-
-
 PLUGIN_RULES: dict[str, Callable[[Properties], dict]] = {
-    "roughplastic": _roughplastic, "pplastic": _pplastic, "conductor": _conductor_material, "roughconductor": _conductor_material,
-    "principled": _principled}
+    "roughplastic": _roughplastic, "pplastic": _iors_differ, "conductor": _conductor_material,
+    "roughconductor": _conductor_material, "principled": _principled}
 
 
 @BSDFS.register("twosided")

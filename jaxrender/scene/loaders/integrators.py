@@ -2,7 +2,7 @@
 Mitsuba 3.9.1 reads them. A loader returns the integrator's validated
 settings, the dict ``Scene.integrator``: ``type`` and, as given,
 ``max_depth``, ``rr_depth``, ``hide_emitters``, ``aovs``; a ``stokes``
-integrator's ``nested`` holds its path or direct integrator's settings.
+integrator's ``nested`` holds its nested integrator's settings.
 
 Every integrator also reads Mitsuba's ``timeout`` (only none is
 supported), ``block_size`` and ``samples_per_pass`` (how Mitsuba splits its
