@@ -9,7 +9,9 @@ of compute capability 8.0 or newer). Run them with ``pytest -m gpu -s``.
 """
 from __future__ import annotations
 
+import faulthandler
 import importlib.util
+import sys
 import time
 
 import jax
@@ -141,27 +143,36 @@ def test_vmap_over_cameras_and_jit():
 
 
 def test_timings(capsys):
-    """Cornell box 256x256: primal at 64 spp, gradient (PRB) at 16 spp."""
+    """Cornell box 256x256: primal at 4, 16 and 64 spp, gradient (PRB) at
+    16 spp, on the GPU then the CPU. Each phase prints as it ends, and a
+    phase still running after two minutes dumps every thread's Python stack
+    (faulthandler), so that a run cut short shows where its time went: on an
+    H100 (jax 0.11.2) the first 64 spp primal had not returned after five
+    minutes while the smaller images above took milliseconds."""
     scene = jaxrender.load_dict(jaxrender.cornell_box())
     key = "red.reflectance.value"
     x0 = jnp.asarray(scene.params[key])
     grad = jax.jit(jax.grad(lambda x: jnp.sum(jaxrender.render(scene, {key: x}, spp=16, seed=1) ** 2)))
-    def say(text):   # as each phase ends: a run cut short still shows where its time went
+
+    def say(text):   # as each phase ends
         with capsys.disabled():
             print(text, end="", flush=True)
 
+    def timed(label, run):
+        faulthandler.dump_traceback_later(120, file=sys.__stderr__)
+        t = time.perf_counter()
+        try:
+            jax.block_until_ready(run())
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+        say(f" {label} {(time.perf_counter() - t) * 1e3:.1f} ms,")
+
     say(f"\n  timings on {GPU.device_kind}:")
     for name, ctx in (("gpu", gpu), ("cpu", cpu)):
+        say(f"\n  {name}:")
         with ctx():
-            t = time.perf_counter()
-            jaxrender.render(scene, spp=64, seed=0).block_until_ready()
-            say(f" {name}: first primal (compiles) {time.perf_counter() - t:.1f} s,")
-            t = time.perf_counter()
-            jaxrender.render(scene, spp=64, seed=1).block_until_ready()
-            say(f" primal 64 spp {(time.perf_counter() - t) * 1e3:.1f} ms,")
-            t = time.perf_counter()
-            grad(x0).block_until_ready()
-            say(f" first grad (compiles) {time.perf_counter() - t:.1f} s,")
-            t = time.perf_counter()
-            grad(x0).block_until_ready()
-            say(f" grad 16 spp {(time.perf_counter() - t) * 1e3:.1f} ms;")
+            for spp in (4, 16, 64):
+                timed(f"first primal {spp} spp (may compile)", lambda: jaxrender.render(scene, spp=spp, seed=0))
+                timed(f"primal {spp} spp", lambda: jaxrender.render(scene, spp=spp, seed=1))
+            timed("first grad (compiles)", lambda: grad(x0))
+            timed("grad 16 spp", lambda: grad(x0))
