@@ -9,7 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .kernels import integrators
+from .kernels import emitters as kemitters
+from .kernels import integrators, layout
 from .kernels.bsdfs.surface import samples_null
 from .kernels.integrators import ADJOINT_METHODS
 from .kernels.integrators.aov import channel_names, parse_aovs
@@ -272,7 +273,7 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
         if why_camera is not None:
             nondiff.update({k: f"{k}: {why_camera}" for k in camera_keys if k not in nondiff})
         if geometry_keys:
-            _decide(nondiff, geometry_keys, _geometry_why(cam, integrator, settings, structure, split))
+            _decide(nondiff, geometry_keys, _geometry_why(scene, cam, integrator, settings, structure, split))
         if uv_keys:
             _decide(nondiff, uv_keys, _texcoords_why(scene, integrator, structure))
         params = {k: nondifferentiable(v, nondiff[k]) if k in nondiff else v for k, v in params.items()}
@@ -357,7 +358,6 @@ def _moving_why(what: str, moves: str, integrator, settings, structure, split) -
     for bad, why in ((structure.instanced, "scenes with instances (shapegroups)"),
                      (samples_null(structure), "scenes with pass-through (null, mask) BSDFs"),
                      (int(settings.get("hide_emitters", 0)), "hide_emitters"),
-                     (integrator.alpha, "a film with an alpha channel"),
                      (split.tiles > 1 or split.shards > 1, "an image split into tiles or shards")):
         if bad:
             return f"{what} derivatives of {why} are not supported yet"
@@ -393,11 +393,21 @@ def _surface_why(what: str, buffer: str, integrator, structure) -> str | None:
     return None
 
 
-def _geometry_why(cam, integrator, settings, structure, split) -> str | None:
+# Lights at a point or from one direction: the shadows they cast are hard.
+_DELTA_LIGHTS = ("point", "spot", "directional")
+
+
+def _geometry_why(scene, cam, integrator, settings, structure, split) -> str | None:
     """Why this render cannot differentiate its geometry, or None."""
     why = _surface_why("geometry", "tris", integrator, structure)
     if why is not None:
         return why
+    types = {kemitters.NAMES[int(t)] for t in scene.emitter_meta[:, layout.META_TYPE]}
+    delta = [n for n in _DELTA_LIGHTS if n in types]
+    if delta:
+        return (f"geometry derivatives with {' / '.join(delta)} lights are not supported yet: the hard shadows "
+                "they cast move with the geometry, a discontinuity on the film these kernels do not sample "
+                "(area and environment lights work)")
     if cam.kind != "perspective":
         return "geometry derivatives are implemented for the perspective sensor only"
     return _moving_why("geometry", "their surface", integrator, settings, structure, split)

@@ -285,7 +285,7 @@ def _forward_unbatched(config, active, *args):
     rows = int(np.prod(canvas_shape(config)))
     out = launch(kernel, (config.film.items,), {"canvas": rows}, preferred_lanes=config.lanes, **kw,
                  **{"d_" + a: t for a, t in zip(active, tangents)})
-    return out["canvas"].reshape(canvas_shape(config) + (config.integrator.spectrum.film_channels,))
+    return out["canvas"].reshape(canvas_shape(config) + (config.integrator.channels,))
 
 
 def _impl_fn(*args, config, active, batch_shape, in_batch):
@@ -293,7 +293,7 @@ def _impl_fn(*args, config, active, batch_shape, in_batch):
 
 
 def _abstract(*args, config, active, batch_shape, in_batch):
-    return jax.core.ShapedArray(batch_shape + canvas_shape(config) + (config.integrator.spectrum.film_channels,),
+    return jax.core.ShapedArray(batch_shape + canvas_shape(config) + (config.integrator.channels,),
                                 np.float32)
 
 

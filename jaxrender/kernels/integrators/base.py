@@ -360,7 +360,7 @@ class ReplayIntegrator(Integrator):
         grads = {b[n]: b["grad_" + n] for n in active}
         spp = b["spp"].value
         footprint = structure.footprint
-        stride = self.channels       # alpha, if any, follows the colour and has no derivative
+        stride = self.channels       # alpha, if any, follows the colour (its derivative: moving weights)
         width = self.film_width
 
         def read(item, start=0):
@@ -397,9 +397,14 @@ class ReplayIntegrator(Integrator):
                 estimate = (final.radiance if not gated
                             else ir.select(self.kept(final), final.radiance, S.no_radiance()))
                 _, weights_pullback = ir.vjp(lambda: motion.attached_weights(ctx, s, footprint), buffer_grads=grads)
-                weights_pullback([_dot(S.read_film(b["grad_image"], ctx.item, k * stride),
-                                       ctx.spectrum.to_film(estimate))
-                                  for k in range(footprint * footprint)])
+                d_weights = [_dot(S.read_film(b["grad_image"], ctx.item, k * stride), ctx.spectrum.to_film(estimate))
+                             for k in range(footprint * footprint)]
+                if self.alpha:
+                    # alpha (whose own derivative is the film boundary's) moves with the weights too
+                    alpha = self.sample_alpha(ctx, s)
+                    d_weights = [d + b["grad_image"].read(ctx.item, k * stride + width) * alpha
+                                 for k, d in enumerate(d_weights)]
+                weights_pullback(d_weights)
 
             def replay(state):
                 shaded = []

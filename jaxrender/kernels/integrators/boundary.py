@@ -179,7 +179,7 @@ def _sample(integrator, ctx: Context, s):
     rows = [(iy + dy) * cw + ix + dx for dy in range(k) for dx in range(k)]
     scale = ir.select(valid, total * density / (ir.cast(b["spp"].value, "f32") * ir.cast(ir.launch_size(), "f32")),
                       0.0)
-    return rows, weights, ctx.spectrum.to_film(radiance), velocity, scale
+    return rows, weights, _film_value(integrator, ctx, radiance, valid, si.hit), velocity, scale
 
 
 def _pixel_edge_sample(integrator, ctx: Context, s):
@@ -215,8 +215,20 @@ def _pixel_edge_sample(integrator, ctx: Context, s):
     cw = b["canvas_width"].value
     row = iy * cw + ix
     rows = [row, ir.select(right, row + 1, row + cw)]
-    return (rows, [1.0, -1.0], ctx.spectrum.to_film(radiance), velocity,
+    return (rows, [1.0, -1.0], _film_value(integrator, ctx, radiance, valid, si.hit), velocity,
             ir.select(valid, 2.0 / ir.cast(b["spp"].value, "f32"), 0.0))
+
+
+def _film_value(integrator, ctx: Context, radiance: Vec, valid, hit) -> Vec:
+    """The film channels of what the region's side shows: its radiance's
+    colour, then, on films with alpha, its alpha (1 where the camera ray
+    meets a surface or a visible environment, as ``sample_alpha``): a
+    silhouette against nothing moves the alpha's edge too."""
+    value = ctx.spectrum.to_film(radiance)
+    if not integrator.alpha:
+        return value
+    alpha = ir.select(valid & (hit | integrator.camera_sees_environment(ctx)), 1.0, 0.0)
+    return Vec(*value, alpha)
 
 
 def _samples(integrator, ctx: Context, s) -> list:
@@ -242,7 +254,7 @@ def forward_kernel(integrator, structure: Structure, active: tuple = ("camera",)
     if key not in _KERNELS:
         base = inputs(integrator, structure)
         ins = dict(base, **{"d_" + n: base[n] for n in active})
-        C = integrator.spectrum.film_channels
+        C = integrator.channels
 
         def body(**b):
             ctx = _context(integrator, structure, b, base, active)
@@ -273,7 +285,7 @@ def adjoint_kernel(integrator, structure: Structure, active: tuple = ("camera",)
     key = (integrator, "boundary_adjoint", structure, active)
     if key not in _KERNELS:
         base = inputs(integrator, structure)
-        C = integrator.spectrum.film_channels
+        C = integrator.channels
         ins = dict(base, ct_canvas=ir.In("f32", (C,)))
 
         def body(**b):

@@ -316,8 +316,11 @@ def followed_emitter_sample(ctx, fixed, si, es, es_u):
     lt, bc = area.mesh_point(ctx, ir.maximum(es.sel, 0), (es_u[3], es_u[0], es_u[1]))
     q, nl, measure = surface_point(ctx, lt, bc.x, bc.y)
     on_surface = es.kind == TYPE_ID["area"]
+    # where the sample was taken: a point or spot light's position, which no
+    # surface moves (mesh_point means nothing for those)
+    q_fixed = reference_point(fixed, fixed.d) + es.w * ir.select(finite, es.dist, 0.0)
+    q = Vec(*(ir.select(on_surface, a, c) for a, c in zip(q, q_fixed)))
     if ctx.structure.analytic:
-        q_fixed = reference_point(fixed, fixed.d) + es.w * ir.select(finite, es.dist, 0.0)
         on_shape = ir.Bool(False)
         for name in ("area_sphere", "area_disk", "area_cylinder"):
             on_shape = on_shape | (es.kind == TYPE_ID[name])
