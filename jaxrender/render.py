@@ -358,7 +358,7 @@ def _moving_why(what: str, moves: str, integrator, settings, structure, split) -
     for bad, why in ((structure.instanced, "scenes with instances (shapegroups)"),
                      (samples_null(structure), "scenes with pass-through (null, mask) BSDFs"),
                      (int(settings.get("hide_emitters", 0)), "hide_emitters"),
-                     (split.tiles > 1 or split.shards > 1, "an image split into tiles or shards")):
+                     (split.shards > 1, "an image split into shards")):
         if bad:
             return f"{what} derivatives of {why} are not supported yet"
     return None

@@ -231,14 +231,16 @@ def _develop(config: RenderConfig, blocks, weights, extra=None):
     the canvases they were splatted onto (and the weights' canvas);
     ``extra``: a canvas added to the sums (one launch only)."""
     split = config.split
-    if extra is not None:
-        if split.tiles > 1 or split.shards > 1:
-            raise NotDifferentiableError("camera derivatives of an image split into tiles or shards are not "
-                                         "supported yet")
-        return _develop_jit(blocks, weights, config.film, config.integrator.channels, None, extra)
     if split.tiles > 1:
         w = weights if jnp.ndim(weights) == 0 else crop_canvas(weights, config.film)
-        return normalize(crop_canvas(blocks, config.film), w)
+        sums = crop_canvas(blocks, config.film)
+        # (the boundary term's canvas covers the grid, the bands' canvas their padded rows)
+        return normalize(sums if extra is None else sums + crop_canvas(extra, config.film), w)
+    if extra is not None:
+        if split.shards > 1:
+            raise NotDifferentiableError("camera and geometry derivatives of an image split into shards are not "
+                                         "supported yet")
+        return _develop_jit(blocks, weights, config.film, config.integrator.channels, None, extra)
     rows = split.padded_rows(config.film.grid) if split.shards > 1 else None
     return split.rows(_develop_jit(blocks, weights, config.film, config.integrator.channels, rows))
 
