@@ -269,11 +269,11 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
         if polarized:
             why_pol = f"derivatives of moving cameras and geometry in the {scene.variant} variant are not implemented yet"
             nondiff.update({k: f"{k}: {why_pol}" for k in (*camera_keys, *geometry_keys, *uv_keys) if k not in nondiff})
-        why_camera = _camera_why(scene, cam, integrator, settings, structure, split) if camera_keys else None
+        why_camera = _camera_why(scene, cam, integrator, settings, structure) if camera_keys else None
         if why_camera is not None:
             nondiff.update({k: f"{k}: {why_camera}" for k in camera_keys if k not in nondiff})
         if geometry_keys:
-            _decide(nondiff, geometry_keys, _geometry_why(scene, cam, integrator, settings, structure, split))
+            _decide(nondiff, geometry_keys, _geometry_why(scene, cam, integrator, settings, structure))
         if uv_keys:
             _decide(nondiff, uv_keys, _texcoords_why(scene, integrator, structure))
         params = {k: nondifferentiable(v, nondiff[k]) if k in nondiff else v for k, v in params.items()}
@@ -348,7 +348,7 @@ def _decide(nondiff: dict, keys: list, why: str | None) -> None:
             nondiff[k] = f"{k}: {why}"
 
 
-def _moving_why(what: str, moves: str, integrator, settings, structure, split) -> str | None:
+def _moving_why(what: str, moves: str, integrator, settings, structure) -> str | None:
     """What stops derivatives of ``what`` (the camera's, the meshes') in
     every form this renderer takes them (``moves``: what a reflection moves
     with), or None."""
@@ -357,19 +357,18 @@ def _moving_why(what: str, moves: str, integrator, settings, structure, split) -
                 + f"): what they reflect moves with {moves}, a derivative detached sampling cannot take")
     for bad, why in ((structure.instanced, "scenes with instances (shapegroups)"),
                      (samples_null(structure), "scenes with pass-through (null, mask) BSDFs"),
-                     (int(settings.get("hide_emitters", 0)), "hide_emitters"),
-                     (split.shards > 1, "an image split into shards")):
+                     (int(settings.get("hide_emitters", 0)), "hide_emitters")):
         if bad:
             return f"{what} derivatives of {why} are not supported yet"
     return None
 
 
-def _camera_why(scene, cam, integrator, settings, structure, split) -> str | None:
+def _camera_why(scene, cam, integrator, settings, structure) -> str | None:
     """Why this render cannot differentiate its camera, or None."""
     if "camera" not in integrator.differentiable:
         return (f"camera derivatives are implemented for the path and direct integrators, not "
                 f"{scene.integrator['type']!r}")
-    return _moving_why("camera", "the camera", integrator, settings, structure, split)
+    return _moving_why("camera", "the camera", integrator, settings, structure)
 
 
 def _geometry_keys(scene) -> list:
@@ -397,7 +396,7 @@ def _surface_why(what: str, buffer: str, integrator, structure) -> str | None:
 _DELTA_LIGHTS = ("point", "spot", "directional")
 
 
-def _geometry_why(scene, cam, integrator, settings, structure, split) -> str | None:
+def _geometry_why(scene, cam, integrator, settings, structure) -> str | None:
     """Why this render cannot differentiate its geometry, or None."""
     why = _surface_why("geometry", "tris", integrator, structure)
     if why is not None:
@@ -410,7 +409,7 @@ def _geometry_why(scene, cam, integrator, settings, structure, split) -> str | N
                 "(area and environment lights work)")
     if cam.kind != "perspective":
         return "geometry derivatives are implemented for the perspective sensor only"
-    return _moving_why("geometry", "their surface", integrator, settings, structure, split)
+    return _moving_why("geometry", "their surface", integrator, settings, structure)
 
 
 def _texcoords_why(scene, integrator, structure) -> str | None:

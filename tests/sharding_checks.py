@@ -113,6 +113,20 @@ def main() -> dict:
     by_device = jax.jit(shard_map(lambda v: multiview(x0, v), mesh=mesh, in_specs=P("d"), out_specs=P("d")))
     out["shard_map_identical"] = bool(jnp.all(by_device(sharded) == one_device))
 
+    # A moving camera and a moving light on one image split by rows: the
+    # film's boundary term (one launch over the grid) joins the bands.
+    out["moving"] = {}
+    for key in ("sensor.to_world", "light.to_world"):
+        m0 = jnp.asarray(scene.params[key])
+        along = jnp.zeros((4, 4), jnp.float32).at[0, 3].set(1.0)
+        weights = jnp.asarray(np.random.default_rng(1).uniform(size=whole.shape).astype(np.float32))
+
+        def moved(m, mm=None, key=key):
+            return jnp.sum(jaxrender.render(scene, {key: m}, spp=4, seed=5, mesh=mm) * weights)
+
+        out["moving"][key] = [[float(jnp.sum(jax.grad(moved)(m0, mm) * along)) for mm in (None, mesh)],
+                              [float(jax.jvp(lambda m: moved(m, mm), (m0,), (along,))[1]) for mm in (None, mesh)]]
+
     # Explicit mesh axes (jax.make_mesh's default): a clear error, not JAX's.
     explicit = jax.make_mesh((N,), ("e",), axis_types=(jax.sharding.AxisType.Explicit,))
     errors = []

@@ -55,6 +55,9 @@ def test_sharded_renders_equal_one_device_and_launch_per_shard(devices):
     assert r["views_all_gathers"] == 0 and r["views_all_reduces"] >= 1
     if devices == 2:
         assert r["shard_map_identical"]
+        for key, (rev, fwd) in r["moving"].items():   # [one device, split by rows]
+            assert abs(rev[0]) > 1e-2, (key, rev)
+            np.testing.assert_allclose([rev[1], fwd[0], fwd[1]], rev[0], rtol=1e-4, err_msg=key)
         assert r["explicit_axes_errors"] == [True, True]
 
 

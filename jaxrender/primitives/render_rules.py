@@ -236,13 +236,8 @@ def _develop(config: RenderConfig, blocks, weights, extra=None):
         sums = crop_canvas(blocks, config.film)
         # (the boundary term's canvas covers the grid, the bands' canvas their padded rows)
         return normalize(sums if extra is None else sums + crop_canvas(extra, config.film), w)
-    if extra is not None:
-        if split.shards > 1:
-            raise NotDifferentiableError("camera and geometry derivatives of an image split into shards are not "
-                                         "supported yet")
-        return _develop_jit(blocks, weights, config.film, config.integrator.channels, None, extra)
     rows = split.padded_rows(config.film.grid) if split.shards > 1 else None
-    return split.rows(_develop_jit(blocks, weights, config.film, config.integrator.channels, rows))
+    return split.rows(_develop_jit(blocks, weights, config.film, config.integrator.channels, rows, extra))
 
 
 # One compiled step instead of dozens of dispatches when rendering eagerly.
