@@ -348,7 +348,18 @@ def _decide(nondiff: dict, keys: list, why: str | None) -> None:
             nondiff[k] = f"{k}: {why}"
 
 
-def _moving_why(what: str, moves: str, integrator, settings, structure) -> str | None:
+# Lights at a point or from one direction: the shadows they cast are hard.
+_DELTA_LIGHTS = ("point", "spot", "directional")
+# Lights on surfaces, which camera rays pass through under hide_emitters.
+_SURFACE_LIGHTS = {"area", "area_sphere", "area_disk", "area_cylinder"}
+
+
+def _emitter_types(scene) -> set:
+    """The type names of the scene's emitters."""
+    return {kemitters.NAMES[int(t)] for t in scene.emitter_meta[:, layout.META_TYPE]}
+
+
+def _moving_why(what: str, moves: str, scene, integrator, settings, structure) -> str | None:
     """What stops derivatives of ``what`` (the camera's, the meshes') in
     every form this renderer takes them (``moves``: what a reflection moves
     with), or None."""
@@ -357,7 +368,8 @@ def _moving_why(what: str, moves: str, integrator, settings, structure) -> str |
                 + f"): what they reflect moves with {moves}, a derivative detached sampling cannot take")
     for bad, why in ((structure.instanced, "scenes with instances (shapegroups)"),
                      (samples_null(structure), "scenes with pass-through (null, mask) BSDFs"),
-                     (int(settings.get("hide_emitters", 0)), "hide_emitters")):
+                     (int(settings.get("hide_emitters", 0)) and _emitter_types(scene) & _SURFACE_LIGHTS,
+                      "hide_emitters with area lights (camera rays pass through them; environment lights work)")):
         if bad:
             return f"{what} derivatives of {why} are not supported yet"
     return None
@@ -368,7 +380,7 @@ def _camera_why(scene, cam, integrator, settings, structure) -> str | None:
     if "camera" not in integrator.differentiable:
         return (f"camera derivatives are implemented for the path and direct integrators, not "
                 f"{scene.integrator['type']!r}")
-    return _moving_why("camera", "the camera", integrator, settings, structure)
+    return _moving_why("camera", "the camera", scene, integrator, settings, structure)
 
 
 def _geometry_keys(scene) -> list:
@@ -392,16 +404,12 @@ def _surface_why(what: str, buffer: str, integrator, structure) -> str | None:
     return None
 
 
-# Lights at a point or from one direction: the shadows they cast are hard.
-_DELTA_LIGHTS = ("point", "spot", "directional")
-
-
 def _geometry_why(scene, cam, integrator, settings, structure) -> str | None:
     """Why this render cannot differentiate its geometry, or None."""
     why = _surface_why("geometry", "tris", integrator, structure)
     if why is not None:
         return why
-    types = {kemitters.NAMES[int(t)] for t in scene.emitter_meta[:, layout.META_TYPE]}
+    types = _emitter_types(scene)
     delta = [n for n in _DELTA_LIGHTS if n in types]
     if delta:
         return (f"geometry derivatives with {' / '.join(delta)} lights are not supported yet: the hard shadows "
@@ -409,7 +417,7 @@ def _geometry_why(scene, cam, integrator, settings, structure) -> str | None:
                 "(area and environment lights work)")
     if cam.kind != "perspective":
         return "geometry derivatives are implemented for the perspective sensor only"
-    return _moving_why("geometry", "their surface", integrator, settings, structure)
+    return _moving_why("geometry", "their surface", scene, integrator, settings, structure)
 
 
 def _texcoords_why(scene, integrator, structure) -> str | None:

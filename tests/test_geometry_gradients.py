@@ -361,6 +361,36 @@ def test_alpha_follows_moving_silhouettes():
         assert abs(r) > 10.0 and abs(r - f) <= 1e-3 * abs(r), (r, f)
 
 
+@pytest.mark.parametrize("key", ["sensor.to_world", "front.to_world"])
+def test_hidden_environment_behind_moving_silhouettes(key):
+    """An object lit by an environment the camera does not see
+    (hide_emitters), the usual inverse-rendering set-up: its silhouette
+    against black, in colour and alpha, for a moving camera and a moving
+    object (finite differences)."""
+    from test_camera_gradients import _scene
+    d = _scene(integrator="path")
+    del d["back"]
+    d["integrator"].update(hide_emitters=True, max_depth=3)
+    d["sensor"]["film"]["pixel_format"] = "rgba"
+    scene = jaxrender.load_dict(d)
+    weights = np.random.default_rng(3).uniform(0.0, 1.0, (24, 24, 4)).astype(np.float32)
+    weights *= np.linspace(0.0, 1.0, 24)[None, :, None]
+
+    def loss(v, seed):
+        return jnp.sum(jaxrender.render(scene, {key: v}, spp=32, seed=seed, seed_grad=seed) * weights)
+
+    value = jnp.asarray(scene.params[key])
+    tangent = _translate_x(value)
+    plain = jax.jit(loss)
+    h = 0.01
+    fd = np.array([(float(plain(value + h * tangent, jnp.uint32(s))) - float(plain(value - h * tangent, jnp.uint32(s))))
+                   / (2 * h) for s in range(1000, 1096)])
+    grad = jax.jit(lambda v, s: jnp.sum(jax.grad(lambda x: loss(x, s))(v) * tangent))
+    rev = np.array([float(grad(value, jnp.uint32(s))) for s in range(32)])
+    assert abs(_z(rev, fd)) < 4.0, (rev.mean(), fd.mean())
+    assert abs(rev.mean()) > 20.0
+
+
 def test_delta_lights_move_with_the_geometry_they_light(monkeypatch):
     """A point light's samples, where a moving surface follows its
     material point: the direction and distance to the light, which no
