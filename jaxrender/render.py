@@ -399,8 +399,6 @@ def _surface_why(what: str, buffer: str, integrator, structure) -> str | None:
     this integrator or in this scene's structure, or None."""
     if buffer not in integrator.differentiable:
         return f"{what} derivatives are implemented for the path and direct integrators, not {integrator.name!r}"
-    if structure.tangents:
-        return f"{what} derivatives need scenes without tangent frames (normal / bump maps, anisotropic BSDFs) so far"
     return None
 
 

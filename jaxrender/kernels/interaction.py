@@ -226,8 +226,35 @@ def followed(ctx, si: SurfaceInteraction):
     if ctx.structure.shading_normals:
         smooth = triangle.shading_normal(ctx.b["tri_normals"], ir.maximum(si.prim, 0), c1, c2, ng)
         ns = Vec(*(ir.select(si.hit & (shape_of(ctx, si.prim) < 0), a, b) for a, b in zip(smooth, ng)))
+    p = keep(p, ir.detach(si.o + si.d))
+    frame, dp_du, dp_dv = Frame(ns), si.dp_du, si.dp_dv
+    if ctx.structure.tangents:
+        # The tangents (normal and bump maps, anisotropic BSDFs) turn with
+        # the surface. A miss keeps the traced frame, and its moving one is
+        # built from stand-ins: the traced values may be anything there, and
+        # a NaN in the branch not taken would still reach the derivatives.
+        up, across = Vec(0.0, 0.0, 1.0), Vec(1.0, 0.0, 0.0)
+        du, dv = _moving_tangents(ctx, si, keep(ng, up), p)
+        moving = Frame.along(keep(ns, up), keep(du, across))
+        frame.n, frame.s, frame.t = (keep(a, b) for a, b in zip((moving.n, moving.s, moving.t),
+                                                                 (si.frame.n, si.frame.s, si.frame.t)))
+        dp_du, dp_dv = keep(du, si.dp_du), keep(dv, si.dp_dv)
     # (a miss's point is at infinity: a finite stand-in, so that nothing
     # computed from it and then selected away carries a NaN into derivatives)
-    return (dataclasses.replace(si, p=keep(p, ir.detach(si.o + si.d)), ng=ng, frame=Frame(ns),
+    return (dataclasses.replace(si, p=p, ng=ng, frame=frame, dp_du=dp_du, dp_dv=dp_dv,
                                 b1=ir.detach(si.b1), b2=ir.detach(si.b2)),
             ir.select(si.hit, measure, 1.0))
+
+
+def _moving_tangents(ctx, si: SurfaceInteraction, ng: Vec, p: Vec) -> tuple[Vec, Vec]:
+    """``intersect``'s (dp_du, dp_dv) of the hit, from the moving
+    triangle (its normal ``ng``) or analytic shape (its point ``p``)."""
+    def on_triangle():
+        return triangle.tangents(ctx.b["tris"], ctx.b["tri_uv"], ir.maximum(si.prim, 0), ng)
+
+    if ctx.structure.analytic:
+        s = shape_of(ctx, si.prim)
+        out = ir.cond(s >= 0, lambda: shapes.tangents(ctx.geo, s, p), on_triangle)
+    else:
+        out = on_triangle()
+    return out

@@ -40,8 +40,15 @@ def fresnel_conductor(cos_theta_i, eta, k):
     s2 = 1.0 - c2
     s4 = s2 * s2
     t = eta * eta - k * k - s2
-    a2b2 = ir.safe_sqrt(t * t + 4.0 * k * k * eta * eta)
-    a = ir.safe_sqrt(0.5 * (a2b2 + t))
+    ke2 = k * k * eta * eta
+    a2b2 = ir.safe_sqrt(t * t + 4.0 * ke2)
+    # a^2 = (a2b2 + t) / 2 cancels where t < 0 (metals); there it is
+    # 2 k^2 eta^2 / (a2b2 - t), the same number without the cancellation, so
+    # that a's derivative stays finite where a is 0 (eta = 0, Mitsuba's
+    # perfect conductor "none": 0.5 (a2b2 + t) rounded to 0 or a few ulp and
+    # the square root's slope there made camera derivatives NaN)
+    den = a2b2 - t
+    a = ir.safe_sqrt(ir.select(t < 0.0, 2.0 * ke2 / ir.select(den > 0.0, den, 1.0), 0.5 * (a2b2 + t)))
     t1 = a2b2 + c2
     t2 = 2.0 * cos_theta_i * a
     r_s = (t1 - t2) / (t1 + t2)

@@ -219,8 +219,8 @@ class PathIntegrator(ReplayIntegrator):
                 return self._incident(ctx.primal(), s, st.depth + 1, o, d)
             edge = material.edge_sample(ctx, si, edge_u, continues, incident)
             horizon = None
-            if ctx.structure.shading_normals:
-                # smooth shading: the horizon of the point's own triangle
+            if ctx.structure.shading_normals or any(t.frame for t in ctx.structure.bsdf_types):
+                # smooth shading, normal and bump maps: the horizon of the point's own triangle
                 horizon = material.horizon_sample(ctx, si, edge_u[1], continues, incident)
             edge = ctx.detach((edge, horizon))
             sh = shade(si, es, u, st.depth, st.prev_pdf, st.prev_delta, show_emitters, st.prev, edge, es_u)
