@@ -425,6 +425,9 @@ def _texcoords_why(scene, integrator, structure) -> str | None:
     why = _surface_why("texture-coordinate", "tri_uv", integrator, structure)
     if why is not None:
         return why
+    if structure.tangents:
+        return ("texture-coordinate derivatives need scenes without tangent frames (normal / bump maps, "
+                "anisotropic BSDFs) so far")
     jumps = [t for t in scene.textures if t.kind == ktex.CHECKERBOARD or t.plugin is not None
              or (t.kind == ktex.BITMAP and t.filter == ktex.FILTER_NEAREST)]
     if jumps:

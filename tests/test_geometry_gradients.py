@@ -536,3 +536,17 @@ def test_texture_coordinates_under_jumping_textures_raise(tmp_path, texture):
     value = jnp.asarray(scene.params[key])
     with pytest.raises(NotDifferentiableError, match="bilinear"):
         jax.grad(lambda v: jnp.sum(jaxrender.render(scene, {key: v}, spp=1)))(value)
+
+
+def test_texture_coordinates_under_tangent_frames_raise(tmp_path):
+    """Moving UVs turn dp_du too, which these kernels do not follow yet
+    (moving vertices do)."""
+    _textured_floor(tmp_path, {"type": "checkerboard"})   # (writes floor.obj, a quad with UVs)
+    d = shadow_scene()
+    d["floor"] = {"type": "obj", "filename": str(tmp_path / "floor.obj"), "face_normals": True,
+                  "bsdf": {"type": "roughconductor", "alpha_u": 0.05, "alpha_v": 0.4}}
+    scene = jaxrender.load_dict(d)
+    key = "floor.vertex_texcoords"
+    value = jnp.asarray(scene.params[key])
+    with pytest.raises(NotDifferentiableError, match="tangent frames"):
+        jax.grad(lambda v: jnp.sum(jaxrender.render(scene, {key: v}, spp=1)))(value)
