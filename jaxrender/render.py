@@ -359,7 +359,7 @@ def _emitter_types(scene) -> set:
     return {kemitters.NAMES[int(t)] for t in scene.emitter_meta[:, layout.META_TYPE]}
 
 
-def _moving_why(what: str, moves: str, scene, integrator, settings, structure) -> str | None:
+def _moving_why(what: str, moves: str, scene, settings, structure) -> str | None:
     """What stops derivatives of ``what`` (the camera's, the meshes') in
     every form this renderer takes them (``moves``: what a reflection moves
     with), or None."""
@@ -380,7 +380,7 @@ def _camera_why(scene, cam, integrator, settings, structure) -> str | None:
     if "camera" not in integrator.differentiable:
         return (f"camera derivatives are implemented for the path and direct integrators, not "
                 f"{scene.integrator['type']!r}")
-    return _moving_why("camera", "the camera", scene, integrator, settings, structure)
+    return _moving_why("camera", "the camera", scene, settings, structure)
 
 
 def _geometry_keys(scene) -> list:
@@ -394,9 +394,9 @@ def _geometry_keys(scene) -> list:
             + [s.param for s in g.shapes if s.param is not None])
 
 
-def _surface_why(what: str, buffer: str, integrator, structure) -> str | None:
+def _surface_why(what: str, buffer: str, integrator) -> str | None:
     """Why ``what`` derivatives (of the input ``buffer``) are unsupported by
-    this integrator or in this scene's structure, or None."""
+    this integrator, or None."""
     if buffer not in integrator.differentiable:
         return f"{what} derivatives are implemented for the path and direct integrators, not {integrator.name!r}"
     return None
@@ -404,7 +404,7 @@ def _surface_why(what: str, buffer: str, integrator, structure) -> str | None:
 
 def _geometry_why(scene, cam, integrator, settings, structure) -> str | None:
     """Why this render cannot differentiate its geometry, or None."""
-    why = _surface_why("geometry", "tris", integrator, structure)
+    why = _surface_why("geometry", "tris", integrator)
     if why is not None:
         return why
     types = _emitter_types(scene)
@@ -415,14 +415,14 @@ def _geometry_why(scene, cam, integrator, settings, structure) -> str | None:
                 "(area and environment lights work)")
     if cam.kind != "perspective":
         return "geometry derivatives are implemented for the perspective sensor only"
-    return _moving_why("geometry", "their surface", scene, integrator, settings, structure)
+    return _moving_why("geometry", "their surface", scene, settings, structure)
 
 
 def _texcoords_why(scene, integrator, structure) -> str | None:
     """Why this render cannot differentiate its meshes' texture
     coordinates, or None: where a point's UVs move, what its textures read
     must change continuously (bilinear bitmaps)."""
-    why = _surface_why("texture-coordinate", "tri_uv", integrator, structure)
+    why = _surface_why("texture-coordinate", "tri_uv", integrator)
     if why is not None:
         return why
     if structure.tangents:

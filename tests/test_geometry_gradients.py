@@ -64,18 +64,19 @@ def _with_obj_occluder(tmp_path, text: str):
     return jaxrender.load_dict(d)
 
 
-def _loss(scene, key, value, seed, spp=64):
-    return jnp.sum(jaxrender.render(scene, {key: value}, spp=spp, seed=seed, seed_grad=seed) * WEIGHTS)
+def _loss(scene, key, value, seed, spp=64, weights=WEIGHTS):
+    return jnp.sum(jaxrender.render(scene, {key: value}, spp=spp, seed=seed, seed_grad=seed) * weights)
 
 
-def _fd(scene, key, value, tangent, h=0.01, seeds=range(1000, 1256)):
-    loss = jax.jit(lambda v, s: _loss(scene, key, v, s))
-    return np.array([(float(loss(value + h * tangent, jnp.uint32(s))) - float(loss(value - h * tangent, jnp.uint32(s))))
+def _fd(scene, key, value, tangent, h=0.01, seeds=range(1000, 1256), **loss):
+    """Central differences of ``_loss`` (``loss``: its spp and weights)."""
+    f = jax.jit(lambda v, s: _loss(scene, key, v, s, **loss))
+    return np.array([(float(f(value + h * tangent, jnp.uint32(s))) - float(f(value - h * tangent, jnp.uint32(s))))
                      / (2 * h) for s in seeds])
 
 
-def _reverse(scene, key, value, tangent, seeds=range(64)):
-    grad = jax.jit(lambda v, s: jnp.sum(jax.grad(lambda x: _loss(scene, key, x, s))(v) * tangent))
+def _reverse(scene, key, value, tangent, seeds=range(64), **loss):
+    grad = jax.jit(lambda v, s: jnp.sum(jax.grad(lambda x: _loss(scene, key, x, s, **loss))(v) * tangent))
     return np.array([float(grad(value, jnp.uint32(s))) for s in seeds])
 
 
@@ -337,28 +338,21 @@ def test_alpha_follows_moving_silhouettes():
     alpha_only = np.zeros((24, 24, 4), np.float32)
     alpha_only[..., 3] = np.linspace(0.0, 1.0, 24)[None, :]   # (random weights cancel between the sides)
 
-    def loss(key, v, seed):
-        return jnp.sum(jaxrender.render(scene, {key: v}, spp=32, seed=seed, seed_grad=seed) * alpha_only)
-
+    loss = dict(spp=32, weights=alpha_only)
     key = "front.to_world"
     value = jnp.asarray(scene.params[key])
     tangent = _translate_x(value)
-    plain = jax.jit(lambda v, s: loss(key, v, s))
-    h = 0.01
-    fd = np.array([(float(plain(value + h * tangent, jnp.uint32(s))) - float(plain(value - h * tangent, jnp.uint32(s))))
-                   / (2 * h) for s in range(1000, 1096)])
-    grad = jax.jit(lambda v, s: jnp.sum(jax.grad(lambda x: loss(key, x, s))(v) * tangent))
-    rev = np.array([float(grad(value, jnp.uint32(s))) for s in range(32)])
+    fd = _fd(scene, key, value, tangent, seeds=range(1000, 1096), **loss)
+    rev = _reverse(scene, key, value, tangent, seeds=range(32), **loss)
     assert abs(_z(rev, fd)) < 4.0, (rev.mean(), fd.mean())
 
     cam = "sensor.to_world"
     cam_value = jnp.asarray(scene.params[cam])
     along = _translate_x(cam_value)
-    cam_grad = jax.jit(lambda v, s: jnp.sum(jax.grad(lambda x: loss(cam, x, s))(v) * along))
-    cam_jvp = jax.jit(lambda v, s: jax.jvp(lambda x: loss(cam, x, s), (v,), (along,))[1])
-    for s in range(3):
-        r, f = float(cam_grad(cam_value, jnp.uint32(s))), float(cam_jvp(cam_value, jnp.uint32(s)))
-        assert abs(r) > 10.0 and abs(r - f) <= 1e-3 * abs(r), (r, f)
+    cam_jvp = jax.jit(lambda v, s: jax.jvp(lambda x: _loss(scene, cam, x, s, **loss), (v,), (along,))[1])
+    rev = _reverse(scene, cam, cam_value, along, seeds=range(3), **loss)
+    fwd = np.array([float(cam_jvp(cam_value, jnp.uint32(s))) for s in range(3)])
+    assert np.all(np.abs(rev) > 10.0) and np.all(np.abs(rev - fwd) <= 1e-3 * np.abs(rev)), (rev, fwd)
 
 
 @pytest.mark.parametrize("key", ["sensor.to_world", "front.to_world"])
@@ -376,17 +370,10 @@ def test_hidden_environment_behind_moving_silhouettes(key):
     weights = np.random.default_rng(3).uniform(0.0, 1.0, (24, 24, 4)).astype(np.float32)
     weights *= np.linspace(0.0, 1.0, 24)[None, :, None]
 
-    def loss(v, seed):
-        return jnp.sum(jaxrender.render(scene, {key: v}, spp=32, seed=seed, seed_grad=seed) * weights)
-
     value = jnp.asarray(scene.params[key])
     tangent = _translate_x(value)
-    plain = jax.jit(loss)
-    h = 0.01
-    fd = np.array([(float(plain(value + h * tangent, jnp.uint32(s))) - float(plain(value - h * tangent, jnp.uint32(s))))
-                   / (2 * h) for s in range(1000, 1096)])
-    grad = jax.jit(lambda v, s: jnp.sum(jax.grad(lambda x: loss(x, s))(v) * tangent))
-    rev = np.array([float(grad(value, jnp.uint32(s))) for s in range(32)])
+    fd = _fd(scene, key, value, tangent, seeds=range(1000, 1096), spp=32, weights=weights)
+    rev = _reverse(scene, key, value, tangent, seeds=range(32), spp=32, weights=weights)
     assert abs(_z(rev, fd)) < 4.0, (rev.mean(), fd.mean())
     assert abs(rev.mean()) > 20.0
 

@@ -206,9 +206,9 @@ def following(ctx, si: SurfaceInteraction) -> SurfaceInteraction:
     """``si`` (a hit, or a miss) with its point, geometric normal and
     shading frame following its surface at its material coordinates (the
     shading normal interpolated from the moving ``tri_normals`` in scenes
-    with vertex normals; the kernels that call this run for scenes without
-    tangent frames), the normal on the side the traced one is; its ``wi``
-    is left to the caller, its UV held."""
+    with vertex normals; the tangents, where the scene's BSDFs use them,
+    from the moving triangle or shape), the normal on the side the traced
+    one is; its ``wi`` is left to the caller, its UV held."""
     return followed(ctx, si)[0]
 
 
@@ -227,7 +227,6 @@ def followed(ctx, si: SurfaceInteraction):
         smooth = triangle.shading_normal(ctx.b["tri_normals"], ir.maximum(si.prim, 0), c1, c2, ng)
         ns = Vec(*(ir.select(si.hit & (shape_of(ctx, si.prim) < 0), a, b) for a, b in zip(smooth, ng)))
     p = keep(p, ir.detach(si.o + si.d))
-    frame, dp_du, dp_dv = Frame(ns), si.dp_du, si.dp_dv
     if ctx.structure.tangents:
         # The tangents (normal and bump maps, anisotropic BSDFs) turn with
         # the surface. A miss keeps the traced frame, and its moving one is
@@ -235,10 +234,10 @@ def followed(ctx, si: SurfaceInteraction):
         # a NaN in the branch not taken would still reach the derivatives.
         up, across = Vec(0.0, 0.0, 1.0), Vec(1.0, 0.0, 0.0)
         du, dv = _moving_tangents(ctx, si, keep(ng, up), p)
-        moving = Frame.along(keep(ns, up), keep(du, across))
-        frame.n, frame.s, frame.t = (keep(a, b) for a, b in zip((moving.n, moving.s, moving.t),
-                                                                 (si.frame.n, si.frame.s, si.frame.t)))
-        dp_du, dp_dv = keep(du, si.dp_du), keep(dv, si.dp_dv)
+        frame = ir.select(si.hit, Frame.along(keep(ns, up), keep(du, across)), si.frame)
+        dp_du, dp_dv = ir.select(si.hit, (du, dv), (si.dp_du, si.dp_dv))
+    else:
+        frame, dp_du, dp_dv = Frame(ns), si.dp_du, si.dp_dv
     # (a miss's point is at infinity: a finite stand-in, so that nothing
     # computed from it and then selected away carries a NaN into derivatives)
     return (dataclasses.replace(si, p=p, ng=ng, frame=frame, dp_du=dp_du, dp_dv=dp_dv,
@@ -252,9 +251,7 @@ def _moving_tangents(ctx, si: SurfaceInteraction, ng: Vec, p: Vec) -> tuple[Vec,
     def on_triangle():
         return triangle.tangents(ctx.b["tris"], ctx.b["tri_uv"], ir.maximum(si.prim, 0), ng)
 
-    if ctx.structure.analytic:
-        s = shape_of(ctx, si.prim)
-        out = ir.cond(s >= 0, lambda: shapes.tangents(ctx.geo, s, p), on_triangle)
-    else:
-        out = on_triangle()
-    return out
+    if not ctx.structure.analytic:
+        return on_triangle()
+    s = shape_of(ctx, si.prim)
+    return ir.cond(s >= 0, lambda: shapes.tangents(ctx.geo, s, p), on_triangle)

@@ -266,7 +266,8 @@ def horizon_sample(ctx, si, u, valid, incident) -> HorizonSample:
     """A direction uniform on the horizon of ``si``'s triangle and, where
     the BSDF (shading frame) reflects towards it, the radiance arriving
     from just above and just below it (``incident(o, d)``). Only
-    smooth-shaded triangles have a term (elsewhere the BSDF's cosine
+    triangles whose shading normal leans off the geometric one (smooth
+    shading, normal and bump maps) have a term (elsewhere the BSDF's cosine
     vanishes there)."""
     from ..bsdfs.surface import SurfaceBsdf
     from ..sampling import Frame
@@ -319,7 +320,7 @@ def followed_emitter_sample(ctx, fixed, si, es, es_u):
     # where the sample was taken: a point or spot light's position, which no
     # surface moves (mesh_point means nothing for those)
     q_fixed = reference_point(fixed, fixed.d) + es.w * ir.select(finite, es.dist, 0.0)
-    q = Vec(*(ir.select(on_surface, a, c) for a, c in zip(q, q_fixed)))
+    q = ir.select(on_surface, q, q_fixed)
     if ctx.structure.analytic:
         on_shape = ir.Bool(False)
         for name in ("area_sphere", "area_disk", "area_cylinder"):
