@@ -275,14 +275,15 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
         if geometry_keys:
             _decide(nondiff, geometry_keys, _geometry_why(scene, cam, integrator, settings, structure))
         if uv_keys:
-            _decide(nondiff, uv_keys, _texcoords_why(scene, integrator, structure))
+            _decide(nondiff, uv_keys, _texcoords_why(scene, cam, integrator, settings, structure))
         params = {k: nondifferentiable(v, nondiff[k]) if k in nondiff else v for k, v in params.items()}
     inputs = kernel_inputs(scene, params, sensor, media="medium_data" in integrator.inputs())
     inputs.update(settings, spp=np.uint32(spp), seed=seed, seed_grad=seed_grad, spp_grad=np.uint32(spp_grad))
     if integrator.spectrum.spectral:
         inputs["spectral_data"] = variants.spectral_tables()
         inputs["spectral_curves"] = scene.spectral_curves.reshape(-1)
-    if (camera_keys and cam_key not in scene.nondifferentiable) or geometry_keys:
+    # (moving texture coordinates turn tangent frames: the geometry kernels follow them)
+    if (camera_keys and cam_key not in scene.nondifferentiable) or geometry_keys or (uv_keys and structure.tangents):
         inputs["edge_topology"] = inputs["edges"] = edge_topology(scene)
     # The camera's reason is the scene's, for its to_world parameter.
     why = (("camera", scene.nondifferentiable.get(cam_key, "")), ("tris", _GEOMETRY_WHY),
@@ -418,16 +419,22 @@ def _geometry_why(scene, cam, integrator, settings, structure) -> str | None:
     return _moving_why("geometry", "their surface", scene, settings, structure)
 
 
-def _texcoords_why(scene, integrator, structure) -> str | None:
+def _texcoords_why(scene, cam, integrator, settings, structure) -> str | None:
     """Why this render cannot differentiate its meshes' texture
     coordinates, or None: where a point's UVs move, what its textures read
-    must change continuously (bilinear bitmaps)."""
+    must change continuously (bilinear bitmaps); where the scene has
+    tangent frames, they turn, and the kernels of moving geometry follow
+    them (with those kernels' limits)."""
     why = _surface_why("texture-coordinate", "tri_uv", integrator)
     if why is not None:
         return why
     if structure.tangents:
-        return ("texture-coordinate derivatives need scenes without tangent frames (normal / bump maps, "
-                "anisotropic BSDFs) so far")
+        if cam.kind != "perspective":
+            return ("texture-coordinate derivatives in scenes with tangent frames (normal / bump maps, anisotropic "
+                    "BSDFs) are implemented for the perspective sensor only")
+        why = _moving_why("texture-coordinate", "the tangent frames", scene, settings, structure)
+        if why is not None:
+            return why
     jumps = [t for t in scene.textures if t.kind == ktex.CHECKERBOARD or t.plugin is not None
              or (t.kind == ktex.BITMAP and t.filter == ktex.FILTER_NEAREST)]
     if jumps:

@@ -126,9 +126,19 @@ GEOMETRY = ("tris", "shape_data", "tri_normals")
 MOVING = ("camera",) + GEOMETRY
 
 
-def moves_geometry(active) -> bool:
-    """Whether derivatives along ``active`` (buffer names) move geometry."""
-    return any(n in active for n in GEOMETRY)
+def moving_buffers(active, structure: "Structure") -> tuple:
+    """The buffers of ``active`` whose derivatives the kernels take in
+    material form (``sensors/motion.py``, ``integrators/material.py``): the
+    camera and the geometry, and, in scenes with tangent frames, the
+    texture coordinates (``tri_uv``), which turn each triangle's dp_du /
+    dp_dv as its moving vertices do."""
+    return tuple(n for n in active if n in MOVING or (n == "tri_uv" and structure.tangents))
+
+
+def moves_geometry(active, structure: "Structure") -> bool:
+    """Whether derivatives along ``active`` (buffer names) move geometry,
+    the surface frames included (:func:`moving`)."""
+    return any(n != "camera" for n in moving_buffers(active, structure))
 
 
 @dataclasses.dataclass

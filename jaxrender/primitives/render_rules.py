@@ -294,7 +294,7 @@ def _render_jvp(config: RenderConfig, primals, tangents):
         return out, jnp.zeros_like(out)
     prim = _kernel_inputs(config, inputs)
     prim["seed"], prim["spp"] = inputs["seed_grad"], inputs["spp_grad"]
-    if moves_geometry(active):
+    if moves_geometry(active, config.structure):
         prim["edges"] = inputs["edges"]
     args = [jnp.asarray(prim[k]) for k in config.derivative_input_names(active)] + [tin[n] for n in active]
     t_blocks = render_jvp_p.bind(*args, config=config, active=active, batch_shape=(),

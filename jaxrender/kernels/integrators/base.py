@@ -45,7 +45,7 @@ from .. import sensors
 from ..geometry import closest_hit
 from ..sensors import film, motion
 from ..bsdfs import registry as bsdf_registry
-from ..context import MOVING, Context, Structure, moves_geometry
+from ..context import Context, Structure, moves_geometry, moving_buffers
 from .. import spectrum
 from ..spectrum import RGB, SpectrumType
 
@@ -77,7 +77,8 @@ def _zeros(n: int) -> Vec:
 
 def _moving(ctx: Context, active) -> Context:
     """``ctx`` for kernels whose camera and / or triangles carry derivatives."""
-    return dataclasses.replace(ctx, camera_motion="camera" in active, geometry_motion=moves_geometry(active))
+    return dataclasses.replace(ctx, camera_motion="camera" in active,
+                               geometry_motion=moves_geometry(active, ctx.structure))
 
 
 def _dot(a: Vec, b: Vec):
@@ -202,8 +203,9 @@ class Integrator:
     def _primal_body(self, structure: Structure, diff: bool, moving: tuple = (), **b):
         """The sample sums of the item's splat footprint (``film.py``);
         normalising by the summed filter weights happens in JAX.
-        ``moving``: "camera" and / or "tris" where those buffers carry
-        derivatives (then the splat weights follow the camera's point)."""
+        ``moving``: the buffers carrying derivatives in material form
+        (``context.moving_buffers``: the camera, the geometry; then the
+        splat weights follow the camera's point)."""
         ctx = _moving(Context.create(b, structure, diff, self.spectrum), moving)
         camera = bool(moving)
         spp = b["spp"].value
@@ -262,7 +264,7 @@ class Integrator:
         triangles, also the scene's welded ``edges`` (``primitives/boundary
         .edge_topology`` rows)."""
         inputs = self.inputs(structure)
-        return dict(inputs, edges=ir.In("i32", (6,))) if moves_geometry(active) else inputs
+        return dict(inputs, edges=ir.In("i32", (6,))) if moves_geometry(active, structure) else inputs
 
     def check_active(self, active: tuple) -> tuple:
         bad = [n for n in active if n not in self.differentiable]
@@ -282,7 +284,7 @@ class Integrator:
 
         def fwd(**b):
             prim = {k: b[k] for k in base}
-            moving = tuple(n for n in MOVING if n in active)
+            moving = moving_buffers(active, structure)
             _, tangent = ir.jvp(lambda: self._primal_body(structure, True, moving, **prim), (), (),
                                 buffer_tangents={b[n]: b["d_" + n] for n in active})
             return {"image": tangent["image"]}

@@ -242,7 +242,7 @@ def _samples(integrator, ctx: Context, s) -> list:
 
 def _context(integrator, structure, b, base, active) -> Context:
     ctx = Context.create({k: b[k] for k in base}, structure, True, integrator.spectrum)
-    return dataclasses.replace(ctx, geometry_motion=moves_geometry(active))
+    return dataclasses.replace(ctx, geometry_motion=moves_geometry(active, structure))
 
 
 def forward_kernel(integrator, structure: Structure, active: tuple = ("camera",)) -> ir.Kernel:
