@@ -14,7 +14,7 @@ from .kernels import integrators, layout
 from .kernels.bsdfs.surface import samples_null
 from .kernels.integrators import ADJOINT_METHODS
 from .kernels.integrators.aov import channel_names, parse_aovs
-from .primitives.boundary import edge_topology as boundary_topology
+from .primitives.boundary import edge_topology as boundary_topology, hidden_first_edges
 from .primitives.bsdf_tables import bsdf_table
 from .primitives.film import FilmGeometry, has_alpha, to_pixel_format
 from .primitives.render_rules import PixelSplit, RenderConfig, nondifferentiable, render_image
@@ -289,7 +289,10 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     why = (("camera", scene.nondifferentiable.get(cam_key, "")), ("tris", _GEOMETRY_WHY),
            ("shape_data", _GEOMETRY_WHY), ("tri_normals", _GEOMETRY_WHY), ("tri_uv", _GEOMETRY_WHY))
     film = FilmGeometry(grid=cam.grid_size[::-1], border=cam.border, footprint=cam.footprint)
-    config = RenderConfig(film, method, why, structure, integrator, split)
+    meta = scene.emitter_meta[:, layout.META_TYPE]
+    delta = tuple((int(k), bool(meta[k] == kemitters.TYPE_ID["directional"])) for k in range(len(meta))
+                  if kemitters.NAMES[int(meta[k])] in _DELTA_LIGHTS)
+    config = RenderConfig(film, method, why, structure, integrator, split, delta)
     image = render_image(config, inputs)
     # mono: the film's one colour channel is the luminance, whatever the format (as Mitsuba's)
     if scene.integrator["type"] == "stokes" or variants.color_base(scene.variant) == "mono":
@@ -369,8 +372,10 @@ def _moving_why(what: str, moves: str, scene, settings, structure) -> str | None
                 + f"): what they reflect moves with {moves}, a derivative detached sampling cannot take")
     for bad, why in ((structure.instanced, "scenes with instances (shapegroups)"),
                      (samples_null(structure), "scenes with pass-through (null, mask) BSDFs"),
-                     (int(settings.get("hide_emitters", 0)) and _emitter_types(scene) & _SURFACE_LIGHTS,
-                      "hide_emitters with area lights (camera rays pass through them; environment lights work)")):
+                     (int(settings.get("hide_emitters", 0)) and _emitter_types(scene) & _SURFACE_LIGHTS
+                      and hidden_first_edges(edge_topology(scene), scene.tri_attr[:, layout.ATTR_EMITTER] >= 0),
+                      "hide_emitters with an area light's triangle welded to a shown surface's (camera rays pass "
+                      "through the light, and the shown side of their edge is not followed)")):
         if bad:
             return f"{what} derivatives of {why} are not supported yet"
     return None
@@ -408,12 +413,6 @@ def _geometry_why(scene, cam, integrator, settings, structure) -> str | None:
     why = _surface_why("geometry", "tris", integrator)
     if why is not None:
         return why
-    types = _emitter_types(scene)
-    delta = [n for n in _DELTA_LIGHTS if n in types]
-    if delta:
-        return (f"geometry derivatives with {' / '.join(delta)} lights are not supported yet: the hard shadows "
-                "they cast move with the geometry, a discontinuity on the film these kernels do not sample "
-                "(area and environment lights work)")
     if cam.kind != "perspective":
         return "geometry derivatives are implemented for the perspective sensor only"
     return _moving_why("geometry", "their surface", scene, settings, structure)

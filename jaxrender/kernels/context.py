@@ -64,6 +64,7 @@ class Structure:
     media: tuple = ()
     phases: tuple = ()
     sunsky: bool = False
+    delta_lights: bool = False        # point, spot or directional lights (their shadows are hard)
     instanced: bool = False
     spectral_curves: bool = False     # (spectral) colours may be tabulated spectra
     dispersion: bool = False          # (spectral) a dielectric's IOR may be a tabulated spectrum
@@ -106,7 +107,7 @@ class Structure:
     def suffix(self) -> str:
         """A short tag for kernel names."""
         return ((f"_tex{self.tex_slots}" if self.tex_slots else "") + ("_envmap" if self.envmap else "")
-                + ("_sunsky" if self.sunsky else "")
+                + ("_sunsky" if self.sunsky else "") + ("_delta" if self.delta_lights else "")
                 + ("_analytic" if self.analytic else "") + ("_smooth" if self.shading_normals else "")
                 + ("" if self.bsdfs == bsdf_registry.DEFAULT_NAMES else f"_{len(self.bsdfs)}bsdf")
                 + (f"_nest{self.bsdf_nesting}" if self.bsdf_nesting else "")

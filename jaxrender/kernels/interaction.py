@@ -131,6 +131,38 @@ def intersect(ctx, o: Vec, d: Vec, t_min, t_max=INF, known: "KnownHit | None" = 
                               scale, o, dp_du, dp_dv, instance)
 
 
+def shown_hit(ctx, o: Vec, d: Vec, t_min, t_max=INF) -> SurfaceInteraction:
+    """What the camera ray (o, d) shows, traced without derivatives: its
+    first hit, or, where the integrator hides emitters (its
+    ``hide_emitters`` input), its first hit that is not an emitter, reached
+    through them as the path tracer's pass-through steps reach it (from
+    the same points); t is the distance from ``o``."""
+    plain = ctx.primal()
+    si = intersect(plain, o, d, t_min, t_max)
+    if "hide_emitters" not in ctx.b:
+        return si
+    hide = ctx.b["hide_emitters"].value != 0
+
+    def passed():
+        def body(state):
+            o_k, t_min_k, t_max_k, acc, t, prim, b1, b2, instance, _ = state
+            at = intersect(plain, o_k, d, t_min_k, t_max_k, KnownHit(ir.Bool(True), t, prim, b1, b2, instance))
+            o_n = at.p + d * at.scale
+            t_n = t_max_k - at.t - at.scale
+            nxt = closest_hit(plain.geo, o_n, d, ir.Float(0.0), t_n)
+            emitter = (nxt[1] >= 0) & (ctx.b["tri_attr"].read(ir.maximum(nxt[1], 0), layout.ATTR_EMITTER) >= 0)
+            return (o_n, ir.Float(0.0), t_n, acc + at.t + at.scale, *nxt,
+                    emitter)
+
+        init = (o, t_min, t_max, ir.Float(0.0), si.t, si.prim, si.b1, si.b2,
+                si.instance if si.instance is not None else ir.Int(-1), ir.Bool(True))
+        o_k, t_min_k, t_max_k, acc, t, prim, b1, b2, instance, _ = ir.while_loop(lambda st: st[-1], body, init)
+        last = intersect(plain, o_k, d, t_min_k, t_max_k, KnownHit(ir.Bool(True), t, prim, b1, b2, instance))
+        return dataclasses.replace(last, t=last.t + acc)
+
+    return ir.cond(hide & si.is_emitter, passed, lambda: si)
+
+
 # -- moving surfaces (material-form derivatives: integrators/material.py) -----------
 # A point of a moving surface keeps its *material coordinates*: a triangle's
 # barycentrics (b1, b2), an analytic shape's object-space point as two

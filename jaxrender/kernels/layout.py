@@ -99,6 +99,13 @@ SEG_KIND = 11                  # SEG_SILHOUETTE: moves with its world points; SE
 SEG_SILHOUETTE, SEG_FILM_EDGE, SEG_CURVE_KIND = 0.0, 1.0, 2.0
 SEG_SHAPE, SEG_CURVE = 4, 5    # a curve's shape_data row and which curve (integrators/boundary.curve_point)
 SEG_TRI, SEG_SLOT0, SEG_SLOT1, SEG_LO, SEG_HI = 12, 13, 14, 15, 16   # SEG_TRI -1: not a mesh edge
+# Hard shadows' edges (geometry derivatives under point, spot and directional lights): a
+# welded edge that is a silhouette seen from a delta light, with that light.
+SHADOW_ROW = 6                 # shadow_edges: the edge's first triangle, the slots of its ends and of that
+                               # triangle's third vertex, its second triangle (-1: none), the light (emitter row);
+                               # an analytic shape's outline: triangle -1, its shape_data row and which curve
+                               # (shapes.curve_point's) in the slots' places
+SHADOW_TRI, SHADOW_SLOT0, SHADOW_SLOT1, SHADOW_INNER, SHADOW_TRI_B, SHADOW_LIGHT = 0, 1, 2, 3, 4, 5
 
 # --- participating media (read by volumetric integrators only: media_inputs) ------------
 MEDIUM_ROW = 9                 # medium_data: sigma_t (scale applied), albedo, phase parameter, sample_emitters,

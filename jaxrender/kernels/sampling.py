@@ -126,6 +126,20 @@ def sample_cdf(cdf, start, count, u):
     return lo
 
 
+def sample_lengths(cdf, u):
+    """A record drawn by its share of the cumulative lengths ``cdf`` (a
+    whole buffer, the last entry the total) with the uniform ``u``, and
+    where along it: (index, position in [0, 1], its length, the total)."""
+    n = ir.cast(cdf.len, "i32")
+    total = cdf[n - 1]
+    target = u * total
+    i = sample_cdf(cdf, ir.Int(0), n, target)
+    before = ir.select(i > 0, cdf[ir.maximum(i - 1, 0)], 0.0)
+    length = cdf[i] - before
+    tau = ir.minimum(ir.maximum((target - before) / ir.select(length > 0.0, length, 1.0), 0.0), 1.0)
+    return i, tau, length, total
+
+
 def mis_weight(pdf_a, pdf_b):
     """Power heuristic weight of a strategy with density ``pdf_a`` against one with ``pdf_b``."""
     a2 = pdf_a * pdf_a

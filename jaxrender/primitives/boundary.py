@@ -123,13 +123,19 @@ CURVE_POINTS = 64      # the polygon whose film length apportions samples to a c
 
 
 def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_origin: tuple, grid: tuple,
-                  shape_data=None):
+                  shape_data=None, hidden=None, prim_shape=None):
     """(segments (m, layout.SEGMENT_ROW), cumulative film lengths (m,)) of
     the silhouettes seen by ``camera`` (its kernel row) and the four sides
     of the sample grid (``grid``: (height, width) pixels, its first pixel
     at ``grid_origin`` on a film of ``film_size`` (width, height)).
     ``shape_data``: the analytic shapes' rows (their silhouettes and rims
-    are curve records, ``shapes.curve_point``'s)."""
+    are curve records, ``shapes.curve_point``'s). ``hidden``: per leaf
+    primitive, whether camera rays pass through it (emitters under
+    hide_emitters), so it has no silhouette and a neighbour's edge along it
+    is a boundary (``prim_shape``: each leaf primitive's analytic shape row
+    or -1, needed with ``shape_data``). An edge whose first triangle is
+    hidden and whose second is not is not handled here (the caller refuses
+    it, :func:`hidden_first_edges`)."""
     f32 = jnp.float32
     cam = jax.lax.stop_gradient(jnp.asarray(camera, f32).reshape(-1))
     tris = jax.lax.stop_gradient(jnp.asarray(tris, f32))
@@ -160,17 +166,25 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     b3 = _vertex(tris, jnp.maximum(topo[:, 4], 0), topo[:, 5])
     boundary = topo[:, 4] < 0
     usable = jnp.ones(len(topology), bool)
+    if hidden is not None:
+        hidden = jnp.asarray(hidden, bool)
+        usable = ~hidden[topo[:, 0]]
+        boundary = boundary | hidden[jnp.maximum(topo[:, 4], 0)]
     refs = jnp.stack([topo[:, 0], topo[:, 1], topo[:, 2]], axis=1).astype(f32)     # triangle, slots of the ends
     curves = []
     if shape_data is not None and shape_data.shape[0] > 0:
         shape_data = jax.lax.stop_gradient(jnp.asarray(shape_data, f32))
         kind = shape_data[:, layout.SHAPE_KIND].astype(jnp.int32)
         idx = jnp.arange(len(kind))
+        shown = jnp.ones(len(kind), bool)
+        if hidden is not None:
+            ps = jnp.asarray(prim_shape, jnp.int32)
+            shown = shown.at[jnp.where(ps >= 0, ps, len(kind))].set(~hidden, mode="drop")
         # curve records: (shape row, which curve) for each sphere, disk, a
         # cylinder's rims and silhouette lines
         for which, wanted in ((0, "sphere"), (1, "disk"), (2, "cylinder"), (3, "cylinder"), (4, "cylinder"),
                               (5, "cylinder")):
-            curves.append((idx, which, kind == SHAPE_KIND[wanted]))
+            curves.append((idx, which, (kind == SHAPE_KIND[wanted]) & shown))
     n_edges = v0.shape[0]
 
     normal = jnp.cross(v0 - origin, v1 - origin)
@@ -256,6 +270,88 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     segments = jnp.concatenate(parts + [film_rows]).astype(f32)
     lengths = jnp.concatenate(lengths + [jnp.array([gw, gh, gw, gh], f32)])
     return segments, jnp.cumsum(lengths).astype(f32)
+
+
+def shadow_edges(tris, topology: np.ndarray, emitter_geom, lights: tuple, shape_data=None):
+    """(records (m, layout.SHADOW_ROW), cumulative lengths (m,)) of the
+    welded edges that are silhouettes seen from each of ``lights`` ((emitter
+    row, whether directional) of the scene's point, spot and directional
+    lights: ``emitter_geom`` holds a position, or a directional light's
+    direction of travel), and of the analytic shapes' outlines seen from
+    them (``shape_data``'s rows; a record with triangle -1, the shape's row
+    and which curve, ``shapes.curve_point``'s): the edges of the hard
+    shadows they cast, each weighted by its length (the kernels sample
+    them by it). At least one record: a zero-length one where there is none."""
+    f32 = jnp.float32
+    tris = jax.lax.stop_gradient(jnp.asarray(tris, f32))
+    geom = jax.lax.stop_gradient(jnp.asarray(emitter_geom, f32))
+    topo = jnp.asarray(topology).reshape(-1, 6)
+    v0 = _vertex(tris, topo[:, 0], topo[:, 1])
+    v1 = _vertex(tris, topo[:, 0], topo[:, 2])
+    a3 = _vertex(tris, topo[:, 0], topo[:, 3])
+    b3 = _vertex(tris, jnp.maximum(topo[:, 4], 0), topo[:, 5])
+    length = jnp.linalg.norm(v1 - v0, axis=1)
+    rows, lengths = [], []
+    for row, directional in lights:
+        g = geom[row, :3]
+        # the plane through the edge and the light's rays: both triangles on
+        # one side of it (or one triangle) make the edge a shadow's edge
+        travel = jnp.broadcast_to(g, v0.shape) if directional else v0 - g
+        normal = jnp.cross(v1 - v0, travel)
+        sa = jnp.sum(normal * (a3 - v0), axis=1)
+        sb = jnp.sum(normal * (b3 - v0), axis=1)
+        casts = (sa != 0) & ((topo[:, 4] < 0) | (sa * sb > 0))
+        rows.append(jnp.concatenate([topo[:, :5].astype(f32), jnp.full((len(topo), 1), float(row), f32)], axis=1))
+        lengths.append(jnp.where(casts, length, 0.0))
+        if shape_data is not None and shape_data.shape[0] > 0:
+            origin = -g * 1e6 if directional else g
+            curve_rows, curve_lengths = _shadow_curves(shape_data, origin, row)
+            rows.append(curve_rows)
+            lengths.append(curve_lengths)
+    rows.append(jnp.zeros((1, layout.SHADOW_ROW), f32).at[0, layout.SHADOW_TRI_B].set(-1.0))
+    lengths.append(jnp.zeros(1, f32))
+    return jnp.concatenate(rows), jnp.cumsum(jnp.concatenate(lengths)).astype(f32)
+
+
+def _shadow_curves(shape_data, origin, light: int):
+    """The shadow records of the analytic shapes' outlines seen from
+    ``origin`` (the light ``light``'s position, or a point far up a
+    directional light's rays), weighted by their length (a polygon's)."""
+    f32 = jnp.float32
+    shape_data = jax.lax.stop_gradient(jnp.asarray(shape_data, f32))
+    n = shape_data.shape[0]
+    kind = shape_data[:, layout.SHAPE_KIND].astype(jnp.int32)
+    phi = jnp.linspace(0.0, 2.0 * np.pi, CURVE_POINTS + 1)
+    rows, lengths = [], []
+    for which, wanted in ((0, "sphere"), (1, "disk"), (2, "cylinder"), (3, "cylinder"), (4, "cylinder"),
+                          (5, "cylinder")):
+        pts = _curve_points(shape_data, jnp.full(n, which), origin, phi)
+        length = jnp.sum(jnp.linalg.norm(pts[:, 1:] - pts[:, :-1], axis=-1), axis=1)
+        ok = (kind == SHAPE_KIND[wanted]) & jnp.isfinite(length)
+        if which == 0:         # a light inside a sphere sees no outline
+            r = shape_data[:, layout.SHAPE_RADIUS]
+            centre = shape_data[:, layout.SHAPE_TO_WORLD + 3:layout.SHAPE_TO_WORLD + 12:4]
+            ok &= jnp.sum((origin - centre) ** 2, axis=1) > r * r * (1.0 + 1e-4)
+        if which >= 4:         # nor inside a cylinder's (infinite) tube its silhouette lines
+            to_object = _rows(shape_data[:, layout.SHAPE_TO_OBJECT:layout.SHAPE_TO_OBJECT + 12], n)
+            o = _apply(to_object, jnp.broadcast_to(origin, (n, 3)))
+            ok &= o[:, 0] ** 2 + o[:, 1] ** 2 > 1.0 + 1e-4
+        record = jnp.zeros((n, layout.SHADOW_ROW), f32).at[:, layout.SHADOW_TRI].set(-1.0)
+        record = record.at[:, layout.SHADOW_SLOT0].set(jnp.arange(n, dtype=f32)).at[:, layout.SHADOW_SLOT1].set(
+            float(which)).at[:, layout.SHADOW_TRI_B].set(-1.0).at[:, layout.SHADOW_LIGHT].set(float(light))
+        rows.append(record)
+        lengths.append(jnp.where(ok, length, 0.0))
+    return jnp.concatenate(rows), jnp.concatenate(lengths)
+
+
+def hidden_first_edges(topology: np.ndarray, hidden: np.ndarray) -> int:
+    """How many welded edges of ``topology`` join a ``hidden`` first
+    triangle to a shown second one (:func:`film_segments` cannot follow
+    such an edge through the shown triangle)."""
+    topo = np.asarray(topology).reshape(-1, 6)
+    hidden = np.asarray(hidden, bool)
+    second = topo[:, 4]
+    return int(np.sum(hidden[topo[:, 0]] & (second >= 0) & ~hidden[np.maximum(second, 0)]))
 
 
 # ---------------------------------------------------------------------------

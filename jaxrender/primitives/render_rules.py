@@ -38,10 +38,11 @@ from jax.interpreters import partial_eval as pe
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from ..kernels import layout
 from ..kernels.context import MOVING, Structure, moves_geometry
 from ..kernels.integrators import Integrator, PathIntegrator
 from ..ir.graph import NUMPY_DTYPE
-from .boundary import boundary_tangent, canvas_shape, film_segments
+from .boundary import boundary_tangent, canvas_shape, film_segments, shadow_edges
 from .film import FilmGeometry, crop_canvas, develop, normalize, splat_canvas
 from .kernel_call import launch, prefetch
 from .levels import register, sum_unmapped, vmap_levels
@@ -102,6 +103,9 @@ class RenderConfig:
     structure: Structure = Structure()
     integrator: Integrator = PathIntegrator()
     split: PixelSplit = PixelSplit()
+    # The scene's point, spot and directional lights: (emitter row, whether
+    # directional), whose hard shadows' edges the boundary term samples.
+    delta_lights: tuple = ()
 
     def __post_init__(self):
         if self.structure.footprint != self.film.footprint:
@@ -296,6 +300,8 @@ def _render_jvp(config: RenderConfig, primals, tangents):
     prim["seed"], prim["spp"] = inputs["seed_grad"], inputs["spp_grad"]
     if moves_geometry(active, config.structure):
         prim["edges"] = inputs["edges"]
+        if config.structure.delta_lights:
+            prim["shadow_edges"], prim["shadow_cdf"] = _shadow_edges(config, inputs, prim)
     args = [jnp.asarray(prim[k]) for k in config.derivative_input_names(active)] + [tin[n] for n in active]
     t_blocks = render_jvp_p.bind(*args, config=config, active=active, batch_shape=(),
                                  in_batch=tuple(() for _ in args))
@@ -306,6 +312,13 @@ def _render_jvp(config: RenderConfig, primals, tangents):
     return out, _develop(config, t_blocks, jax.lax.stop_gradient(_film_weights(config, prim)), extra)
 
 
+def _shadow_edges(config: RenderConfig, inputs, prim):
+    """The edges of the hard shadows of the scene's delta lights
+    (``primitives/boundary.shadow_edges``)."""
+    return shadow_edges(prim["tris"], inputs["edge_topology"], prim["emitter_geom"], config.delta_lights,
+                        prim.get("shape_data"))
+
+
 def _film_boundary(config: RenderConfig, inputs, prim, tangents: dict):
     """The boundary term on the film (``primitives/boundary.py``) along the
     camera's and / or the triangles' ``tangents``, on the film canvas,
@@ -313,11 +326,17 @@ def _film_boundary(config: RenderConfig, inputs, prim, tangents: dict):
     if "edge_topology" not in inputs:
         raise NotDifferentiableError("camera and geometry derivatives need the scene's edge topology "
                                      "(jaxrender.render passes it)")
+    hidden = None
+    if "hide_emitters" in prim:
+        # (camera rays pass through emitters under hide_emitters: they have no silhouettes)
+        hidden = (jnp.asarray(prim["tri_attr"])[:, layout.ATTR_EMITTER] >= 0) & (jnp.asarray(prim["hide_emitters"]) != 0)
     segments, cdf = film_segments(prim["tris"], inputs["edge_topology"], prim["camera"],
                                   (prim["film_width"], prim["film_height"]), (prim["grid_x0"], prim["grid_y0"]),
-                                  config.film.grid, prim.get("shape_data"))
+                                  config.film.grid, prim.get("shape_data"), hidden, prim.get("prim_shape"))
     seed = (jnp.asarray(prim["seed"], jnp.uint32) * jnp.uint32(747796405) + jnp.uint32(2891336453)).astype(jnp.uint32)
     kw = dict(prim, segments=segments, segment_cdf=cdf, canvas_width=np.uint32(canvas_shape(config)[1]), seed=seed)
+    if config.structure.delta_lights and "shadow_edges" not in kw:
+        kw["shadow_edges"], kw["shadow_cdf"] = _shadow_edges(config, inputs, prim)
     spp = jnp.asarray(prim["spp"], jnp.float32)
     return boundary_tangent(config, kw, tangents) * spp
 

@@ -168,6 +168,8 @@ class Scene:
                          media=tuple(sorted({m.kind for m in self.media})),
                          phases=tuple(sorted({m.phase for m in self.media})),
                          sunsky=bool(np.any(self.emitter_meta[:, layout.META_TYPE] == EMITTER_SUNSKY)),
+                         delta_lights=bool(np.any(np.isin(self.emitter_meta[:, layout.META_TYPE],
+                                                          (EMITTER_POINT, EMITTER_SPOT, EMITTER_DIRECTIONAL)))),
                          instanced=self.instancing is not None, spectral_curves=len(self.spectral_curves) > 0,
                          dispersion=self.dispersive)
 

@@ -36,7 +36,7 @@ NAMES = tuple(t.name for t in TYPES)
 TYPE_ID = {n: i for i, n in enumerate(NAMES)}
 
 __all__ = ["TYPES", "NAMES", "TYPE_ID", "EmitterType", "DirectionSample", "EmitterSample", "sample", "pdf",
-           "eval_sample", "eval_hit", "light_weight", "sample_from"]
+           "eval_sample", "eval_hit", "light_weight", "sample_from", "sample_one"]
 
 
 @dataclasses.dataclass
@@ -83,10 +83,15 @@ def _sample(ctx, reference, u) -> EmitterSample:
     x, y, a, b = u
     n_em = ctx.n_emitters
     sel = ir.minimum(ir.cast(a * ir.cast(n_em, "f32"), "i32"), n_em - 1)
-    ref = reference()
+    return sample_one(ctx, sel, reference(), (b, x, y))
+
+
+def sample_one(ctx, sel, ref: Vec, u) -> EmitterSample:
+    """A direction towards emitter ``sel`` from the point ``ref`` (``u``:
+    the three uniforms of its part and point; its density is the emitter's
+    own, without the emitter's choice)."""
     kind = ctx.b["emitter_meta"].read(sel, layout.META_TYPE)
-    rest = (b, x, y)
-    ds = ir.dispatch(kind, [lambda t=t: t.sample(ctx, sel, ref, rest) for t in _used(ctx.structure)])
+    ds = ir.dispatch(kind, [lambda t=t: t.sample(ctx, sel, ref, u) for t in _used(ctx.structure)])
     return EmitterSample(ds.w, ds.dist, ds.factor, ds.pdf, ds.delta, sel, kind)
 
 

@@ -262,9 +262,15 @@ class Integrator:
     def kernel_inputs(self, active: tuple, structure: Structure) -> dict:
         """The inputs of the derivative kernels for ``active``: with moving
         triangles, also the scene's welded ``edges`` (``primitives/boundary
-        .edge_topology`` rows)."""
+        .edge_topology`` rows) and, with delta lights, the edges of their
+        shadows (``shadow_edges``, ``shadow_cdf``)."""
         inputs = self.inputs(structure)
-        return dict(inputs, edges=ir.In("i32", (6,))) if moves_geometry(active, structure) else inputs
+        if not moves_geometry(active, structure):
+            return inputs
+        if structure.delta_lights:
+            # (the edges of their hard shadows: integrators/shadows.py)
+            inputs = dict(inputs, shadow_edges=ir.In("f32", (layout.SHADOW_ROW,)), shadow_cdf=ir.In("f32"))
+        return dict(inputs, edges=ir.In("i32", (6,)))
 
     def check_active(self, active: tuple) -> tuple:
         bad = [n for n in active if n not in self.differentiable]

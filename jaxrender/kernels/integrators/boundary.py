@@ -7,7 +7,10 @@ curves of the film (each a *segment*, ``layout.SEGMENT_*``):
 - silhouettes: an edge of a mesh seen against what lies behind it. The
   region behind loses (or gains) the points the edge sweeps over, at the
   edge's film velocity relative to theirs;
-- the film's own edges: points the camera sees cross them.
+- the film's own edges: points the camera sees cross them;
+- in kernels for moving geometry, the edges of hard shadows (point, spot
+  and directional lights), on the surfaces the camera sees: the region
+  lit there gains the light's direct term (:func:`_shadow_sample`).
 
 For a segment bounding a region R of the film whose points carry radiance
 L, the image's derivative gains
@@ -36,21 +39,39 @@ from .. import layout, spectrum
 from ..shapes import curve_point
 from ..context import Context, Structure, moves_geometry
 from ..geometry import occluded
-from ..interaction import intersect, material_coords, point_on_surface
-from ..sampling import sample_cdf
+from ..interaction import material_coords, point_on_surface, shown_hit
+from ..sampling import sample_lengths
 from ..sensors import film, motion, perspective
 from .base import _KERNELS
+from . import shadows
 from .material import vertex_of
 
 # Film distance (pixels) inside the region at which its radiance is traced.
 INSIDE = 1e-3
 # Random dimension group of the segment sample (the path uses 1, 2, ...).
 SEGMENT_DIM = 0
+# and of the hard shadows' edge sample (no path is traced from it)
+SHADOW_DIM = 96
 
 
 def inputs(integrator, structure: Structure) -> dict:
-    return dict(integrator.inputs(structure), segments=ir.In("f32", (layout.SEGMENT_ROW,)),
-                segment_cdf=ir.In("f32"), canvas_width=ir.Scalar("u32"))
+    out = dict(integrator.inputs(structure), segments=ir.In("f32", (layout.SEGMENT_ROW,)),
+               segment_cdf=ir.In("f32"), canvas_width=ir.Scalar("u32"))
+    if structure.delta_lights:
+        out.update(shadow_edges=ir.In("f32", (layout.SHADOW_ROW,)), shadow_cdf=ir.In("f32"))
+    return out
+
+
+def _footprint(ctx: Context, sp: Vec):
+    """(canvas rows, filter weights) of the footprint of pixels around the
+    film point ``sp`` (grid pixel (r, c) is canvas pixel (r + k // 2, c + k // 2))."""
+    b = ctx.b
+    k = ctx.structure.footprint
+    ix = ir.minimum(ir.cast(ir.maximum(ir.floor(sp.x), 0.0), "u32"), b["width"].value - 1)
+    iy = ir.minimum(ir.cast(ir.maximum(ir.floor(sp.y), 0.0), "u32"), b["height"].value - 1)
+    weights = film.weights_at(ctx, sp.x - ir.cast(ix, "f32"), sp.y - ir.cast(iy, "f32"), k)
+    cw = b["canvas_width"].value
+    return [(iy + dy) * cw + ix + dx for dy in range(k) for dx in range(k)], weights
 
 
 def _sample(integrator, ctx: Context, s):
@@ -59,15 +80,8 @@ def _sample(integrator, ctx: Context, s):
     camera, the estimate's scale)."""
     b = ctx.b
     plain = ctx.primal()
-    segs, cdf = b["segments"], b["segment_cdf"]
-    n = ir.cast(cdf.len, "i32")
-    total = cdf[n - 1]
-    u = ctx.rand(s, SEGMENT_DIM)
-    target = u[0] * total
-    i = sample_cdf(cdf, ir.Int(0), n, target)
-    before = ir.select(i > 0, cdf[ir.maximum(i - 1, 0)], 0.0)
-    length = cdf[i] - before
-    tau = ir.minimum(ir.maximum((target - before) / ir.select(length > 0.0, length, 1.0), 0.0), 1.0)
+    segs = b["segments"]
+    i, tau, length, total = sample_lengths(b["segment_cdf"], ctx.rand(s, SEGMENT_DIM)[0])
     s0 = Vec(segs.read(i, layout.SEG_S0), segs.read(i, layout.SEG_S0 + 1))
     s1 = Vec(segs.read(i, layout.SEG_S1), segs.read(i, layout.SEG_S1 + 1))
     p0 = Vec(*(segs.read(i, layout.SEG_P0 + k) for k in range(3)))
@@ -125,8 +139,7 @@ def _sample(integrator, ctx: Context, s):
     near = ir.detach(cam.near) * dist / ir.maximum(ir.detach(motion.camera_space(cam, p, True).z), 1e-30)
     # whether nothing hides the edge's point (a grazing ray's hit on a
     # curved silhouette lies within float error of it: a margin of 1e-3)
-    seen = ir.cond(moving & inside_grid,
-                   lambda: ~occluded(ctx.geo, origin, to_p / dist, near, dist * (1.0 - 1e-3)),
+    seen = ir.cond(moving & inside_grid, lambda: ~_hidden(ctx, origin, to_p / dist, near, dist * (1.0 - 1e-3)),
                    lambda: inside_grid)
 
     # The region's side: a camera ray through a point just inside it.
@@ -134,7 +147,7 @@ def _sample(integrator, ctx: Context, s):
     fx = (q.x + b["grid_x0"].value) / b["film_width"].value
     fy = (q.y + b["grid_y0"].value) / b["film_height"].value
     o, d, t_min, t_max = (ir.detach(v) for v in perspective.sample_ray(ctx, fx, fy))
-    si = intersect(plain, o, d, t_min, t_max)
+    si = shown_hit(ctx, o, d, t_min, t_max)
     behind = ~moving | ~si.hit | (si.t * ir.dot(d, to_p / dist) > dist * (1.0 - 1e-3))
     valid = seen & behind & (length > 0.0) & (total > 0.0) & (density > 0.0)
     radiance = ir.cond(valid, lambda: integrator.trace(plain, s, integrator.start_ray(plain, o, d, t_min, t_max)),
@@ -168,18 +181,20 @@ def _sample(integrator, ctx: Context, s):
         dy = ir.select(moving, cy, ir.detach(cy)) - sy
         return -(dx * inward.x + dy * inward.y)
 
-    # The footprint of pixels around sp on the canvas (grid pixel (r, c) is
-    # canvas pixel (r + k // 2, c + k // 2)).
-    k = ctx.structure.footprint
-    width = b["width"].value
-    ix = ir.minimum(ir.cast(ir.maximum(ir.floor(sp.x), 0.0), "u32"), width - 1)
-    iy = ir.minimum(ir.cast(ir.maximum(ir.floor(sp.y), 0.0), "u32"), b["height"].value - 1)
-    weights = film.weights_at(ctx, sp.x - ir.cast(ix, "f32"), sp.y - ir.cast(iy, "f32"), k)
-    cw = b["canvas_width"].value
-    rows = [(iy + dy) * cw + ix + dx for dy in range(k) for dx in range(k)]
+    rows, weights = _footprint(ctx, sp)
     scale = ir.select(valid, total * density / (ir.cast(b["spp"].value, "f32") * ir.cast(ir.launch_size(), "f32")),
                       0.0)
     return rows, weights, _film_value(integrator, ctx, radiance, valid, si.hit), velocity, scale
+
+
+def _hidden(ctx: Context, o: Vec, d: Vec, t_min, t_max):
+    """Whether the camera does not see along (o, d) as far as t_max: a
+    surface it shows lies before (emitters hidden by hide_emitters let it
+    see through)."""
+    if "hide_emitters" not in ctx.b:
+        return occluded(ctx.geo, o, d, t_min, t_max)
+    return ir.cond(ctx.b["hide_emitters"].value != 0, lambda: shown_hit(ctx, o, d, t_min, t_max).hit,
+                   lambda: occluded(ctx.geo, o, d, t_min, t_max))
 
 
 def _pixel_edge_sample(integrator, ctx: Context, s):
@@ -198,7 +213,7 @@ def _pixel_edge_sample(integrator, ctx: Context, s):
     fy = ir.cast(iy, "f32") + ir.select(right, along, 1.0)
     o, d, t_min, t_max = (ir.detach(v) for v in perspective.sample_ray(
         ctx, (fx + b["grid_x0"].value) / b["film_width"].value, (fy + b["grid_y0"].value) / b["film_height"].value))
-    si = intersect(plain, o, d, t_min, t_max)
+    si = shown_hit(ctx, o, d, t_min, t_max)
     radiance = ir.cond(valid, lambda: integrator.trace(plain, s, integrator.start_ray(plain, o, d, t_min, t_max)),
                        integrator.spectrum.zero)
     x_point = ir.select(si.hit, si.p, d)
@@ -219,6 +234,61 @@ def _pixel_edge_sample(integrator, ctx: Context, s):
             ir.select(valid, 2.0 / ir.cast(b["spp"].value, "f32"), 0.0))
 
 
+def _shadow_sample(integrator, ctx: Context, s):
+    """Sample ``s``'s point on the edge of a hard shadow (``shadows.py``),
+    in the shape of :func:`_sample`: where the camera sees its y, the film
+    gains a curve across which the radiance jumps by the light's direct
+    term at y; the lit side is the region, the shadowed one lacks it."""
+    b = ctx.b
+    S = ctx.spectrum
+    # (a path of one vertex takes no emitter samples: no shadows)
+    max_depth = b["max_depth"].value
+    edge = shadows.sample(ctx, ctx.rand(s, SHADOW_DIM))
+    cam = perspective.CameraRow(b["camera"])
+    origin = ir.detach(Vec(cam.m[3], cam.m[7], cam.m[11]))
+    y = edge.hit.p
+    to_y = y - origin
+    dist = ir.maximum(ir.sqrt(ir.dot(to_y, to_y)), 1e-30)
+    c_y = motion.camera_space(cam, y, True)
+    near = ir.detach(cam.near) * dist / ir.maximum(ir.detach(c_y.z), 1e-30)
+    sp = Vec(*motion.film_position(ctx, y, True, cam))
+    ok = edge.ok & ((max_depth < 0) | (max_depth > 1)) & (c_y.z > ir.detach(cam.near)) & (sp.x >= 0.0) \
+        & (sp.y >= 0.0) & (sp.x <= ir.cast(b["width"].value, "f32")) & (sp.y <= ir.cast(b["height"].value, "f32"))
+    ok = ok & ir.cond(ok, lambda: ~_hidden(ctx, origin, to_y / dist, near, dist * (1.0 - 1e-3)),
+                      lambda: ir.Bool(False))
+    jump = shadows.jump(ctx, edge, -to_y / dist)
+
+    def film_of(q: Vec) -> Vec:
+        return Vec(*motion.film_position(ctx, q, True, cam))
+
+    spc, ds = ir.jvp(lambda t: film_of(shadows.traced_curve(edge, t)), (edge.at.tau,), (1.0,))
+    normal = Vec(-ds.y, ds.x)
+    n_len = ir.sqrt(normal.x * normal.x + normal.y * normal.y)
+    # into the lit side: away from where a ray past the edge on the occluder's side lands
+    off = film_of(shadows.traced_curve(edge, edge.at.tau, edge.offset * 10.0)) - spc
+    facing = normal.x * off.x + normal.y * off.y
+    inward = normal * (-ir.copysign(1.0, facing) / ir.select(n_len > 0.0, n_len, 1.0))
+    ok = ok & (n_len > 0.0) & (facing != 0.0) & (S.max(jump) > 0.0)
+
+    def velocity():
+        """(v_curve - v_point) . n_out of the lit side, in pixels, as a
+        function of the camera and the geometry."""
+        c, y_m = shadows.moving_points(ctx, edge.at)
+        cx, cy = motion.film_position(ctx, c, True)
+        sx, sy = motion.film_position(ctx, y_m, True)
+        # (a sample without a term may have no finite point: its tangent is 0, not NaN)
+        return ir.select(ok, -((cx - sx) * inward.x + (cy - sy) * inward.y), 0.0)
+
+    rows, weights = _footprint(ctx, sp)
+    # film length per sampled length (the records are drawn by their length)
+    scale = ir.select(ok, n_len * edge.density / (ir.cast(b["spp"].value, "f32") * ir.cast(ir.launch_size(), "f32")),
+                      0.0)
+    value = ctx.spectrum.to_film(Vec(*(ir.select(ok, c, 0.0) for c in jump)))
+    if integrator.alpha:
+        value = Vec(*value, ir.Float(0.0))      # (both sides of a shadow are opaque)
+    return rows, weights, value, velocity, scale
+
+
 def _film_value(integrator, ctx: Context, radiance: Vec, valid, hit) -> Vec:
     """The film channels of what the region's side shows: its radiance's
     colour, then, on films with alpha, its alpha (1 where the camera ray
@@ -237,6 +307,8 @@ def _samples(integrator, ctx: Context, s) -> list:
     out = [_sample(integrator, ctx, s)]
     if ctx.structure.footprint == 1:
         out.append(_pixel_edge_sample(integrator, ctx, s))
+    if ctx.geometry_motion and ctx.structure.delta_lights:
+        out.append(_shadow_sample(integrator, ctx, s))
     return out
 
 

@@ -311,8 +311,9 @@ def followed_emitter_sample(ctx, fixed, si, es, es_u):
     the moving point to the sampled point (which follows its emitting
     surface, a light triangle or an analytic shape, at its material
     coordinates), and the relative change of the sample's weight, the area
-    its solid angle covers (|cos| measure / d^2; a point light's 1 / d^2)."""
-    from ..emitters import TYPE_ID, area, reference_point
+    its solid angle covers (|cos| measure / d^2; a point light's 1 / d^2, a
+    spot light's falloff / d^2)."""
+    from ..emitters import TYPE_ID, area, reference_point, spot
     finite = es.dist < INF
     lt, bc = area.mesh_point(ctx, ir.maximum(es.sel, 0), (es_u[3], es_u[0], es_u[1]))
     q, nl, measure = surface_point(ctx, lt, bc.x, bc.y)
@@ -333,7 +334,9 @@ def followed_emitter_sample(ctx, fixed, si, es, es_u):
     w = v * ir.rsqrt(d2)
     follows = finite & fixed.hit
     w = Vec(*(ir.select(follows, a, c) for a, c in zip(w, es.w)))
-    j = ir.select(on_surface, ir.abs(ir.dot(nl, w)) * measure / d2, ir.select(finite, 1.0 / d2, 1.0))
+    # (a spot light's intensity turns with the direction from the moving point)
+    cone = ir.select(es.kind == TYPE_ID["spot"], spot.falloff(ctx.b["emitter_frame"], ir.maximum(es.sel, 0), -w), 1.0)
+    j = ir.select(on_surface, ir.abs(ir.dot(nl, w)) * measure / d2, ir.select(finite, cone / d2, 1.0))
     return dataclasses.replace(es, w=w), relative(ir.select(follows, j, 1.0))
 
 

@@ -27,7 +27,7 @@ from ..geometry import INF, occluded
 from ..interaction import followed, intersect, material_coords, point_on_surface
 from ..sampling import mis_weight
 from ..sensors import motion
-from . import material
+from . import material, shadows
 from .base import ReplayIntegrator
 
 
@@ -153,10 +153,12 @@ class PathIntegrator(ReplayIntegrator):
             es, nee = material.followed_emitter_sample(ctx, fixed, si, es, es_u)
             pair = ir.cond(depth > 0, lambda: material.pair_factor(ctx, si, fixed, measure, prev, camera),
                            self.spectrum.one)
-            edge, horizon = edge
+            edge, horizon, shadow = edge
             boundary = material.edge_term(ctx, edge, si.p)
             if horizon is not None:
                 boundary = boundary + material.horizon_term(ctx, horizon, si.p, si.ng)
+            if shadow is not None:
+                boundary = boundary + shadows.vertex_term(ctx, shadow, si.p)
         elif ctx.camera_motion:
             si = motion.attach_primary_wi(ctx, si, depth == 0)
         # Emission seen along the ray, weighted against emitter sampling.
@@ -218,11 +220,15 @@ class PathIntegrator(ReplayIntegrator):
             def incident(o, d):
                 return self._incident(ctx.primal(), s, st.depth + 1, o, d)
             edge = material.edge_sample(ctx, si, edge_u, continues, incident)
-            horizon = None
+            horizon = shadow = None
             if ctx.structure.shading_normals or any(t.frame for t in ctx.structure.bsdf_types):
                 # smooth shading, normal and bump maps: the horizon of the point's own triangle
                 horizon = material.horizon_sample(ctx, si, edge_u[1], continues, incident)
-            edge = ctx.detach((edge, horizon))
+            if ctx.structure.delta_lights:
+                # the hard shadows seen from here: the next vertex must sample emitters
+                lit = continues & ((max_d < 0) | (st.depth + 2 < max_d))
+                shadow = shadows.vertex_sample(ctx, si, ctx.rand(s, shadows.GROUP + st.depth), lit)
+            edge = ctx.detach((edge, horizon, shadow))
             sh = shade(si, es, u, st.depth, st.prev_pdf, st.prev_delta, show_emitters, st.prev, edge, es_u)
             beta = S.mul(beta, sh.pair)  # 1, carrying the derivative of reaching this point
         else:
@@ -273,14 +279,17 @@ class PathIntegrator(ReplayIntegrator):
             if ctx.diff:
                 radiance = ir.select(deciding, radiance * _relative(sh.choice), radiance)
         passed = si.p + st.d * si.scale
+        prev = None
+        if st.prev is not None:
+            # (what a pass-through step meets is no vertex: the next one's predecessor stays the camera)
+            prev = ir.select(pass_through, st.prev, (si.prim, *material_coords(ctx, si), st.o, st.d, si.t, *st.prev[:3]))
         new = PathState(ir.select(pass_through, st.depth, st.depth + 1),
                         ir.select(pass_through, passed, si.spawn(sh.wo)), ir.select(pass_through, st.d, sh.wo),
                         ir.Float(0.0), ir.select(pass_through, st.t_max - si.t - si.scale, INF),
                         ir.select(pass_through, S.one(), throughput), radiance,
                         ir.select(pass_through, st.prev_pdf, sh.pdf), ir.select(pass_through, st.prev_delta, sh.delta),
                         active_next | pass_through, ir.select(pass_through, st.eta, eta), valid, single,
-                        st.rr_prefix,
-                        (si.prim, *material_coords(ctx, si), st.o, st.d, si.t, *st.prev[:3]) if st.prev is not None else None)
+                        st.rr_prefix, prev)
         return new, Vertex(st.throughput, ~blocked, active_next & ~pass_through, pending,
                            rr_scale if S.polarized else None)
 

@@ -26,7 +26,7 @@ import dataclasses
 
 from ... import ir
 from ...ir import Vec
-from ..interaction import followed, intersect
+from ..interaction import followed, shown_hit
 from . import film
 from .perspective import CameraRow
 
@@ -81,7 +81,7 @@ def primary_point(ctx, s):
     direction's: 1)."""
     from . import sample_ray
     o, d, t_min, t_max = (ir.detach(v) for v in sample_ray(ctx, s))
-    si = intersect(ctx.primal(), o, d, t_min, t_max)     # (found in transport; following() moves it)
+    si = shown_hit(ctx, o, d, t_min, t_max)     # (found in transport; following() moves it)
     measure = ir.Float(1.0)
     if ctx.geometry_motion:
         si, measure = followed(ctx, si)
