@@ -289,10 +289,7 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     why = (("camera", scene.nondifferentiable.get(cam_key, "")), ("tris", _GEOMETRY_WHY),
            ("shape_data", _GEOMETRY_WHY), ("tri_normals", _GEOMETRY_WHY), ("tri_uv", _GEOMETRY_WHY))
     film = FilmGeometry(grid=cam.grid_size[::-1], border=cam.border, footprint=cam.footprint)
-    meta = scene.emitter_meta[:, layout.META_TYPE]
-    delta = tuple((int(k), bool(meta[k] == kemitters.TYPE_ID["directional"])) for k in range(len(meta))
-                  if kemitters.NAMES[int(meta[k])] in _DELTA_LIGHTS)
-    config = RenderConfig(film, method, why, structure, integrator, split, delta)
+    config = RenderConfig(film, method, why, structure, integrator, split, scene.delta_lights)
     image = render_image(config, inputs)
     # mono: the film's one colour channel is the luminance, whatever the format (as Mitsuba's)
     if scene.integrator["type"] == "stokes" or variants.color_base(scene.variant) == "mono":
@@ -352,8 +349,6 @@ def _decide(nondiff: dict, keys: list, why: str | None) -> None:
             nondiff[k] = f"{k}: {why}"
 
 
-# Lights at a point or from one direction: the shadows they cast are hard.
-_DELTA_LIGHTS = ("point", "spot", "directional")
 # Lights on surfaces, which camera rays pass through under hide_emitters.
 _SURFACE_LIGHTS = {"area", "area_sphere", "area_disk", "area_cylinder"}
 
@@ -413,9 +408,15 @@ def _geometry_why(scene, cam, integrator, settings, structure) -> str | None:
     why = _surface_why("geometry", "tris", integrator)
     if why is not None:
         return why
+    return _followed_why("geometry", "their surface", scene, cam, settings, structure)
+
+
+def _followed_why(what: str, moves: str, scene, cam, settings, structure) -> str | None:
+    """What stops the kernels of moving geometry (which ``what``
+    derivatives run in) in this render, or None."""
     if cam.kind != "perspective":
-        return "geometry derivatives are implemented for the perspective sensor only"
-    return _moving_why("geometry", "their surface", scene, settings, structure)
+        return f"{what} derivatives are implemented for the perspective sensor only"
+    return _moving_why(what, moves, scene, settings, structure)
 
 
 def _texcoords_why(scene, cam, integrator, settings, structure) -> str | None:
@@ -428,10 +429,7 @@ def _texcoords_why(scene, cam, integrator, settings, structure) -> str | None:
     if why is not None:
         return why
     if structure.tangents:
-        if cam.kind != "perspective":
-            return ("texture-coordinate derivatives in scenes with tangent frames (normal / bump maps, anisotropic "
-                    "BSDFs) are implemented for the perspective sensor only")
-        why = _moving_why("texture-coordinate", "the tangent frames", scene, settings, structure)
+        why = _followed_why("texture-coordinate", "the tangent frames", scene, cam, settings, structure)
         if why is not None:
             return why
     jumps = [t for t in scene.textures if t.kind == ktex.CHECKERBOARD or t.plugin is not None

@@ -168,10 +168,17 @@ class Scene:
                          media=tuple(sorted({m.kind for m in self.media})),
                          phases=tuple(sorted({m.phase for m in self.media})),
                          sunsky=bool(np.any(self.emitter_meta[:, layout.META_TYPE] == EMITTER_SUNSKY)),
-                         delta_lights=bool(np.any(np.isin(self.emitter_meta[:, layout.META_TYPE],
-                                                          (EMITTER_POINT, EMITTER_SPOT, EMITTER_DIRECTIONAL)))),
+                         delta_lights=bool(self.delta_lights),
                          instanced=self.instancing is not None, spectral_curves=len(self.spectral_curves) > 0,
                          dispersion=self.dispersive)
+
+    @functools.cached_property
+    def delta_lights(self) -> tuple:
+        """(emitter row, whether directional) of each point, spot and
+        directional light: the lights whose shadows are hard."""
+        kinds = self.emitter_meta[:, layout.META_TYPE]
+        return tuple((int(k), bool(kinds[k] == EMITTER_DIRECTIONAL)) for k in range(len(kinds))
+                     if kinds[k] in (EMITTER_POINT, EMITTER_SPOT, EMITTER_DIRECTIONAL))
 
     def sensor_structure(self, index: int = 0):
         """:attr:`structure` with sensor ``index``'s type, sampler type and

@@ -136,11 +136,9 @@ def _sample(integrator, ctx: Context, s):
         p, sp, inward, density, inside_grid = ir.cond(curve, on_curve, lambda: (p, sp, inward, density, inside_grid))
     to_p = p - origin
     dist = ir.maximum(ir.sqrt(ir.dot(to_p, to_p)), 1e-30)
-    near = ir.detach(cam.near) * dist / ir.maximum(ir.detach(motion.camera_space(cam, p, True).z), 1e-30)
     # whether nothing hides the edge's point (a grazing ray's hit on a
     # curved silhouette lies within float error of it: a margin of 1e-3)
-    seen = ir.cond(moving & inside_grid, lambda: ~_hidden(ctx, origin, to_p / dist, near, dist * (1.0 - 1e-3)),
-                   lambda: inside_grid)
+    seen = ir.cond(moving & inside_grid, lambda: _seen(ctx, cam, origin, p), lambda: inside_grid)
 
     # The region's side: a camera ray through a point just inside it.
     q = sp + inward * INSIDE
@@ -185,6 +183,15 @@ def _sample(integrator, ctx: Context, s):
     scale = ir.select(valid, total * density / (ir.cast(b["spp"].value, "f32") * ir.cast(ir.launch_size(), "f32")),
                       0.0)
     return rows, weights, _film_value(integrator, ctx, radiance, valid, si.hit), velocity, scale
+
+
+def _seen(ctx: Context, cam, origin: Vec, p: Vec):
+    """Whether the camera (at ``origin``) sees the point ``p``: nothing it
+    shows lies between the near plane and just before the point."""
+    to_p = p - origin
+    dist = ir.maximum(ir.sqrt(ir.dot(to_p, to_p)), 1e-30)
+    near = ir.detach(cam.near) * dist / ir.maximum(ir.detach(motion.camera_space(cam, p, True).z), 1e-30)
+    return ~_hidden(ctx, origin, to_p / dist, near, dist * (1.0 - 1e-3))
 
 
 def _hidden(ctx: Context, o: Vec, d: Vec, t_min, t_max):
@@ -250,12 +257,10 @@ def _shadow_sample(integrator, ctx: Context, s):
     to_y = y - origin
     dist = ir.maximum(ir.sqrt(ir.dot(to_y, to_y)), 1e-30)
     c_y = motion.camera_space(cam, y, True)
-    near = ir.detach(cam.near) * dist / ir.maximum(ir.detach(c_y.z), 1e-30)
     sp = Vec(*motion.film_position(ctx, y, True, cam))
     ok = edge.ok & ((max_depth < 0) | (max_depth > 1)) & (c_y.z > ir.detach(cam.near)) & (sp.x >= 0.0) \
         & (sp.y >= 0.0) & (sp.x <= ir.cast(b["width"].value, "f32")) & (sp.y <= ir.cast(b["height"].value, "f32"))
-    ok = ok & ir.cond(ok, lambda: ~_hidden(ctx, origin, to_y / dist, near, dist * (1.0 - 1e-3)),
-                      lambda: ir.Bool(False))
+    ok = ok & ir.cond(ok, lambda: _seen(ctx, cam, origin, y), lambda: ir.Bool(False))
     jump = shadows.jump(ctx, edge, -to_y / dist)
 
     def film_of(q: Vec) -> Vec:
