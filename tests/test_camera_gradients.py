@@ -16,7 +16,8 @@ import jaxrender
 from jaxrender import NotDifferentiableError
 from jaxrender.kernels.integrators import boundary as boundary_kernels
 from jaxrender.primitives import render_rules
-from jaxrender.primitives.boundary import edge_topology
+from jaxrender.kernels import layout
+from jaxrender.primitives.boundary import edge_topology, hidden_first_edges
 from jaxrender.render import kernel_inputs
 
 
@@ -214,6 +215,26 @@ def test_split_vertex_cube_edges_are_welded():
     assert len(tris) == 14
     assert len(topo) == 5 + 18
     assert int(np.sum(topo[:, 4] < 0)) == 4
+
+
+def test_hidden_light_welded_to_a_shown_surface_raises():
+    """Under hide_emitters an area light has no silhouette; where its
+    triangle shares a welded edge with a shown one and comes first in the
+    edge's row, the film boundary would follow the light's side of that
+    edge, so camera derivatives refuse (two lights welded to either side of
+    the front quad: one such edge)."""
+    d = _scene()
+    d["front"]["to_world"] = np.diag([0.5, 0.5, 0.5, 1.0]).astype(np.float32)
+    for name, x in (("left", -1.0), ("right", 1.0)):
+        d[name] = {"type": "rectangle", "emitter": {"type": "area", "radiance": {"type": "rgb", "value": [2.0] * 3}},
+                   "to_world": np.array([[0.5, 0, 0, x], [0, 0.5, 0, 0], [0, 0, 0.5, 0], [0, 0, 0, 1]], np.float32)}
+    d["integrator"]["hide_emitters"] = True
+    scene = jaxrender.load_dict(d)
+    assert hidden_first_edges(edge_topology(np.asarray(kernel_inputs(scene)["tris"])),
+                              scene.tri_attr[:, layout.ATTR_EMITTER] >= 0) == 1
+    key = scene.camera_key
+    with pytest.raises(NotDifferentiableError, match="welded to a shown surface"):
+        jax.grad(lambda v: jnp.sum(jaxrender.render(scene, {key: v}, spp=1)))(jnp.asarray(scene.params[key]))
 
 
 @pytest.mark.parametrize("change, message", [
