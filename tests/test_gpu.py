@@ -146,9 +146,10 @@ def test_timings(capsys):
     """Cornell box 256x256: primal at 4, 16 and 64 spp, gradient (PRB) at
     16 spp, on the GPU then the CPU. Each phase prints as it ends, and a
     phase still running after two minutes dumps every thread's Python stack
-    (faulthandler), so that a run cut short shows where its time went: on an
-    H100 (jax 0.11.2) the first 64 spp primal had not returned after five
-    minutes while the smaller images above took milliseconds."""
+    (faulthandler), so that a run cut short shows where its time went. (The
+    64 spp primal once never returned on an H100: a warp split by a call of
+    the BVH routine from divergent code counted its samples past ``spp``;
+    the routine is inlined since, and test_gpu_ptx checks that it is.)"""
     scene = jaxrender.load_dict(jaxrender.cornell_box())
     key = "red.reflectance.value"
     x0 = jnp.asarray(scene.params[key])

@@ -107,9 +107,13 @@ ENGINE_KERNELS = {
 
 
 @functools.cache
+def kernel(name: str):
+    return {**MEGAKERNELS, **ENGINE_KERNELS, **INSTANCED, **CAMERA, **POLARIZED}[name]()
+
+
+@functools.cache
 def gpu_ptx(name: str, sm: int, nb: int = 0) -> str:
-    k = {**MEGAKERNELS, **ENGINE_KERNELS, **INSTANCED, **CAMERA, **POLARIZED}[name]()
-    return ptx.compile_ptx(k, nb, sm)
+    return ptx.compile_ptx(kernel(name), nb, sm)
 
 
 @functools.cache
@@ -207,15 +211,18 @@ def test_megakernel_ptx_is_ieee(name):
     # Megakernels call erf (Beckmann sampling), acos (spot falloff) and more:
     # only the documented seeds of the libdevice functions are allowed.
     assert ieee_violations(text, ALL_APPROX) == []
-    # libdevice calls are inlined; the BVH traversal stays a function of its
-    # own (lowering.bvh_traversal.routine: the megakernel's registers), and so
-    # may libdevice's own out-of-line helpers (tan's reduction of huge
-    # arguments, reached by microfacet sampling without visible normals;
-    # the double pow behind principled's GTR1 sampling).
-    allowed = set(bvh_traversal.NAMES.values()) | {"__internal_trig_reduction_slowpathd",
-                                                   "__internal_accurate_pow"}
-    assert set(re.findall(r"\.func\s+(?:\([^)]*\)\s*)?(\w+)", text)) <= allowed
-    assert set(re.findall(r"call\.uni\s+(?:\([^)]*\),\s*)?(\w+)", text)) <= allowed
+    # libdevice calls and the BVH traversal are inlined: ptxas compiles a call
+    # from divergent code into kernels whose warps split for good (on an H100
+    # the 256x256 Cornell box's sample loop then never ended; see
+    # lowering.bvh_traversal.routine). Only libdevice's own out-of-line
+    # helpers stay functions (tan's reduction of huge arguments, reached by
+    # microfacet sampling without visible normals; the double pow behind
+    # principled's GTR1 sampling).
+    allowed = {"__internal_trig_reduction_slowpathd", "__internal_accurate_pow"}
+    functions = set(re.findall(r"\.func\s+(?:\([^)]*\)\s*)?(\w+)", text))
+    called = set(re.findall(r"call(?:\.uni)?\s+(?:\([^)]*\),\s*)?(\w+)", text))
+    assert not (functions | called) & set(bvh_traversal.NAMES.values())
+    assert functions <= allowed and called <= allowed
     assert "__nvvm_reflect" not in text
 
 
@@ -261,15 +268,15 @@ def test_megakernels_assemble_for_sm80_and_sm90(name, capsys):
     for sm, r in reports.items():
         assert 0 < r.registers <= 255
         # Stack: the BVH traversal's stack of (node, distance) entries
-        # (ir.bvh_query.STACK_SIZE of them, 8 bytes each), plus up to 384
-        # bytes of other local data: libdevice's sinf/cosf keep a 28-byte
-        # Payne-Hanek table there, and spills and spilled call arguments
-        # go there. Spills: none in the primal; in the adjoints, which carry
-        # the most live state at the 255-register limit, up to 40 words
-        # (values live across the calls of the traversal routine among
-        # them); a growth past these bounds is a regression to look at.
-        assert r.stack_frame <= 8 * ir.bvh_query.STACK_SIZE + 384, r.log
-        assert r.spill_stores <= 160 and r.spill_loads <= 160, r.log
+        # (ir.bvh_query.STACK_SIZE of them, 8 bytes each; the inlined
+        # queries share one), plus up to 640 bytes of other local data:
+        # libdevice's sinf/cosf keep a 28-byte Payne-Hanek table there, and
+        # spills go there. Spills: none in the primal; in the adjoints, which
+        # carry the most live state at the 255-register limit, up to 48
+        # words (PRB: 152 - 176 B with the traversal inlined); a growth past
+        # these bounds is a regression to look at.
+        assert r.stack_frame <= 8 * ir.bvh_query.STACK_SIZE + 640, r.log
+        assert r.spill_stores <= 192 and r.spill_loads <= 192, r.log
         if name == "path":
             assert r.spill_stores == 0 and r.spill_loads == 0, r.log
 
@@ -283,12 +290,13 @@ def test_camera_kernels_assemble(name):
     adjoint with the camera moving also pulls the 25 splat weights of a
     sample back through the camera row, and the moving meshes' kernels
     carry an edge sample, a path traced behind it and the previous hits:
-    at the 255-register limit they spill (1.5 - 2.1 kB of stack on sm_80),
-    a GPU speed question for hardware; the bound here catches growth."""
+    at the 255-register limit they spill (1.8 - 2.8 kB of stack with the
+    traversal inlined), a GPU speed question for hardware; the bound here
+    catches growth."""
     for sm, r in assembled(name).items():
         assert 0 < r.registers <= 255, r.log
         spills = name.startswith("adjoint_prb_")
-        bound = 2560 if spills else 8 * ir.bvh_query.STACK_SIZE + 384
+        bound = 3072 if spills else 8 * ir.bvh_query.STACK_SIZE + 640
         assert r.stack_frame <= bound, r.log
 
 
@@ -298,11 +306,13 @@ def test_camera_kernels_assemble(name):
 def test_instanced_kernels_assemble(name):
     """The kernels of scenes that share shapegroups (ranged BVH queries
     through the one-lane routine) assemble for sm_80 and sm_90, within the
-    megakernels' stack bound."""
-    assert "jaxrender_bvh_closest" in gpu_ptx(name, 80)
+    megakernels' stack bound; the PRB adjoint spills (1.75 kB of stack on
+    sm_80), within the camera adjoints' bound."""
+    assert "jaxrender_bvh_closest" in ptx.generate_llvm_ir(kernel(name), 0)
     for sm, r in assembled(name).items():
         assert 0 < r.registers <= 255, r.log
-        assert r.stack_frame <= 8 * ir.bvh_query.STACK_SIZE + 384, r.log
+        bound = 3072 if name.startswith("adjoint_prb") else 8 * ir.bvh_query.STACK_SIZE + 640
+        assert r.stack_frame <= bound, r.log
 
 
 @needs_libdevice
