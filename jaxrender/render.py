@@ -9,12 +9,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .kernels import emitters as kemitters
 from .kernels import integrators, layout
 from .kernels.bsdfs.surface import samples_null
 from .kernels.integrators import ADJOINT_METHODS
 from .kernels.integrators.aov import channel_names, parse_aovs
-from .primitives.boundary import edge_topology as boundary_topology, hidden_first_edges
+from .primitives.boundary import edge_topology as boundary_topology
 from .primitives.bsdf_tables import bsdf_table
 from .primitives.film import FilmGeometry, has_alpha, to_pixel_format
 from .primitives.render_rules import PixelSplit, RenderConfig, nondifferentiable, render_image
@@ -349,15 +348,6 @@ def _decide(nondiff: dict, keys: list, why: str | None) -> None:
             nondiff[k] = f"{k}: {why}"
 
 
-# Lights on surfaces, which camera rays pass through under hide_emitters.
-_SURFACE_LIGHTS = {"area", "area_sphere", "area_disk", "area_cylinder"}
-
-
-def _emitter_types(scene) -> set:
-    """The type names of the scene's emitters."""
-    return {kemitters.NAMES[int(t)] for t in scene.emitter_meta[:, layout.META_TYPE]}
-
-
 def _moving_why(what: str, moves: str, scene, settings, structure) -> str | None:
     """What stops derivatives of ``what`` (the camera's, the meshes') in
     every form this renderer takes them (``moves``: what a reflection moves
@@ -366,11 +356,7 @@ def _moving_why(what: str, moves: str, scene, settings, structure) -> str | None
         return ("the scene has BSDFs with Dirac lobes (" + ", ".join(t.name for t in structure.bsdf_types if t.delta)
                 + f"): what they reflect moves with {moves}, a derivative detached sampling cannot take")
     for bad, why in ((structure.instanced, "scenes with instances (shapegroups)"),
-                     (samples_null(structure), "scenes with pass-through (null, mask) BSDFs"),
-                     (int(settings.get("hide_emitters", 0)) and _emitter_types(scene) & _SURFACE_LIGHTS
-                      and hidden_first_edges(edge_topology(scene), scene.tri_attr[:, layout.ATTR_EMITTER] >= 0),
-                      "hide_emitters with an area light's triangle welded to a shown surface's (camera rays pass "
-                      "through the light, and the shown side of their edge is not followed)")):
+                     (samples_null(structure), "scenes with pass-through (null, mask) BSDFs")):
         if bad:
             return f"{what} derivatives of {why} are not supported yet"
     return None
@@ -442,10 +428,11 @@ def _texcoords_why(scene, cam, integrator, settings, structure) -> str | None:
 
 def edge_topology(scene):
     """The welded edges of the scene's triangles (``primitives.boundary
-    .edge_topology``), computed once per scene."""
+    .edge_topology``, emitters' triangles after the others of an edge),
+    computed once per scene."""
     topo = scene.__dict__.get("_edge_topology")
     if topo is None:
-        topo = boundary_topology(kernel_inputs(scene)["tris"])
+        topo = boundary_topology(kernel_inputs(scene)["tris"], scene.tri_attr[:, layout.ATTR_EMITTER] >= 0)
         scene.__dict__["_edge_topology"] = topo
     return topo
 

@@ -33,25 +33,29 @@ from .kernel_call import launch
 from .levels import register, sum_unmapped, vmap_levels
 
 
-def edge_topology(tris: np.ndarray) -> np.ndarray:
+def edge_topology(tris: np.ndarray, last: np.ndarray | None = None) -> np.ndarray:
     """(edges, 6) int32 of the triangles ``tris`` (n, 9), welded by exact
     position: per edge its first triangle, the slots (0..2) of its two ends
     there and of that triangle's third vertex, then the second triangle
     (-1: a boundary edge) and its third vertex's slot. An edge of more than
-    two triangles becomes one edge per further triangle, boundary edges."""
+    two triangles becomes one edge per further triangle, boundary edges.
+    Triangles flagged in ``last`` (per triangle; the scene's emitters) come
+    after the others of their edge: under ``hide_emitters`` the film
+    boundary follows an edge's first triangle, the shown one."""
     tris = np.asarray(tris, np.float32).reshape(-1, 9)
     n = len(tris)
     if n == 0:
         return np.zeros((0, 6), np.int32)
+    order = np.zeros(n, np.int64) if last is None else np.asarray(last, bool).astype(np.int64)
     _, vid = np.unique(tris.reshape(n * 3, 3), axis=0, return_inverse=True)
     vid = vid.reshape(n, 3)
     rows = []
     for a, b, c in ((0, 1, 2), (1, 2, 0), (2, 0, 1)):
         rows.append(np.stack([np.minimum(vid[:, a], vid[:, b]), np.maximum(vid[:, a], vid[:, b]),
-                              np.arange(n), np.full(n, a), np.full(n, b), np.full(n, c)], axis=1))
+                              np.arange(n), np.full(n, a), np.full(n, b), np.full(n, c), order], axis=1))
     e = np.concatenate(rows)
     e = e[e[:, 0] != e[:, 1]]                      # a degenerate triangle's collapsed edge
-    e = e[np.lexsort((e[:, 2], e[:, 1], e[:, 0]))]
+    e = e[np.lexsort((e[:, 2], e[:, 6], e[:, 1], e[:, 0]))]
     same = np.r_[False, (e[1:, 0] == e[:-1, 0]) & (e[1:, 1] == e[:-1, 1])]
     run_start = np.maximum.accumulate(np.where(~same, np.arange(len(e)), 0))
     rank = np.arange(len(e)) - run_start
@@ -134,8 +138,8 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     hide_emitters), so it has no silhouette and a neighbour's edge along it
     is a boundary (``prim_shape``: each leaf primitive's analytic shape row
     or -1, needed with ``shape_data``). An edge whose first triangle is
-    hidden and whose second is not is not handled here (the caller refuses
-    it, :func:`hidden_first_edges`)."""
+    hidden is not followed: the topology puts the shown one first
+    (:func:`edge_topology`'s ``last``)."""
     f32 = jnp.float32
     cam = jax.lax.stop_gradient(jnp.asarray(camera, f32).reshape(-1))
     tris = jax.lax.stop_gradient(jnp.asarray(tris, f32))
@@ -342,16 +346,6 @@ def _shadow_curves(shape_data, origin, light: int):
         rows.append(record)
         lengths.append(jnp.where(ok, length, 0.0))
     return jnp.concatenate(rows), jnp.concatenate(lengths)
-
-
-def hidden_first_edges(topology: np.ndarray, hidden: np.ndarray) -> int:
-    """How many welded edges of ``topology`` join a ``hidden`` first
-    triangle to a shown second one (:func:`film_segments` cannot follow
-    such an edge through the shown triangle)."""
-    topo = np.asarray(topology).reshape(-1, 6)
-    hidden = np.asarray(hidden, bool)
-    second = topo[:, 4]
-    return int(np.sum(hidden[topo[:, 0]] & (second >= 0) & ~hidden[np.maximum(second, 0)]))
 
 
 # ---------------------------------------------------------------------------
