@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .kernels import emitters as kemitters
 from .kernels import integrators, layout
 from .kernels.bsdfs.surface import samples_null
 from .kernels.integrators import ADJOINT_METHODS
@@ -362,11 +363,21 @@ def _moving_why(what: str, moves: str, scene, settings, structure) -> str | None
     return None
 
 
+# Environments whose radiance changes with direction.
+_VARYING_ENVIRONMENTS = {"envmap", "sunsky"}
+
+
 def _camera_why(scene, cam, integrator, settings, structure) -> str | None:
     """Why this render cannot differentiate its camera, or None."""
     if "camera" not in integrator.differentiable:
         return (f"camera derivatives are implemented for the path and direct integrators, not "
                 f"{scene.integrator['type']!r}")
+    if cam.kind == "orthographic" and not int(settings.get("hide_emitters", 0)):
+        # (its misses all see the one direction the camera turns: not a motion on the film)
+        seen = {kemitters.NAMES[int(t)] for t in scene.emitter_meta[:, layout.META_TYPE]} & _VARYING_ENVIRONMENTS
+        if seen:
+            return (f"camera derivatives of an orthographic camera that sees an environment that varies with "
+                    f"direction ({', '.join(sorted(seen))}) are not supported yet")
     return _moving_why("camera", "the camera", scene, settings, structure)
 
 
@@ -400,8 +411,8 @@ def _geometry_why(scene, cam, integrator, settings, structure) -> str | None:
 def _followed_why(what: str, moves: str, scene, cam, settings, structure) -> str | None:
     """What stops the kernels of moving geometry (which ``what``
     derivatives run in) in this render, or None."""
-    if cam.kind != "perspective":
-        return f"{what} derivatives are implemented for the perspective sensor only"
+    if cam.kind not in ("perspective", "orthographic"):
+        return f"{what} derivatives are implemented for the perspective and orthographic sensors only"
     return _moving_why(what, moves, scene, settings, structure)
 
 

@@ -493,6 +493,26 @@ def test_hard_shadows_of_delta_lights_match_finite_differences(light, key, tmp_p
     _agrees_along_a_ramp(scene, key, value, tangent)
 
 
+@pytest.mark.parametrize("front, light", [("sphere", None), ("cube", None), ("rectangle", "point")])
+def test_orthographic_views_of_moving_geometry(front, light):
+    """Geometry seen by an orthographic camera (its silhouettes and a
+    sphere's outline seen along the axis, a point light's shadow on the
+    wall behind): a sphere and a rectangle translated, a cube's vertices
+    moved, against finite differences along a ramp (forward mode equal to
+    reverse mode): 23.4 +- 0.2 against 25.1 +- 0.9, 34.4 +- 0.3 against
+    34.9 +- 1.0, 33.1 +- 0.3 against 31.3 +- 0.9. With the film's
+    silhouettes projected as a pinhole's, the cube read 56.3 and the
+    rectangle 54.5."""
+    from test_camera_gradients import _orthographic
+    d = _orthographic(front)
+    if light is not None:
+        d["light"] = dict(_DELTA[light], position=[0.5, 0.8, 3.0])
+    scene = jaxrender.load_dict(d)
+    key = "front.vertex_positions" if front == "cube" else "front.to_world"
+    value = jnp.asarray(scene.params[key])
+    _agrees_along_a_ramp(scene, key, value, _translate_x(value))
+
+
 def test_hard_shadows_seen_after_a_bounce():
     """A point light's shadow on a wall the camera sees only in a rough
     metal floor (path tracer, max_depth 3): each path vertex samples the

@@ -96,7 +96,7 @@ def _curve_points(shape_data, which, origin, phi):
     to_world = _rows(shape_data[:, layout.SHAPE_TO_WORLD:layout.SHAPE_TO_WORLD + 12], n)
     c = to_world[:, :, 3]
     r = shape_data[:, layout.SHAPE_RADIUS]
-    axis = origin[None, :] - c
+    axis = jnp.broadcast_to(origin, c.shape) - c
     d2 = jnp.maximum(jnp.sum(axis * axis, axis=1), 1e-30)
     k = r * r / d2
     rho = r * jnp.sqrt(jnp.maximum(1.0 - k, 0.0))
@@ -127,7 +127,7 @@ CURVE_POINTS = 64      # the polygon whose film length apportions samples to a c
 
 
 def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_origin: tuple, grid: tuple,
-                  shape_data=None, hidden=None, prim_shape=None):
+                  shape_data=None, hidden=None, prim_shape=None, orthographic: bool = False):
     """(segments (m, layout.SEGMENT_ROW), cumulative film lengths (m,)) of
     the silhouettes seen by ``camera`` (its kernel row) and the four sides
     of the sample grid (``grid``: (height, width) pixels, its first pixel
@@ -139,7 +139,9 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     is a boundary (``prim_shape``: each leaf primitive's analytic shape row
     or -1, needed with ``shape_data``). An edge whose first triangle is
     hidden is not followed: the topology puts the shown one first
-    (:func:`edge_topology`'s ``last``)."""
+    (:func:`edge_topology`'s ``last``). ``orthographic``: the camera
+    projects along its axis (``kernels/sensors/orthographic.py``), its
+    to_world may scale, and silhouettes are those seen along the axis."""
     f32 = jnp.float32
     cam = jax.lax.stop_gradient(jnp.asarray(camera, f32).reshape(-1))
     tris = jax.lax.stop_gradient(jnp.asarray(tris, f32))
@@ -153,11 +155,14 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     tan_x, tan_y, near = cam[layout.CAMERA_TAN_X], cam[layout.CAMERA_TAN_Y], cam[layout.CAMERA_NEAR_CLIP]
     fw, fh = film_size
 
+    inv = jnp.linalg.inv(rot) if orthographic else rot.T
+    view = rot[:, 2] / jnp.linalg.norm(rot[:, 2])      # (an orthographic camera's unit axis)
+
     def to_cam(p):
-        return (p - origin) @ rot          # R^T (p - o) for rows p
+        return (p - origin) @ inv.T        # to_world^-1 (p - o) for rows p
 
     def project(c):
-        z = jnp.where(c[..., 2] > 0, c[..., 2], 1.0)
+        z = jnp.where(c[..., 2] > 0, c[..., 2], 1.0) if not orthographic else 1.0
         x = 0.5 * (1.0 - c[..., 0] / (z * tan_x)) * fw - grid_origin[0]
         y = 0.5 * (1.0 - c[..., 1] / (z * tan_y)) * fh - grid_origin[1]
         return jnp.stack([x, y], axis=-1)
@@ -191,9 +196,12 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
             curves.append((idx, which, (kind == SHAPE_KIND[wanted]) & shown))
     n_edges = v0.shape[0]
 
-    normal = jnp.cross(v0 - origin, v1 - origin)
-    sa = jnp.sum(normal * (a3 - origin), axis=1)
-    sb = jnp.sum(normal * (b3 - origin), axis=1)
+    # the plane of the edge and the rays that graze it
+    normal = jnp.cross(v1 - v0, jnp.broadcast_to(view, v0.shape)) if orthographic else jnp.cross(v0 - origin,
+                                                                                                  v1 - origin)
+    ref = v0 if orthographic else origin
+    sa = jnp.sum(normal * (a3 - ref), axis=1)
+    sb = jnp.sum(normal * (b3 - ref), axis=1)
     silhouette = usable & (sa != 0) & (boundary | (sa * sb > 0))
     c0, c1 = to_cam(v0), to_cam(v1)
     # clip to the near plane
@@ -226,7 +234,7 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
         t0 = jnp.where((p_ == 0) & (q_ < 0), 1.0, t0)
     inside = t1 > t0
     # world points of the clipped ends (perspective-correct along the edge)
-    za, zb = c0[:, 2], c1[:, 2]
+    za, zb = (jnp.ones_like(c0[:, 2]),) * 2 if orthographic else (c0[:, 2], c1[:, 2])
 
     def along(tau):
         """The parameter along the near-clipped edge of film position tau."""
@@ -246,8 +254,11 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     parts, lengths = [jnp.where(keep[:, None], rows, 0.0)], [length]
 
     phi = jnp.linspace(0.0, 2.0 * np.pi, CURVE_POINTS + 1)
+    centres = None if shape_data is None else shape_data[:, layout.SHAPE_TO_WORLD + 3:layout.SHAPE_TO_WORLD + 12:4]
+    # where the outlines are seen from: the camera, or far back along an orthographic one's axis
+    eye = centres - view * 1e6 if orthographic and centres is not None else origin
     for idx, which, present in curves:
-        pts = _curve_points(shape_data, jnp.full(len(idx), which), origin, phi)
+        pts = _curve_points(shape_data, jnp.full(len(idx), which), eye, phi)
         c = to_cam(pts)
         s = project(c)
         ok = (c[..., 2] > near)
@@ -258,11 +269,10 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
         valid_curve = present & jnp.all(jnp.isfinite(seg_len), axis=1)
         if which == 0:         # the camera inside a sphere sees no silhouette
             r = shape_data[:, layout.SHAPE_RADIUS]
-            centre = shape_data[:, layout.SHAPE_TO_WORLD + 3:layout.SHAPE_TO_WORLD + 12:4]
-            valid_curve &= jnp.sum((origin - centre) ** 2, axis=1) > r * r * (1.0 + 1e-4)
+            valid_curve &= jnp.sum((eye - centres) ** 2, axis=1) > r * r * (1.0 + 1e-4)
         if which >= 4:         # nor inside a cylinder's (infinite) tube its silhouette lines
             to_object = _rows(shape_data[:, layout.SHAPE_TO_OBJECT:layout.SHAPE_TO_OBJECT + 12], len(idx))
-            o = _apply(to_object, jnp.broadcast_to(origin, (len(idx), 3)))
+            o = _apply(to_object, jnp.broadcast_to(eye, (len(idx), 3)))
             valid_curve &= o[:, 0] ** 2 + o[:, 1] ** 2 > 1.0 + 1e-4
         curve_len = jnp.where(valid_curve, jnp.sum(jnp.where(jnp.isfinite(seg_len), seg_len, 0.0), axis=1), 0.0)
         record = jnp.zeros((len(idx), layout.SEGMENT_ROW), f32)

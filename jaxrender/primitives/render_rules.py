@@ -332,7 +332,8 @@ def _film_boundary(config: RenderConfig, inputs, prim, tangents: dict):
         hidden = (jnp.asarray(prim["tri_attr"])[:, layout.ATTR_EMITTER] >= 0) & (jnp.asarray(prim["hide_emitters"]) != 0)
     segments, cdf = film_segments(prim["tris"], inputs["edge_topology"], prim["camera"],
                                   (prim["film_width"], prim["film_height"]), (prim["grid_x0"], prim["grid_y0"]),
-                                  config.film.grid, prim.get("shape_data"), hidden, prim.get("prim_shape"))
+                                  config.film.grid, prim.get("shape_data"), hidden, prim.get("prim_shape"),
+                                  config.structure.sensor == "orthographic")
     seed = (jnp.asarray(prim["seed"], jnp.uint32) * jnp.uint32(747796405) + jnp.uint32(2891336453)).astype(jnp.uint32)
     kw = dict(prim, segments=segments, segment_cdf=cdf, canvas_width=np.uint32(canvas_shape(config)[1]), seed=seed)
     if config.structure.delta_lights and "shadow_edges" not in kw:

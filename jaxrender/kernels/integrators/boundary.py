@@ -41,7 +41,7 @@ from ..context import Context, Structure, moves_geometry
 from ..geometry import occluded
 from ..interaction import material_coords, point_on_surface, shown_hit
 from ..sampling import sample_lengths
-from ..sensors import film, motion, perspective
+from ..sensors import TYPES as SENSORS, film, motion, perspective
 from .base import _KERNELS
 from . import shadows
 from .material import vertex_of
@@ -95,12 +95,15 @@ def _sample(integrator, ctx: Context, s):
     sp = s0 + e * tau
 
     cam = perspective.CameraRow(b["camera"])
-    origin = ir.detach(Vec(cam.m[3], cam.m[7], cam.m[11]))
-    # The edge's point seen at sp (perspective-correct along the edge)
-    z0 = ir.detach(motion.camera_space(cam, p0, True).z)
-    z1 = ir.detach(motion.camera_space(cam, p1, True).z)
-    den = (1.0 - tau) * z1 + tau * z0
-    t = ir.select(den != 0.0, tau * z0 / ir.select(den != 0.0, den, 1.0), 0.0)
+    ortho = motion.orthographic(ctx)
+    # The edge's point seen at sp (perspective-correct along the edge; an
+    # orthographic projection keeps ratios)
+    t = tau
+    if not ortho:
+        z0 = ir.detach(motion.camera_space(cam, p0, True).z)
+        z1 = ir.detach(motion.camera_space(cam, p1, True).z)
+        den = (1.0 - tau) * z1 + tau * z0
+        t = ir.select(den != 0.0, tau * z0 / ir.select(den != 0.0, den, 1.0), 0.0)
     p = p0 + (p1 - p0) * t
     # Film length per sampled length: 1 on straight segments; on a curve
     # record (an analytic shape's), tau is its angle over 2 pi, and the
@@ -112,21 +115,29 @@ def _sample(integrator, ctx: Context, s):
         which = ir.cast(segs.read(i, layout.SEG_CURVE), "i32")
         phi = tau * (2.0 * 3.141592653589793)
 
+        def outline_eye():
+            """Where the outline is seen from (held still: a smooth
+            silhouette's grazing point slides along the surface, which
+            does not move it on the film to first order)."""
+            return ir.detach(motion.silhouette_origin(ctx, cam, ctx.geo.center(shape)))
+
         def on_curve():
-            point = curve_point(ctx.geo, shape, which, origin, phi)
+            eye = outline_eye()
+            point = curve_point(ctx.geo, shape, which, eye, phi)
+
             def project(q):
                 return Vec(*motion.film_position(ctx, q, True, cam))
 
-            spc, ds = ir.jvp(lambda a: project(curve_point(ctx.geo, shape, which, origin, a)), (phi,), (1.0,))
+            spc, ds = ir.jvp(lambda a: project(curve_point(ctx.geo, shape, which, eye, a)), (phi,), (1.0,))
             # the unit normal of the film curve, on the side of a point moved
             # off the shape (that point's own offset is not along the normal
             # where the curve projects to an ellipse)
-            off = project(curve_point(ctx.geo, shape, which, origin, phi, 1e-3)) - spc
+            off = project(curve_point(ctx.geo, shape, which, eye, phi, 1e-3)) - spc
             normal = Vec(-ds.y, ds.x)
             n_len = ir.sqrt(normal.x * normal.x + normal.y * normal.y)
             facing = normal.x * off.x + normal.y * off.y
             ds_len = n_len * (2.0 * 3.141592653589793)
-            front = motion.camera_space(cam, point, True).z > ir.detach(cam.near)
+            front = motion.camera_space(cam, point, True, ortho).z > ir.detach(cam.near)
             ok = front & (spc.x >= 0.0) & (spc.y >= 0.0) & (spc.x <= ir.cast(b["width"].value, "f32")) \
                 & (spc.y <= ir.cast(b["height"].value, "f32")) & (n_len > 0.0) & (facing != 0.0)
             return (point, spc, normal * (ir.copysign(1.0, facing) / ir.select(n_len > 0.0, n_len, 1.0)),
@@ -134,19 +145,25 @@ def _sample(integrator, ctx: Context, s):
 
         curve = kind == layout.SEG_CURVE_KIND
         p, sp, inward, density, inside_grid = ir.cond(curve, on_curve, lambda: (p, sp, inward, density, inside_grid))
-    to_p = p - origin
-    dist = ir.maximum(ir.sqrt(ir.dot(to_p, to_p)), 1e-30)
     # whether nothing hides the edge's point (a grazing ray's hit on a
     # curved silhouette lies within float error of it: a margin of 1e-3)
-    seen = ir.cond(moving & inside_grid, lambda: _seen(ctx, cam, origin, p), lambda: inside_grid)
+    seen = ir.cond(moving & inside_grid, lambda: _seen(ctx, cam, p), lambda: inside_grid)
 
     # The region's side: a camera ray through a point just inside it.
     q = sp + inward * INSIDE
     fx = (q.x + b["grid_x0"].value) / b["film_width"].value
     fy = (q.y + b["grid_y0"].value) / b["film_height"].value
-    o, d, t_min, t_max = (ir.detach(v) for v in perspective.sample_ray(ctx, fx, fy))
+    o, d, t_min, t_max = _film_ray(ctx, fx, fy)
     si = shown_hit(ctx, o, d, t_min, t_max)
-    behind = ~moving | ~si.hit | (si.t * ir.dot(d, to_p / dist) > dist * (1.0 - 1e-3))
+    # (the hit lies beyond the edge's point: its distance along the ray
+    # past that of p's depth, from the camera or along the axis)
+    if ortho:
+        depth = ir.dot(ir.detach(p) - o, d)
+    else:
+        to_p = ir.detach(p) - o
+        dist = ir.maximum(ir.sqrt(ir.dot(to_p, to_p)), 1e-30)
+        depth = dist * dist / ir.maximum(ir.dot(d, to_p), 1e-30)
+    behind = ~moving | ~si.hit | (si.t > depth * (1.0 - 1e-3))
     valid = seen & behind & (length > 0.0) & (total > 0.0) & (density > 0.0)
     radiance = ir.cond(valid, lambda: integrator.trace(plain, s, integrator.start_ray(plain, o, d, t_min, t_max)),
                        integrator.spectrum.zero)
@@ -172,7 +189,7 @@ def _sample(integrator, ctx: Context, s):
                 # an analytic shape's outline follows the shape
                 fixed = on_edge
                 on_edge = ir.cond(kind == layout.SEG_CURVE_KIND,
-                                  lambda: curve_point(ctx.geo, shape, which, origin, phi), lambda: fixed)
+                                  lambda: curve_point(ctx.geo, shape, which, outline_eye(), phi), lambda: fixed)
         sx, sy = motion.film_position(ctx, seen, si.hit)
         cx, cy = motion.film_position(ctx, on_edge, True)
         dx = ir.select(moving, cx, ir.detach(cx)) - sx
@@ -185,13 +202,17 @@ def _sample(integrator, ctx: Context, s):
     return rows, weights, _film_value(integrator, ctx, radiance, valid, si.hit), velocity, scale
 
 
-def _seen(ctx: Context, cam, origin: Vec, p: Vec):
-    """Whether the camera (at ``origin``) sees the point ``p``: nothing it
-    shows lies between the near plane and just before the point."""
-    to_p = p - origin
-    dist = ir.maximum(ir.sqrt(ir.dot(to_p, to_p)), 1e-30)
-    near = ir.detach(cam.near) * dist / ir.maximum(ir.detach(motion.camera_space(cam, p, True).z), 1e-30)
-    return ~_hidden(ctx, origin, to_p / dist, near, dist * (1.0 - 1e-3))
+def _film_ray(ctx: Context, fx, fy):
+    """The camera ray (traced: no derivatives) through film position (fx,
+    fy) in [0, 1]^2."""
+    return tuple(ir.detach(v) for v in SENSORS[ctx.structure.sensor].sample_ray(ctx, fx, fy))
+
+
+def _seen(ctx: Context, cam, p: Vec):
+    """Whether the camera sees the point ``p``: nothing it shows lies
+    between the near plane and just before the point."""
+    o, d, t_min, dist = (ir.detach(v) for v in motion.ray_to(ctx, cam, p))
+    return ~_hidden(ctx, o, d, t_min, dist * (1.0 - 1e-3))
 
 
 def _hidden(ctx: Context, o: Vec, d: Vec, t_min, t_max):
@@ -218,8 +239,8 @@ def _pixel_edge_sample(integrator, ctx: Context, s):
     valid = ir.select(right, ix + 1 < width, iy + 1 < height) & (ctx.pixel < width * height)
     fx = ir.cast(ix, "f32") + ir.select(right, 1.0, along)
     fy = ir.cast(iy, "f32") + ir.select(right, along, 1.0)
-    o, d, t_min, t_max = (ir.detach(v) for v in perspective.sample_ray(
-        ctx, (fx + b["grid_x0"].value) / b["film_width"].value, (fy + b["grid_y0"].value) / b["film_height"].value))
+    o, d, t_min, t_max = _film_ray(ctx, (fx + b["grid_x0"].value) / b["film_width"].value,
+                                   (fy + b["grid_y0"].value) / b["film_height"].value)
     si = shown_hit(ctx, o, d, t_min, t_max)
     radiance = ir.cond(valid, lambda: integrator.trace(plain, s, integrator.start_ray(plain, o, d, t_min, t_max)),
                        integrator.spectrum.zero)
@@ -252,16 +273,18 @@ def _shadow_sample(integrator, ctx: Context, s):
     max_depth = b["max_depth"].value
     edge = shadows.sample(ctx, ctx.rand(s, SHADOW_DIM))
     cam = perspective.CameraRow(b["camera"])
-    origin = ir.detach(Vec(cam.m[3], cam.m[7], cam.m[11]))
     y = edge.hit.p
-    to_y = y - origin
-    dist = ir.maximum(ir.sqrt(ir.dot(to_y, to_y)), 1e-30)
-    c_y = motion.camera_space(cam, y, True)
+    c_y = motion.camera_space(cam, y, True, motion.orthographic(ctx))
     sp = Vec(*motion.film_position(ctx, y, True, cam))
     ok = edge.ok & ((max_depth < 0) | (max_depth > 1)) & (c_y.z > ir.detach(cam.near)) & (sp.x >= 0.0) \
         & (sp.y >= 0.0) & (sp.x <= ir.cast(b["width"].value, "f32")) & (sp.y <= ir.cast(b["height"].value, "f32"))
-    ok = ok & ir.cond(ok, lambda: _seen(ctx, cam, origin, y), lambda: ir.Bool(False))
-    jump = shadows.jump(ctx, edge, -to_y / dist)
+    ok = ok & ir.cond(ok, lambda: _seen(ctx, cam, y), lambda: ir.Bool(False))
+    if motion.orthographic(ctx):
+        toward = ir.detach(-ir.normalize(motion.axis(cam)))
+    else:
+        to_y = y - ir.detach(Vec(cam.m[3], cam.m[7], cam.m[11]))
+        toward = -to_y / ir.maximum(ir.sqrt(ir.dot(to_y, to_y)), 1e-30)
+    jump = shadows.jump(ctx, edge, toward)
 
     def film_of(q: Vec) -> Vec:
         return Vec(*motion.film_position(ctx, q, True, cam))

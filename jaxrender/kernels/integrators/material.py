@@ -340,7 +340,7 @@ def followed_emitter_sample(ctx, fixed, si, es, es_u):
     return dataclasses.replace(es, w=w), relative(ir.select(follows, j, 1.0))
 
 
-def pair_factor(ctx, si, fixed, measure, prev, camera: Vec) -> Vec:
+def pair_factor(ctx, si, fixed, measure, prev) -> Vec:
     """1, with the derivative of reaching ``si`` (``followed``'s, with the
     ``measure`` of its coordinates) from the previous vertex (``prev``: its
     hit, the ray that found it and the hit before it): that vertex's BSDF
@@ -351,8 +351,10 @@ def pair_factor(ctx, si, fixed, measure, prev, camera: Vec) -> Vec:
     traced = intersect(ctx.primal(), o, d, ir.Float(0.0), INF, KnownHit(ir.Bool(True), t, prim, b1, b2, ir.Int(-1)))
     before = following(ctx, traced)
     # the vertex before that one: the camera, or a hit following its surface
-    earlier = Vec(*(ir.select(prim2 < 0, a, c) for a, c in zip(camera, point_on_surface(ctx, prim2, b1_2, b2_2))))
-    before = dataclasses.replace(before, wi=before.frame.to_local(ir.normalize(earlier - before.p)))
+    back = Vec(*(ir.select(prim2 < 0, a, c) for a, c in
+                 zip(motion.toward_camera(ctx, before.p),
+                     ir.normalize(point_on_surface(ctx, prim2, b1_2, b2_2) - before.p))))
+    before = dataclasses.replace(before, wi=before.frame.to_local(back))
     wo = ir.normalize(si.p - before.p)
     wo = Vec(*(ir.select(si.hit, a, c) for a, c in zip(wo, fixed.d)))
     f, _, _ = SurfaceBsdf(ctx, before).query(before.frame.to_local(wo), ir.Float(0.5), Vec(ir.Float(0.5), ir.Float(0.5)))

@@ -144,14 +144,13 @@ class PathIntegrator(ReplayIntegrator):
         if ctx.geometry_motion:
             fixed = si
             si, measure = followed(ctx, si)
-            camera = motion.camera_origin(ctx)
-            x_prev = Vec(*(ir.select(depth == 0, a, b) for a, b in
-                           zip(camera, point_on_surface(ctx, prev[0], prev[1], prev[2]))))
-            toward = ir.normalize(x_prev - si.p)
+            toward = Vec(*(ir.select(depth == 0, a, b) for a, b in
+                           zip(motion.toward_camera(ctx, si.p),
+                               ir.normalize(point_on_surface(ctx, prev[0], prev[1], prev[2]) - si.p))))
             si = dataclasses.replace(si, wi=Vec(*(ir.select(si.hit, a, b)
                                                   for a, b in zip(si.frame.to_local(toward), si.wi))))
             es, nee = material.followed_emitter_sample(ctx, fixed, si, es, es_u)
-            pair = ir.cond(depth > 0, lambda: material.pair_factor(ctx, si, fixed, measure, prev, camera),
+            pair = ir.cond(depth > 0, lambda: material.pair_factor(ctx, si, fixed, measure, prev),
                            self.spectrum.one)
             edge, horizon, shadow = edge
             boundary = material.edge_term(ctx, edge, si.p)

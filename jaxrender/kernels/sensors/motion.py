@@ -1,5 +1,5 @@
 """How a sample's estimate changes when the camera moves (its ``to_world``
-and field of view), for the perspective sensor.
+and field of view), for the perspective and orthographic sensors.
 
 Derivatives are taken in *material form*: the point x that a sample's
 camera ray met stays where it is while the camera moves, and what changes
@@ -19,6 +19,11 @@ estimated by ``integrators/boundary.py``. For a pinhole with half-field
 tangents tx, ty, the film area (in units of the [0, 1]^2 film) per unit
 area at x is |n.(o - x)| / (4 tx ty c_z^3), with c = x in camera space and
 n the surface normal; per unit solid angle of a direction, 1 / (4 tx ty c_z^3).
+An orthographic camera projects along its axis a = to_world (0, 0, 1)
+(to_world may scale): the film area per unit area is |n.a| / (4 tx ty
+|det to_world|), and what it sees through a miss is one direction, which
+its motion turns but never moves on the film (a miss keeps its film
+position).
 """
 from __future__ import annotations
 
@@ -31,10 +36,16 @@ from . import film
 from .perspective import CameraRow
 
 
-def camera_space(cam: CameraRow, x: Vec, point) -> Vec:
+def orthographic(ctx) -> bool:
+    """Whether the scene's camera is an orthographic one (else a pinhole)."""
+    return ctx.structure.sensor == "orthographic"
+
+
+def camera_space(cam: CameraRow, x: Vec, point, ortho: bool = False) -> Vec:
     """``x`` (a point where ``point``, a bool or Bool, else a direction) in
-    camera space; the camera's to_world is rigid (the scene checks it), so
-    its inverse is the transpose."""
+    camera space. A perspective camera's to_world is rigid (the scene
+    checks it), so its inverse is the transpose; an orthographic one's
+    (``ortho``) may scale, and is inverted."""
     m = cam.m
     if point is True:
         q = x - Vec(m[3], m[7], m[11])
@@ -42,29 +53,86 @@ def camera_space(cam: CameraRow, x: Vec, point) -> Vec:
         q = x
     else:
         q = x - Vec(m[3], m[7], m[11]) * ir.select(point, 1.0, 0.0)
+    if ortho:
+        # the rows of the inverse: the columns' cross products over the determinant
+        c0, c1, c2 = (Vec(m[k], m[4 + k], m[8 + k]) for k in range(3))
+        r0, r1, r2 = ir.cross(c1, c2), ir.cross(c2, c0), ir.cross(c0, c1)
+        det = ir.dot(c0, r0)
+        return Vec(ir.dot(r0, q) / det, ir.dot(r1, q) / det, ir.dot(r2, q) / det)
     return Vec(m[0] * q.x + m[4] * q.y + m[8] * q.z, m[1] * q.x + m[5] * q.y + m[9] * q.z,
                m[2] * q.x + m[6] * q.y + m[10] * q.z)
+
+
+def axis(cam: CameraRow) -> Vec:
+    """The camera's viewing axis, to_world (0, 0, 1) (an orthographic
+    camera's scaled)."""
+    return Vec(cam.m[2], cam.m[6], cam.m[10])
 
 
 def film_position(ctx, x: Vec, point=True, cam: CameraRow | None = None):
     """Where ``x`` lands on the film, in pixels of the sample grid
     (continuous: grid item (i, j) covers [j, j + 1) x [i, i + 1)); ``cam``:
-    the camera row already read (default: read it here)."""
+    the camera row already read (default: read it here). (An orthographic
+    camera's film position of a direction is not defined.)"""
     cam = CameraRow(ctx.b["camera"]) if cam is None else cam
-    c = camera_space(cam, x, point)
+    ortho = orthographic(ctx)
+    c = camera_space(cam, x, point, ortho)
     b = ctx.b
-    fx = 0.5 * (1.0 - c.x / (c.z * cam.tan_x))
-    fy = 0.5 * (1.0 - c.y / (c.z * cam.tan_y))
-    return fx * b["film_width"].value - b["grid_x0"].value, fy * b["film_height"].value - b["grid_y0"].value
+    z = 1.0 if ortho else c.z
+    fx = 0.5 * (1.0 - c.x / (z * cam.tan_x))
+    fy = 0.5 * (1.0 - c.y / (z * cam.tan_y))
+    px, py = fx * b["film_width"].value - b["grid_x0"].value, fy * b["film_height"].value - b["grid_y0"].value
+    if ortho and point is not True:
+        # a direction does not move on an orthographic camera's film
+        px, py = ir.select(point, px, ir.detach(px)), ir.select(point, py, ir.detach(py))
+    return px, py
 
 
 def film_density(ctx, x: Vec, n: Vec, point) -> "ir.Var":
     """Film area per unit area at point ``x`` with normal ``n`` (per unit
-    solid angle where ``point`` is false: x is a direction)."""
+    solid angle where ``point`` is false: x is a direction; an
+    orthographic camera's, which sees one direction, is 1)."""
     cam = CameraRow(ctx.b["camera"])
+    if orthographic(ctx):
+        a = axis(cam)
+        det = ir.dot(a, ir.cross(Vec(cam.m[0], cam.m[4], cam.m[8]), Vec(cam.m[1], cam.m[5], cam.m[9])))
+        return ir.select(point, ir.abs(ir.dot(n, a)) / (4.0 * cam.tan_x * cam.tan_y * ir.abs(det)), 1.0)
     z = camera_space(cam, x, point).z
     cos = ir.select(point, ir.abs(ir.dot(n, Vec(cam.m[3], cam.m[7], cam.m[11]) - x)), 1.0)
     return cos / (4.0 * cam.tan_x * cam.tan_y * z * z * z)
+
+
+def toward_camera(ctx, p: Vec, cam: CameraRow | None = None) -> Vec:
+    """The unit direction from the point ``p`` to the camera: to its
+    position, or against an orthographic camera's axis."""
+    cam = CameraRow(ctx.b["camera"]) if cam is None else cam
+    if orthographic(ctx):
+        return -ir.normalize(axis(cam))
+    return ir.normalize(Vec(cam.m[3], cam.m[7], cam.m[11]) - p)
+
+
+def ray_to(ctx, cam: CameraRow, p: Vec):
+    """The camera ray that meets the point ``p``: (origin, unit direction,
+    t_min, the distance to p along it), from the camera's position past
+    the near plane, or an orthographic camera's from the near plane."""
+    if orthographic(ctx):
+        c = camera_space(cam, p, True, True)
+        a = axis(cam)
+        length = ir.sqrt(ir.dot(a, a))
+        return cam.point(Vec(c.x, c.y, cam.near)), a / length, ir.Float(0.0), (c.z - cam.near) * length
+    origin = Vec(cam.m[3], cam.m[7], cam.m[11])
+    to_p = p - origin
+    dist = ir.maximum(ir.sqrt(ir.dot(to_p, to_p)), 1e-30)
+    return origin, to_p / dist, cam.near * dist / ir.maximum(camera_space(cam, p, True).z, 1e-30), dist
+
+
+def silhouette_origin(ctx, cam: CameraRow, centre: Vec) -> Vec:
+    """Where an analytic shape centred at ``centre`` is seen from, for its
+    outline (``shapes.curve_point``): the camera's position, or, for an
+    orthographic camera, a point far back along its axis."""
+    if orthographic(ctx):
+        return centre - ir.normalize(axis(cam)) * 1e6
+    return Vec(cam.m[3], cam.m[7], cam.m[11])
 
 
 def relative(x):
@@ -98,20 +166,16 @@ def attached_weights(ctx, s, footprint: int) -> list:
     width = ctx.b["width"].value
     ux = px - ir.cast(ctx.pixel % width, "f32")
     uy = py - ir.cast(ctx.pixel // width, "f32")
+    if orthographic(ctx):
+        # (a miss: the direction the camera sees everywhere stays where it was sampled)
+        ox, oy = film.sample_offset(ctx, s)
+        ux, uy = ir.select(hit, ux, ox), ir.select(hit, uy, oy)
     scale = relative(film_density(ctx, x, n, hit) * measure)
     return [w * scale for w in film.weights_at(ctx, ux, uy, footprint)]
 
 
-def camera_origin(ctx) -> Vec:
-    """The camera's position (a function of its buffer)."""
-    m = CameraRow(ctx.b["camera"]).m
-    return Vec(m[3], m[7], m[11])
-
-
 def attach_primary_wi(ctx, si, first):
     """``si`` with its incident direction (towards the camera) a function of
-    the camera's position where ``first`` (the camera ray's own hit)."""
-    cam = CameraRow(ctx.b["camera"])
-    toward = ir.normalize(Vec(cam.m[3], cam.m[7], cam.m[11]) - ir.detach(si.p))
-    wi = si.frame.to_local(toward)
+    the camera where ``first`` (the camera ray's own hit)."""
+    wi = si.frame.to_local(toward_camera(ctx, ir.detach(si.p)))
     return dataclasses.replace(si, wi=Vec(*(ir.select(first, a, b) for a, b in zip(wi, si.wi))))
