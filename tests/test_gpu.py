@@ -5,7 +5,9 @@ backend, checks raising Python errors, jit / vmap, and timings.
 
 Skipped unless JAX has a CUDA backend (``pip install 'jax[cuda12]'`` or
 ``'jax[cuda13]'`` and ``'jaxrender[gpu]'`` on a machine with an NVIDIA GPU
-of compute capability 8.0 or newer). Run them with ``pytest -m gpu -s``.
+of compute capability 8.0 or newer). Run them with ``pytest -m gpu -s -n 0``
+(in one process: the suite runs its files in parallel workers, whose
+output pytest does not show).
 """
 from __future__ import annotations
 
