@@ -351,9 +351,9 @@ def pair_factor(ctx, si, fixed, measure, prev) -> Vec:
     traced = intersect(ctx.primal(), o, d, ir.Float(0.0), INF, KnownHit(ir.Bool(True), t, prim, b1, b2, ir.Int(-1)))
     before = following(ctx, traced)
     # the vertex before that one: the camera, or a hit following its surface
-    back = Vec(*(ir.select(prim2 < 0, a, c) for a, c in
-                 zip(motion.toward_camera(ctx, before.p),
-                     ir.normalize(point_on_surface(ctx, prim2, b1_2, b2_2) - before.p))))
+    back = ir.normalize(Vec(*(ir.select(prim2 < 0, a, c) for a, c in
+                              zip(motion.to_camera(ctx, before.p),
+                                  point_on_surface(ctx, prim2, b1_2, b2_2) - before.p))))
     before = dataclasses.replace(before, wi=before.frame.to_local(back))
     wo = ir.normalize(si.p - before.p)
     wo = Vec(*(ir.select(si.hit, a, c) for a, c in zip(wo, fixed.d)))

@@ -144,9 +144,9 @@ class PathIntegrator(ReplayIntegrator):
         if ctx.geometry_motion:
             fixed = si
             si, measure = followed(ctx, si)
-            toward = Vec(*(ir.select(depth == 0, a, b) for a, b in
-                           zip(motion.toward_camera(ctx, si.p),
-                               ir.normalize(point_on_surface(ctx, prev[0], prev[1], prev[2]) - si.p))))
+            toward = ir.normalize(Vec(*(ir.select(depth == 0, a, b) for a, b in
+                                        zip(motion.to_camera(ctx, si.p),
+                                            point_on_surface(ctx, prev[0], prev[1], prev[2]) - si.p))))
             si = dataclasses.replace(si, wi=Vec(*(ir.select(si.hit, a, b)
                                                   for a, b in zip(si.frame.to_local(toward), si.wi))))
             es, nee = material.followed_emitter_sample(ctx, fixed, si, es, es_u)

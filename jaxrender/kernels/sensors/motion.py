@@ -102,13 +102,18 @@ def film_density(ctx, x: Vec, n: Vec, point) -> "ir.Var":
     return cos / (4.0 * cam.tan_x * cam.tan_y * z * z * z)
 
 
-def toward_camera(ctx, p: Vec, cam: CameraRow | None = None) -> Vec:
-    """The unit direction from the point ``p`` to the camera: to its
+def to_camera(ctx, p: Vec, cam: CameraRow | None = None) -> Vec:
+    """A vector (not unit) from the point ``p`` towards the camera: to its
     position, or against an orthographic camera's axis."""
     cam = CameraRow(ctx.b["camera"]) if cam is None else cam
     if orthographic(ctx):
-        return -ir.normalize(axis(cam))
-    return ir.normalize(Vec(cam.m[3], cam.m[7], cam.m[11]) - p)
+        return -axis(cam)
+    return Vec(cam.m[3], cam.m[7], cam.m[11]) - p
+
+
+def toward_camera(ctx, p: Vec, cam: CameraRow | None = None) -> Vec:
+    """The unit direction from the point ``p`` to the camera."""
+    return ir.normalize(to_camera(ctx, p, cam))
 
 
 def ray_to(ctx, cam: CameraRow, p: Vec):
