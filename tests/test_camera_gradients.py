@@ -357,6 +357,18 @@ def test_orthographic_camera_matches_finite_differences(front, motion, monkeypat
     assert abs(_z(interior, fd)) > 6.0, (interior.mean(), fd.mean())
 
 
+def test_thin_lens_camera_and_geometry_derivatives_raise():
+    """A thin lens's rays depend on the lens sample, which neither the film
+    boundary nor the material form follows: its camera and geometry
+    derivatives raise before any work."""
+    d = _scene()
+    d["sensor"] = dict(d["sensor"], type="thinlens", aperture_radius=0.05, focus_distance=4.0)
+    scene = jaxrender.load_dict(d)
+    for key in (scene.camera_key, "front.to_world"):
+        with pytest.raises(NotDifferentiableError, match="perspective and orthographic sensors only"):
+            jax.grad(lambda v: jnp.sum(jaxrender.render(scene, {key: v}, spp=1)))(jnp.asarray(scene.params[key]))
+
+
 def test_orthographic_camera_seeing_a_varying_environment_raises():
     """Every miss of an orthographic camera sees the one direction it
     turns, which the film-space form does not follow: with an envmap in
