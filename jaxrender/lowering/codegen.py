@@ -687,6 +687,10 @@ class PacketCodegen(ItemCodegen):
         self.shared_routines = shared_routines
         self.mask = None
         self._vector_consts: dict[tuple, ll.Constant] = {}
+        # Gathers of one row in a block (lower_block): node id -> the group,
+        # and the columns the group's first read loaded for the others.
+        self._row_group: dict[int, list] = {}
+        self._row_loaded: dict[int, object] = {}
 
     # -- vector helpers -------------------------------------------------
     def T(self, t: str) -> ll.Type:
@@ -852,9 +856,40 @@ class PacketCodegen(ItemCodegen):
         return fn
 
     # -- memory -------------------------------------------------------------
+    def lower_block(self, block: Block) -> list:
+        # Reads of one row's columns (a triangle's nine floats, a material's
+        # parameters) are separate gathers in the graph: give each such
+        # group in a block one clamp, one uniformity test and one branch
+        # (the first read loads every column the block reads). Per column,
+        # the tests were a fifth of a megakernel's LLVM IR.
+        groups: dict = {}
+        for n in block.nodes:
+            if n.op == "gather":
+                groups.setdefault((n.attrs[0], n.attrs[2], n.type, n.args[0].id), []).append(n)
+        for members in groups.values():
+            if len(members) > 1:
+                for m in members:
+                    self._row_group[m.id] = members
+        return super().lower_block(block)
+
     def lower_gather(self, n: Node, row):
+        loaded = self._row_loaded.pop(n.id, None)
+        if loaded is not None:
+            return loaded
+        members = self._row_group.pop(n.id, [n])
+        comps = sorted({m.attrs[1] for m in members})
+        values = dict(zip(comps, self._load_row(n, row, comps)))
+        for m in members:
+            if m is not n:
+                self._row_group.pop(m.id, None)
+                self._row_loaded[m.id] = values[m.attrs[1]]
+        return values[n.attrs[1]]
+
+    def _load_row(self, n: Node, row, comps: list) -> list:
+        """Columns ``comps`` of the rows of input ``n.attrs[0]`` at ``row``
+        (per lane), as gathers."""
         b = self.b
-        inp, comp, width = n.attrs
+        inp, _, width = n.attrs
         mx = self.in_maxrow[inp]
         if n.args[0].type == I32:
             r = b.select(b.icmp_signed("<", row, self.ci32(0)), self.ci32(0), row)
@@ -876,18 +911,21 @@ class PacketCodegen(ItemCodegen):
         join = self.fn.append_basic_block("gather.join")
         b.cbranch(uniform, uni_bb, var_bb)
         b.position_at_end(uni_bb)
-        p = b.gep(self.in_data[inp], [b.add(ref, i32(comp)) if comp else ref], inbounds=True, source_etype=et)
-        v_uni = self.splat(b.load(p, typ=et))
+        v_uni = [self.splat(b.load(b.gep(self.in_data[inp], [b.add(ref, i32(comp)) if comp else ref], inbounds=True,
+                                         source_etype=et), typ=et)) for comp in comps]
         b.branch(join)
         b.position_at_end(var_bb)
-        off = b.add(row_off, self.ci32(comp)) if comp else row_off
-        v_var = self.masked_gather(self.lane_ptrs(self.in_data[inp], off, et), et, self.ci1(1))
+        v_var = [self.masked_gather(self.lane_ptrs(self.in_data[inp], b.add(row_off, self.ci32(comp)) if comp
+                                                   else row_off, et), et, self.ci1(1)) for comp in comps]
         b.branch(join)
         b.position_at_end(join)
-        phi = b.phi(self.T(n.type))
-        phi.add_incoming(v_uni, uni_bb)
-        phi.add_incoming(v_var, var_bb)
-        return phi
+        out = []
+        for u, v in zip(v_uni, v_var):
+            phi = b.phi(self.T(n.type))
+            phi.add_incoming(u, uni_bb)
+            phi.add_incoming(v, var_bb)
+            out.append(phi)
+        return out
 
     def lower_scatter(self, n: Node, row, value):
         b = self.b
