@@ -734,14 +734,21 @@ class PacketCodegen(ItemCodegen):
         return f"v{self.lanes}" + super().type_suffix(t)
 
     def libm_scalar_lanes(self, name: str, vals: list):
-        # The C math library is scalar: call it lane by lane.
-        b = self.b
-        fn = self.decl(name, f32, [f32] * len(vals))
-        out = self.poison(self.T(F32))
-        for lane in range(self.lanes):
-            args = [b.extract_element(v, i32(lane)) for v in vals]
-            out = b.insert_element(out, b.call(fn, args), i32(lane))
-        return out
+        # The C math library is scalar: call it lane by lane, in one
+        # function per name that every use calls (inline, the lane loops of
+        # vmath's rare fallbacks alone were a twentieth of a megakernel's IR).
+        lane_fn = self.decl(f"jaxrender.{name}.lanes", self.T(F32), [self.T(F32)] * len(vals))
+        if not lane_fn.blocks:
+            lane_fn.linkage = "internal"
+            lane_fn.attributes.add("noinline")
+            b = ll.IRBuilder(lane_fn.append_basic_block("entry"))
+            fn = self.decl(name, f32, [f32] * len(vals))
+            out = self.poison(self.T(F32))
+            for lane in range(self.lanes):
+                args = [b.extract_element(v, i32(lane)) for v in lane_fn.args]
+                out = b.insert_element(out, b.call(fn, args), i32(lane))
+            b.ret(out)
+        return self.b.call(lane_fn, vals)
 
     def any(self, mask):
         return self.b.call(self.decl(f"llvm.vector.reduce.or.v{self.lanes}i1", i1, [self.T(BOOL)]), [mask])
@@ -968,10 +975,26 @@ class PacketCodegen(ItemCodegen):
                                                [self.T(I32)]), [vals])
                     b.atomic_rmw(rmw, b.extract_element(ptrs, first), red, "monotonic")
                 with otherwise:
-                    for lane in range(self.lanes):
-                        with b.if_then(b.extract_element(ok, i32(lane))):
-                            b.atomic_rmw(rmw, b.extract_element(ptrs, i32(lane)),
-                                         b.extract_element(value, i32(lane)), "monotonic")
+                    b.call(self._lane_atomics(rmw, et), [ptrs, value, ok])
+
+    def _lane_atomics(self, rmw: str, et: ll.Type) -> ll.Function:
+        """The module's function that adds each active lane's value at its
+        own address, one atomic per lane: one body that every scatter calls
+        (inline, these lane loops were an eighth of a megakernel's IR)."""
+        vt = ll.VectorType(et, self.lanes)
+        fn = self.decl(f"jaxrender.atomic_{rmw}.{et}.lanes", ll.VoidType(),
+                       [ll.VectorType(ptr, self.lanes), vt, self.T(BOOL)])
+        if not fn.blocks:
+            fn.linkage = "internal"
+            fn.attributes.add("noinline")
+            b = ll.IRBuilder(fn.append_basic_block("entry"))
+            ptrs, value, ok = fn.args
+            for lane in range(self.lanes):
+                with b.if_then(b.extract_element(ok, i32(lane))):
+                    b.atomic_rmw(rmw, b.extract_element(ptrs, i32(lane)), b.extract_element(value, i32(lane)),
+                                 "monotonic")
+            b.ret_void()
+        return fn
 
     def call_bvh_query(self, mode: int, bufs: list[int], a: list) -> list:
         """Each active lane runs the traversal alone: lanes of a packet
