@@ -361,12 +361,34 @@ def test_structure_flags_follow_the_scene():
     assert cbox.structure == Structure(bsdfs=diffuse, footprint=5)
     d = jaxrender.cornell_box()
     d["ball"] = {"type": "sphere", "radius": 0.2}
-    assert jaxrender.load_dict(d).structure == Structure(analytic=True, bsdfs=diffuse, footprint=5)
+    assert jaxrender.load_dict(d).structure == Structure(analytic=("sphere",), bsdfs=diffuse, footprint=5)
     d = jaxrender.cornell_box()
     d["torus"] = {"type": "ply", "filename": str(MESHES / "lowpoly_torus.ply")}
     assert jaxrender.load_dict(d).structure == Structure(shading_normals=True, bsdfs=diffuse, footprint=5)
     d["torus"]["face_normals"] = True
     assert jaxrender.load_dict(d).structure == Structure(bsdfs=diffuse, footprint=5)
+    d = jaxrender.cornell_box()
+    d["tube"] = {"type": "cylinder", "radius": 0.1}
+    d["ball"] = {"type": "sphere", "radius": 0.2}
+    assert jaxrender.load_dict(d).structure.analytic == ("sphere", "cylinder")
+
+
+def test_kernels_trace_only_the_analytic_kinds_the_scene_has():
+    """A scene's kernels hold the code of its own kinds of analytic shapes:
+    a sphere alone needs no dispatch on the kind, and no disk or cylinder
+    code (each kind's own correctness: test_hits_match_mitsuba, mixed kinds:
+    test_mixed_bvh_matches_brute_force)."""
+    def ops(kinds):
+        k = PathIntegrator().primal_kernel(Structure(analytic=kinds, bsdfs=("diffuse",)))
+        return [n.op for n in ir.walk(k.block)]
+
+    every, sphere, two = ops(True), ops(("sphere",)), ops(("sphere", "disk"))
+    assert Structure(analytic=True).analytic == ("sphere", "disk", "cylinder")
+    # (the kinds' dispatches; the emitters' remain)
+    assert every.count("dispatch") > two.count("dispatch") == sphere.count("dispatch")
+    assert len(sphere) < len(two) < len(every)
+    with pytest.raises(ValueError, match="unknown analytic shape"):
+        Structure(analytic=("torus",))
 
 
 def test_triangle_only_kernels_do_not_touch_shape_buffers():

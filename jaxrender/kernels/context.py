@@ -23,6 +23,7 @@ from . import layout, media, samplers, textures
 from .bsdfs import registry as bsdf_registry
 from .bsdfs.base import MAX_NESTING
 from .geometry import Instances, SceneGeometry
+from .shapes import KIND as SHAPE_KIND, NAMES as SHAPE_NAMES
 from .spectrum import RGB, SpectrumType
 
 
@@ -33,8 +34,9 @@ class Structure:
     dispatch branch): ``tex_slots`` is the most textured parameters any of
     its BSDFs has (0 to ``layout.MAX_TEX_SLOTS``), ``envmap`` whether it
     has an environment map (an envmap emitter, or the sampling map of a
-    sunsky), ``sunsky`` whether that environment is a sunsky, ``analytic`` whether it has spheres or disks (else
-    the BVH leaves hold only triangles and no shape code is traced),
+    sunsky), ``sunsky`` whether that environment is a sunsky, ``analytic`` the analytic shapes it has
+    (``shapes.NAMES``; True: all of them; empty: the BVH leaves hold only triangles and no shape code is
+    traced; code for a kind it lacks is not traced either),
     ``shading_normals`` whether some mesh has vertex normals (else the
     shading frame is the geometric one), ``bsdfs`` the BSDF types its
     kernels dispatch over (registry names, in registry order; default: every
@@ -53,7 +55,7 @@ class Structure:
     primitives)."""
     tex_slots: int = 0
     envmap: bool = False
-    analytic: bool = False
+    analytic: tuple = ()
     shading_normals: bool = False
     bsdfs: tuple = bsdf_registry.DEFAULT_NAMES
     sensor: str = "perspective"
@@ -88,6 +90,10 @@ class Structure:
             raise ValueError(f"media {self.media!r} need phase functions and kinds of {media.KINDS}")
         object.__setattr__(self, "media", tuple(k for k in media.KINDS if k in self.media))
         object.__setattr__(self, "phases", media.phase.ordered(self.phases))
+        kinds = SHAPE_NAMES if self.analytic is True else () if self.analytic is False else tuple(self.analytic)
+        if not set(kinds) <= set(SHAPE_NAMES):
+            raise ValueError(f"unknown analytic shape(s) {sorted(set(kinds) - set(SHAPE_NAMES))} ({SHAPE_NAMES})")
+        object.__setattr__(self, "analytic", tuple(n for n in SHAPE_NAMES if n in kinds))
         if self.sampler not in samplers.TYPES:
             raise ValueError(f"unknown sampler {self.sampler!r} ({', '.join(samplers.NAMES)})")
 
@@ -108,7 +114,7 @@ class Structure:
         """A short tag for kernel names."""
         return ((f"_tex{self.tex_slots}" if self.tex_slots else "") + ("_envmap" if self.envmap else "")
                 + ("_sunsky" if self.sunsky else "") + ("_delta" if self.delta_lights else "")
-                + ("_analytic" if self.analytic else "") + ("_smooth" if self.shading_normals else "")
+                + ("_analytic" if self.analytic == SHAPE_NAMES else "".join(f"_{n}" for n in self.analytic)) + ("_smooth" if self.shading_normals else "")
                 + ("" if self.bsdfs == bsdf_registry.DEFAULT_NAMES else f"_{len(self.bsdfs)}bsdf")
                 + (f"_nest{self.bsdf_nesting}" if self.bsdf_nesting else "")
                 + ("" if self.sensor == "perspective" else f"_{self.sensor}")
@@ -178,7 +184,7 @@ class Context:
         instances = Instances(b) if structure.instanced else None
         if structure.analytic:
             geo = SceneGeometry(b["tris"], b["bvh_bounds"], b["bvh_links"], b["prim_shape"], b["shape_data"],
-                                instances=instances)
+                                instances=instances, kinds=tuple(SHAPE_KIND[n] for n in structure.analytic))
         else:
             geo = SceneGeometry(b["tris"], b["bvh_bounds"], b["bvh_links"],
                                 wide=(b["wide_nodes"], b["wide_leaves"]), instances=instances)

@@ -153,6 +153,14 @@ class Scene:
     # (buffer name, sensor, parameter keys) -> its jitted builder (see param_buffers)
     _jitted_param_buffers: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
+    @property
+    def analytic_kinds(self) -> tuple:
+        """The names of the analytic shapes the scene has (``kernels.shapes
+        .NAMES`` order): its kernels trace those kinds' code only."""
+        from ..kernels.shapes import NAMES
+        kinds = {int(k) for k in np.asarray(self.shape_data)[:, layout.SHAPE_KIND]} if len(self.shape_data) else set()
+        return tuple(n for i, n in enumerate(NAMES) if i in kinds)
+
     @functools.cached_property
     def structure(self):
         """The trace-time features the kernels are specialised on (computed
@@ -160,7 +168,7 @@ class Scene:
         from ..kernels.context import Structure
         plugins = {t.plugin for t in self.textures if t.plugin is not None}
         return Structure(max((len(s) for s in self.bsdf_slots), default=0), self.env_texture >= 0,
-                         len(self.shape_data) > 0, len(self.tri_normals) > 0,
+                         self.analytic_kinds, len(self.tri_normals) > 0,
                          tuple(t for t, _, _ in self.bsdfs) or ("diffuse",),
                          textures=tuple(n for n in ktex.PLUGINS if n in plugins),
                          sensor=self.sensor(0)[1].kind, sampler=self.sensor(0)[1].sampler.type,
