@@ -17,9 +17,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..kernels import shapes as kshapes
 from ..kernels import textures as ktex
-from . import variants
 from .camera import Camera, fov_key
 from .errors import SceneError
 from .properties import Properties, is_plugin
