@@ -114,7 +114,8 @@ class Structure:
         """A short tag for kernel names."""
         return ((f"_tex{self.tex_slots}" if self.tex_slots else "") + ("_envmap" if self.envmap else "")
                 + ("_sunsky" if self.sunsky else "") + ("_delta" if self.delta_lights else "")
-                + ("_analytic" if self.analytic == SHAPE_NAMES else "".join(f"_{n}" for n in self.analytic)) + ("_smooth" if self.shading_normals else "")
+                + ("_analytic" if self.analytic == SHAPE_NAMES else "".join(f"_{n}" for n in self.analytic))
+                + ("_smooth" if self.shading_normals else "")
                 + ("" if self.bsdfs == bsdf_registry.DEFAULT_NAMES else f"_{len(self.bsdfs)}bsdf")
                 + (f"_nest{self.bsdf_nesting}" if self.bsdf_nesting else "")
                 + ("" if self.sensor == "perspective" else f"_{self.sensor}")

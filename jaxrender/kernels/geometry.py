@@ -35,16 +35,17 @@ class SceneGeometry:
     ``shape_data`` only for scenes with analytic shapes."""
 
     def __init__(self, tris, bvh_bounds, bvh_links, prim_shape=None, shape_data=None, wide=None, instances=None,
-                 kinds: tuple = ()):
+                 kinds: tuple | None = None):
         self.tris = tris              # (N, 9): p0, p1, p2 per triangle, in BVH leaf order
         self.bounds = bvh_bounds      # (M, 6): box min, box max
         self.links = bvh_links        # (M, 3): skip, first primitive, primitive count (0: interior)
         self.prim_shape = prim_shape  # (N,): -1 (triangle) or analytic shape index
         self.shape_data = shape_data  # (S, SHAPE_ROW)
         self.analytic = prim_shape is not None
-        # The analytic kinds the scene has (``shapes.ANALYTIC`` ids, sorted):
-        # code for the others is not traced, and one kind is a constant.
-        self.kinds = tuple(kinds) if self.analytic else ()
+        # The analytic kinds the scene has (``shapes.ANALYTIC`` ids, sorted;
+        # None: all): code for the others is not traced, one kind is a constant.
+        every = tuple(range(len(shapes.ANALYTIC)))
+        self.kinds = (every if kinds is None else tuple(kinds)) if self.analytic else ()
         # Triangle-only scenes: the 8-wide BVH's buffers (nodes, leaves;
         # ir.bvh_query), queried by the builtin traversal instead of the
         # skip links.

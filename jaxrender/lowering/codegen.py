@@ -737,18 +737,26 @@ class PacketCodegen(ItemCodegen):
         # The C math library is scalar: call it lane by lane, in one
         # function per name that every use calls (inline, the lane loops of
         # vmath's rare fallbacks alone were a twentieth of a megakernel's IR).
-        lane_fn = self.decl(f"jaxrender.{name}.lanes", self.T(F32), [self.T(F32)] * len(vals))
-        if not lane_fn.blocks:
-            lane_fn.linkage = "internal"
-            lane_fn.attributes.add("noinline")
-            b = ll.IRBuilder(lane_fn.append_basic_block("entry"))
+        def body(b, args):
             fn = self.decl(name, f32, [f32] * len(vals))
             out = self.poison(self.T(F32))
             for lane in range(self.lanes):
-                args = [b.extract_element(v, i32(lane)) for v in lane_fn.args]
-                out = b.insert_element(out, b.call(fn, args), i32(lane))
+                out = b.insert_element(out, b.call(fn, [b.extract_element(v, i32(lane)) for v in args]), i32(lane))
             b.ret(out)
-        return self.b.call(lane_fn, vals)
+
+        return self.b.call(self.outlined(f"jaxrender.{name}.lanes", self.T(F32), [self.T(F32)] * len(vals), body),
+                           vals)
+
+    def outlined(self, name: str, ret: ll.Type, args: list, body) -> ll.Function:
+        """The module's internal, never-inlined function ``name``, whose
+        body ``body(builder, arguments)`` emits the first time it is asked
+        for: code that many uses call rather than repeat."""
+        fn = self.decl(name, ret, args)
+        if not fn.blocks:
+            fn.linkage = "internal"
+            fn.attributes.add("noinline")
+            body(ll.IRBuilder(fn.append_basic_block("entry")), fn.args)
+        return fn
 
     def any(self, mask):
         return self.b.call(self.decl(f"llvm.vector.reduce.or.v{self.lanes}i1", i1, [self.T(BOOL)]), [mask])
@@ -981,20 +989,16 @@ class PacketCodegen(ItemCodegen):
         """The module's function that adds each active lane's value at its
         own address, one atomic per lane: one body that every scatter calls
         (inline, these lane loops were an eighth of a megakernel's IR)."""
-        vt = ll.VectorType(et, self.lanes)
-        fn = self.decl(f"jaxrender.atomic_{rmw}.{et}.lanes", ll.VoidType(),
-                       [ll.VectorType(ptr, self.lanes), vt, self.T(BOOL)])
-        if not fn.blocks:
-            fn.linkage = "internal"
-            fn.attributes.add("noinline")
-            b = ll.IRBuilder(fn.append_basic_block("entry"))
-            ptrs, value, ok = fn.args
+        def body(b, args):
+            ptrs, value, ok = args
             for lane in range(self.lanes):
                 with b.if_then(b.extract_element(ok, i32(lane))):
                     b.atomic_rmw(rmw, b.extract_element(ptrs, i32(lane)), b.extract_element(value, i32(lane)),
                                  "monotonic")
             b.ret_void()
-        return fn
+
+        return self.outlined(f"jaxrender.atomic_{rmw}.{et}.lanes", ll.VoidType(),
+                             [ll.VectorType(ptr, self.lanes), ll.VectorType(et, self.lanes), self.T(BOOL)], body)
 
     def call_bvh_query(self, mode: int, bufs: list[int], a: list) -> list:
         """Each active lane runs the traversal alone: lanes of a packet

@@ -40,6 +40,7 @@ from ..kernels import spectrum as kspectrum
 from ..kernels import textures as ktex
 from ..kernels.bsdfs import registry as bsdf_registry
 from ..kernels.context import GEOMETRY
+from ..kernels.shapes import NAMES as SHAPE_NAMES
 from . import sunsky as sunsky_model
 from . import textures as tex_io
 from .arrays import is_traced
@@ -157,9 +158,8 @@ class Scene:
     def analytic_kinds(self) -> tuple:
         """The names of the analytic shapes the scene has (``kernels.shapes
         .NAMES`` order): its kernels trace those kinds' code only."""
-        from ..kernels.shapes import NAMES
-        kinds = {int(k) for k in np.asarray(self.shape_data)[:, layout.SHAPE_KIND]} if len(self.shape_data) else set()
-        return tuple(n for i, n in enumerate(NAMES) if i in kinds)
+        kinds = {int(k) for k in np.asarray(self.shape_data)[:, layout.SHAPE_KIND]}
+        return tuple(n for i, n in enumerate(SHAPE_NAMES) if i in kinds)
 
     @functools.cached_property
     def structure(self):

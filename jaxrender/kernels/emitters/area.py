@@ -81,6 +81,9 @@ def pdf_sphere(ctx, sel, si):
 
 
 MESH = EmitterType("area", sample_mesh)
-SPHERE = EmitterType("area_sphere", sample_sphere, pdf=pdf_sphere, used=lambda structure: "sphere" in structure.analytic)
-DISK = EmitterType("area_disk", _sample_by_area(disk), used=lambda structure: "disk" in structure.analytic)
-CYLINDER = EmitterType("area_cylinder", _sample_by_area(cylinder), used=lambda structure: "cylinder" in structure.analytic)
+SPHERE = EmitterType("area_sphere", sample_sphere, pdf=pdf_sphere,
+                     used=lambda structure: "sphere" in structure.analytic)
+DISK = EmitterType("area_disk", _sample_by_area(disk),
+                   used=lambda structure: "disk" in structure.analytic)
+CYLINDER = EmitterType("area_cylinder", _sample_by_area(cylinder),
+                       used=lambda structure: "cylinder" in structure.analytic)

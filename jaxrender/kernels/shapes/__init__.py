@@ -31,7 +31,7 @@ def by_kind(geo, s, branches):
     """``branches[kind of shape s]()`` (one per ``ANALYTIC`` kind), traced
     for the kinds the scene has only (``geo.kinds``): the one call, a branch
     for two kinds, a dispatch beyond."""
-    kinds = geo.kinds or tuple(range(len(ANALYTIC)))
+    kinds = geo.kinds
     if len(kinds) == 1:
         return branches[kinds[0]]()
     kind = geo.shape_kind(s)
@@ -80,7 +80,7 @@ def curve_point(geo, shape, which, origin: Vec, phi, outward=0.0):
     lines seen from ``origin``, at height phi / 2 pi), moved ``outward`` (a
     fraction of its radius) off the surface, away from the shape: on the
     side its boundary region lies."""
-    kinds = geo.kinds or tuple(range(len(ANALYTIC)))
+    kinds = geo.kinds
     cos, sin = ir.cos(phi), ir.sin(phi)
     on_sphere = on_rim = None
     if KIND["sphere"] in kinds:
