@@ -20,6 +20,7 @@ from .primitives.film import FilmGeometry, has_alpha, to_pixel_format
 from .primitives.render_rules import PixelSplit, RenderConfig, nondifferentiable, render_image
 from .kernels import spectrum
 from .kernels import textures as ktex
+from .scene.arrays import is_traced
 from .scene.camera import fov_key
 from .scene import variants
 from .scene.errors import SceneError
@@ -156,7 +157,15 @@ def kernel_inputs(scene, params: Mapping[str, Any] | None = None, sensor: int = 
     """The scene's buffers (``Scene.kernel_inputs``) plus the BSDF tables
     computed from them."""
     inputs = scene.kernel_inputs(params, sensor, media)
-    inputs["bsdf_table"] = bsdf_table(scene.bsdf_types, inputs["bsdf_data"])
+    rows = inputs["bsdf_data"]
+    if params and is_traced(rows):
+        # Tables read only their BSDFs' alpha and eta: unless those are
+        # traced, compute them from concrete rows, once (bsdf_table's cache)
+        # rather than in every call of a jitted function.
+        concrete = {k: v for k, v in params.items() if not is_traced(v)}
+        if not (set(params) - set(concrete)) & scene.bsdf_table_keys():
+            rows = scene.bsdf_rows({**scene.params, **concrete})
+    inputs["bsdf_table"] = bsdf_table(scene.bsdf_types, rows)
     return inputs
 
 

@@ -423,3 +423,26 @@ def test_roughplastic_tables_match_mitsuba():
 def test_roughplastic_chi2(kw, theta):
     c = Case("roughplastic", **kw)
     assert _chi2(c, _dir(theta), hemisphere=True) < 4.5
+
+
+def test_roughplastic_tables_are_computed_once_unless_alpha_or_eta_is_traced():
+    """The tables' quadrature costs about 0.1 s, once a small render's
+    time over: a jitted render whose traced parameters are not a plastic's
+    alpha or eta (here its diffuse colour, and no parameter at all) uses the
+    table computed when the scene was first met, not a launch per call; a
+    traced alpha launches it. Both give the image of the concrete scene."""
+    import jax
+    import jax.numpy as jnp
+    import jaxrender
+    from test_bsdfs_normalmap import lit_card
+    scene = jaxrender.load_dict(lit_card({"type": "roughplastic", "alpha": 0.2, "diffuse_reflectance": {
+        "type": "rgb", "value": [0.2, 0.5, 0.7]}}, size=8))
+    assert scene.bsdf_table_keys() == {"card.bsdf.alpha", "card.bsdf.eta"}
+    want = np.asarray(jaxrender.render(scene, spp=4, seed=3))
+    for key, launches in [("card.bsdf.diffuse_reflectance.value", False), ("card.bsdf.alpha", True)]:
+        value = jnp.asarray(scene.params[key])
+        jaxpr = str(jax.make_jaxpr(lambda x: jaxrender.render(scene, {key: x}, spp=1))(value))
+        assert ("roughplastic_table" in jaxpr) == launches, key
+        got = jax.jit(lambda x: jaxrender.render(scene, {key: x}, spp=4, seed=3))(value)
+        np.testing.assert_array_equal(np.asarray(got), want)
+    assert "roughplastic_table" not in str(jax.make_jaxpr(lambda: jaxrender.render(scene, spp=1))())

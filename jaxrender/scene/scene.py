@@ -202,6 +202,26 @@ class Scene:
         """The kernel-side BsdfType of each BSDF row."""
         return [bsdf_registry.TYPES[t] for t, _, _ in self.bsdfs]
 
+    def bsdf_table_keys(self) -> frozenset:
+        """The parameter keys that BSDF lookup tables read (a rough
+        plastic's alpha and eta, ``BsdfType.table``)."""
+        keys = set()
+        for (_, fields, _), t in zip(self.bsdfs, self.bsdf_types):
+            if t.table is None:
+                continue
+            slots = {t.slot(name) for name in t.table[1:]}
+            start = 0
+            for k, w in fields:
+                if start in slots and isinstance(k, str):
+                    keys.add(k)
+                start += w
+        return frozenset(keys)
+
+    def bsdf_rows(self, p: Mapping[str, Any]) -> np.ndarray:
+        """The ``bsdf_data`` buffer for concrete parameter values ``p``."""
+        keys, build = self._param_buffer_builders(0, {})["bsdf_data"]
+        return build({k: p[k] for k in keys}, np)
+
     def texture_inputs(self) -> dict:
         """The texture buffers of the path kernel that no parameter value
         changes (texels and envmap tables: :meth:`param_buffers`)."""
