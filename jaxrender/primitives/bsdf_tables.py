@@ -55,8 +55,8 @@ def _host_table(distribution: str, alpha: float, eta: float) -> np.ndarray:
     """One rough plastic's table row (RES transmittances, then the internal
     reflectance), computed now even inside a trace."""
     with jax.ensure_compile_time_eval():
-        table, internal = roughplastic_tables(distribution, np.array([[alpha, eta]], np.float32))
-        row = np.append(np.asarray(table[0], np.float32), np.float32(internal[0]))
+        table, internal = precompute(distribution, alpha, eta)
+    row = np.append(table, np.float32(internal))
     row.setflags(write=False)
     return row
 
