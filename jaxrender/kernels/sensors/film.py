@@ -70,3 +70,68 @@ def weights_at(ctx, ux, uy, footprint: int):
     wx = [filter_weight(ctx, (k - n) + 0.5 - ux) for k in range(footprint)]
     wy = [filter_weight(ctx, (k - n) + 0.5 - uy) for k in range(footprint)]
     return [y * x for y in wy for x in wx]
+
+
+# ---------------------------------------------------------------------------
+# Developing: the splat blocks summed onto the canvas, and the transpose
+# ---------------------------------------------------------------------------
+# A grid of ``rows`` x ``width`` items, each with a block of ``footprint``²
+# entries of ``channels`` values (row-major: entry (dy, dx) at
+# ``(dy * footprint + dx) * channels``), covers a canvas of
+# (rows + footprint - 1) x (width + footprint - 1) pixels: entry (dy, dx) of
+# item (r, c) lands on canvas pixel (r + dy, c + dx). Both kernels read
+# where the other writes, so neither needs atomics, and each canvas pixel
+# sums its entries in (dy, dx) row-major order whatever the thread count.
+
+def _grid_inputs():
+    return {"rows": ir.Scalar("i32"), "width": ir.Scalar("i32")}
+
+
+def overlap_add_kernel(footprint: int, channels: int) -> ir.Kernel:
+    """One work item per canvas pixel (row-major): its ``channels`` values,
+    the sum of the block entries that land on it. ``blocks``: one row per
+    grid item, ``footprint``² x ``channels`` floats."""
+    k = footprint
+
+    def body(blocks, rows, width):
+        h, w = rows.value, width.value
+        pixel = ir.cast(ir.item_index(), "i32")
+        y, x = pixel // (w + k - 1), pixel % (w + k - 1)
+
+        def total(checked: bool):
+            acc = [ir.Float(0.0)] * channels
+            for dy in range(k):
+                for dx in range(k):
+                    r, c = y - dy, x - dx
+                    item = r * w + c
+                    if checked:
+                        inside = (r >= 0) & (r < h) & (c >= 0) & (c < w)
+                        item = ir.select(inside, item, 0)
+                    for ch in range(channels):
+                        v = blocks.read(item, (dy * k + dx) * channels + ch)
+                        acc[ch] = acc[ch] + (ir.select(inside, v, 0.0) if checked else v)
+            return acc
+
+        # Pixels whose taps all land on grid items (most of them) skip the
+        # bounds checks.
+        interior = (y >= k - 1) & (y < h) & (x >= k - 1) & (x < w)
+        return list(ir.cond(interior, lambda: total(False), lambda: total(True)))
+
+    return ir.trace(body, {"blocks": ir.In("f32", (k * k * channels,)), **_grid_inputs()},
+                    {"canvas": ir.Out("f32", (channels,))}, name=f"film_overlap_add_{k}x{k}x{channels}")
+
+
+def block_gather_kernel(footprint: int, channels: int) -> ir.Kernel:
+    """The transpose of :func:`overlap_add_kernel`: one work item per grid
+    item, its block's entries taken from the canvas pixels they land on.
+    ``canvas``: one row per canvas pixel (row-major) of ``channels`` floats."""
+    k = footprint
+
+    def body(canvas, rows, width):
+        w = width.value
+        item = ir.cast(ir.item_index(), "i32")
+        r, c = item // w, item % w
+        return [v for dy in range(k) for dx in range(k) for v in canvas[(r + dy) * (w + k - 1) + c + dx]]
+
+    return ir.trace(body, {"canvas": ir.In("f32", (channels,)), **_grid_inputs()},
+                    {"block": ir.Out("f32", (k * k * channels,))}, name=f"film_block_gather_{k}x{k}x{channels}")
