@@ -21,6 +21,7 @@ import llvmlite.binding as llvm
 from jaxrender import ir
 from jaxrender.kernels.context import Structure
 from jaxrender.kernels.integrators import PathIntegrator, StokesIntegrator, boundary
+from jaxrender.kernels.sensors import film
 from jaxrender.kernels.spectrum import SPECTRAL, SPECTRAL_POLARIZED
 from jaxrender.lowering import bvh_traversal, ptx, toolkit
 
@@ -106,6 +107,7 @@ ENGINE_KERNELS = {
     "scatter": test_scatter_dispatch.scatter_kernel, "vector_accum": test_scatter_dispatch.vector_accum_kernel,
     "dispatch_in_loop": test_scatter_dispatch.bounce_kernel, "kitchen_sink": test_codegen_lanes.kitchen_sink,
     "samplers": test_samplers.all_samplers_kernel,
+    "film_overlap_add": lambda: film.overlap_add_kernel(5, 3), "film_block_gather": lambda: film.block_gather_kernel(5, 3),
 }
 
 

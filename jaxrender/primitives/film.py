@@ -30,7 +30,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from ..kernels.sensors import film as film_kernels
-from .kernel_call import launch
+from .kernel_call import launch, prefetch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,8 +120,9 @@ def _overlap_add_launch(blocks, *, rows, width, footprint):
     kernel = film_kernels.overlap_add_kernel(footprint, channels)
 
     def one(b):
-        return launch(kernel, (h * w,), blocks=b, rows=rows, width=width, preferred_lanes=1)["canvas"].reshape(
-            h, w, channels)
+        canvas = launch(kernel, (h * w,), blocks=b.reshape(-1), grid_rows=rows, grid_columns=width,
+                        preferred_lanes=1)["canvas"]
+        return canvas.reshape(h, w, channels)
 
     return _over_batch(one, blocks, blocks.ndim - 2)
 
@@ -131,10 +132,24 @@ def _block_gather_launch(canvas, *, rows, width, footprint):
     kernel = film_kernels.block_gather_kernel(footprint, channels)
 
     def one(c):
-        return launch(kernel, (rows * width,), canvas=c.reshape(-1, channels), rows=rows, width=width,
+        return launch(kernel, (rows * width,), canvas=c.reshape(-1, channels), grid_rows=rows, grid_columns=width,
                       preferred_lanes=1)["block"]
 
     return _over_batch(one, canvas, canvas.ndim - 3)
+
+
+def prefetch_kernels(footprint: int, channels: int, transpose: bool = False) -> None:
+    """Start compiling, in the background, the kernels that develop an
+    unbatched image of ``channels`` (and its weights), or with
+    ``transpose`` the gather of its cotangents: they are small, but a new
+    kernel cache would otherwise compile them after the render's kernel."""
+    if footprint == 1:
+        return
+    if transpose:
+        prefetch(film_kernels.block_gather_kernel(footprint, channels), preferred_lanes=1)
+    else:
+        for c in dict.fromkeys((channels, 1)):
+            prefetch(film_kernels.overlap_add_kernel(footprint, c), preferred_lanes=1)
 
 
 def _linear_rules(prim, abstract, run, transpose_prim):

@@ -43,7 +43,7 @@ from ..kernels.context import MOVING, Structure, moves_geometry
 from ..kernels.integrators import Integrator, PathIntegrator
 from ..ir.graph import NUMPY_DTYPE
 from .boundary import boundary_tangent, canvas_shape, film_segments, shadow_edges
-from .film import FilmGeometry, crop_canvas, develop, normalize, splat_canvas
+from .film import FilmGeometry, crop_canvas, develop, normalize, prefetch_kernels, splat_canvas
 from .kernel_call import launch, prefetch
 from .levels import register, sum_unmapped, vmap_levels
 
@@ -254,9 +254,24 @@ def render_image(config: RenderConfig, inputs: dict) -> jax.Array:
     ``inputs`` holds the integrator's buffers plus ``seed_grad`` and
     ``spp_grad`` for its derivatives."""
     kernel = config.integrator.primal_kernel(config.structure)
+    if not _batched(inputs.values()):
+        _prefetch_film_kernels(config)
     out = (_over_tiles if config.split.tiles > 1 else _launch)(config, kernel, inputs)
     weights = out["weights"] if "weights" in out else _film_weights(config, inputs)
     return _develop(config, out["image"], weights)
+
+
+def _prefetch_film_kernels(config: RenderConfig, transpose: bool = False) -> None:
+    """Start compiling the film's develop kernels (not used when the image
+    is split across devices, see ``film.splat_canvas``)."""
+    if config.split.shards == 1:
+        prefetch_kernels(config.film.footprint, config.integrator.channels, transpose)
+
+
+def _batched(values) -> bool:
+    """Whether any of ``values`` is batched by ``vmap`` (whose launches are
+    other kernels than the ones a prefetch would compile)."""
+    return any(isinstance(x, BatchTracer) for x in values)
 
 
 def _prefetch_derivative_kernel(config: RenderConfig, inputs, tin) -> None:
@@ -267,13 +282,14 @@ def _prefetch_derivative_kernel(config: RenderConfig, inputs, tin) -> None:
     ``vmap`` (its launches are batched kernels)."""
     integrator = config.integrator
     active = tuple(n for n in integrator.differentiable if n in tin and not _is_zero(tin[n]))
-    if not active or any(isinstance(x, BatchTracer) for x in (*inputs.values(), *tin.values())):
+    if not active or _batched((*inputs.values(), *tin.values())):
         return
     if config.film.footprint > 1:  # the tangent's film weights (_film_weights)
         prefetch(integrator.weights_kernel(config.structure), preferred_lanes=config.lanes)
     if any(isinstance(tin[n], pe.JaxprTracer) for n in active):
         if config.method in integrator.adjoint_methods:  # (else the transpose will say why)
             prefetch(integrator.adjoint_kernel(active, config.method, config.structure), preferred_lanes=config.lanes)
+            _prefetch_film_kernels(config, transpose=True)
     else:
         prefetch(integrator.forward_kernel(active, config.structure), preferred_lanes=config.lanes)
 

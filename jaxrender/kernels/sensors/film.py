@@ -21,6 +21,8 @@ sensor maps positions on it to rays).
 """
 from __future__ import annotations
 
+import functools
+
 from ... import ir
 
 # Random dimension of the position within the pixel (``Context.rand``).
@@ -84,51 +86,58 @@ def weights_at(ctx, ux, uy, footprint: int):
 # sums its entries in (dy, dx) row-major order whatever the thread count.
 
 def _grid_inputs():
-    return {"rows": ir.Scalar("i32"), "width": ir.Scalar("i32")}
+    return {"grid_rows": ir.Scalar("i32"), "grid_columns": ir.Scalar("i32")}
 
 
+@functools.lru_cache(maxsize=None)
 def overlap_add_kernel(footprint: int, channels: int) -> ir.Kernel:
     """One work item per canvas pixel (row-major): its ``channels`` values,
-    the sum of the block entries that land on it. ``blocks``: one row per
-    grid item, ``footprint``² x ``channels`` floats."""
+    the sum of the block entries that land on it. ``blocks``: the grid
+    items' blocks, ``footprint``² x ``channels`` floats each, flat."""
     k = footprint
 
-    def body(blocks, rows, width):
-        h, w = rows.value, width.value
+    def body(blocks, grid_rows, grid_columns):
+        h, w = grid_rows.value, grid_columns.value
         pixel = ir.cast(ir.item_index(), "i32")
         y, x = pixel // (w + k - 1), pixel % (w + k - 1)
 
-        def total(checked: bool):
-            acc = [ir.Float(0.0)] * channels
-            for dy in range(k):
+        def row(checked: bool):
+            # The taps of one block row dy: a loop, not unrolled, keeps the
+            # kernel small (it compiles in every new cache).
+            def taps(dy, acc):
+                acc = list(acc)
+                r = y - dy
                 for dx in range(k):
-                    r, c = y - dy, x - dx
+                    c = x - dx
                     item = r * w + c
                     if checked:
                         inside = (r >= 0) & (r < h) & (c >= 0) & (c < w)
                         item = ir.select(inside, item, 0)
+                    base = (item * k + dy) * k * channels + dx * channels
                     for ch in range(channels):
-                        v = blocks.read(item, (dy * k + dx) * channels + ch)
+                        v = blocks[base + ch]
                         acc[ch] = acc[ch] + (ir.select(inside, v, 0.0) if checked else v)
-            return acc
+                return tuple(acc)
+            return list(ir.fori_loop(0, k, taps, (ir.Float(0.0),) * channels))
 
         # Pixels whose taps all land on grid items (most of them) skip the
         # bounds checks.
         interior = (y >= k - 1) & (y < h) & (x >= k - 1) & (x < w)
-        return list(ir.cond(interior, lambda: total(False), lambda: total(True)))
+        return list(ir.cond(interior, lambda: row(False), lambda: row(True)))
 
-    return ir.trace(body, {"blocks": ir.In("f32", (k * k * channels,)), **_grid_inputs()},
+    return ir.trace(body, {"blocks": ir.In("f32"), **_grid_inputs()},
                     {"canvas": ir.Out("f32", (channels,))}, name=f"film_overlap_add_{k}x{k}x{channels}")
 
 
+@functools.lru_cache(maxsize=None)
 def block_gather_kernel(footprint: int, channels: int) -> ir.Kernel:
     """The transpose of :func:`overlap_add_kernel`: one work item per grid
     item, its block's entries taken from the canvas pixels they land on.
     ``canvas``: one row per canvas pixel (row-major) of ``channels`` floats."""
     k = footprint
 
-    def body(canvas, rows, width):
-        w = width.value
+    def body(canvas, grid_rows, grid_columns):
+        w = grid_columns.value
         item = ir.cast(ir.item_index(), "i32")
         r, c = item // w, item % w
         return [v for dy in range(k) for dx in range(k) for v in canvas[(r + dy) * (w + k - 1) + c + dx]]
