@@ -44,6 +44,11 @@ def _check_film_fits(cam, floats_per_item: int, split: PixelSplit, channels: int
     items = gw * gh
     if items >= 2 ** 31:
         raise SceneError(f"a {gw}x{gh} film has {items} pixels, more than the 2**31 a render can index")
+    launched = (split.tile_rows if split.tiles > 1 else gh) * gw * floats_per_item
+    if split.shards == 1 and launched >= 2 ** 31:
+        # (the film's develop kernels index one launch's blocks with 32 bits)
+        raise SceneError(f"a {gw}x{gh} film's launch writes {launched} floats ({floats_per_item} a pixel), more "
+                         f"than the 2**31 a kernel can index: lower max_launch_bytes to render it in bands")
     if split.tiles > 1:
         k = cam.footprint
         need = (split.tile_rows * gw * floats_per_item + (gh + k) * (gw + k) * (channels + 1)) * 4

@@ -218,3 +218,12 @@ def test_bad_launch_budget_is_a_scene_error(bad):
     import jaxrender
     with pytest.raises(jaxrender.SceneError, match="max_launch_bytes"):
         jaxrender.render(_scene("box"), spp=1, max_launch_bytes=bad)
+
+
+def test_a_launch_too_large_to_index_is_a_scene_error_before_any_work():
+    import jaxrender
+    d = jaxrender.cornell_box()
+    d["sensor"]["film"].update(width=20000, height=20000)   # gaussian: 100 floats a pixel
+    scene = jaxrender.load_dict(d)
+    with pytest.raises(jaxrender.SceneError, match="lower max_launch_bytes"):
+        jaxrender.render(scene, spp=1, max_launch_bytes=2 ** 45)
