@@ -120,7 +120,7 @@ def _overlap_add_launch(blocks, *, rows, width, footprint):
     kernel = film_kernels.overlap_add_kernel(footprint, channels)
 
     def one(b):
-        canvas = launch(kernel, (h * w,), blocks=b.reshape(-1), grid_rows=rows, grid_columns=width,
+        canvas = launch(kernel, (h * w,), blocks=b, grid_rows=rows, grid_columns=width,
                         preferred_lanes=1)["canvas"]
         return canvas.reshape(h, w, channels)
 

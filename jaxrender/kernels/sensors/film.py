@@ -92,8 +92,8 @@ def _grid_inputs():
 @functools.lru_cache(maxsize=None)
 def overlap_add_kernel(footprint: int, channels: int) -> ir.Kernel:
     """One work item per canvas pixel (row-major): its ``channels`` values,
-    the sum of the block entries that land on it. ``blocks``: the grid
-    items' blocks, ``footprint``² x ``channels`` floats each, flat."""
+    the sum of the block entries that land on it. ``blocks``: one row per
+    grid item, ``footprint``² x ``channels`` floats."""
     k = footprint
 
     def body(blocks, grid_rows, grid_columns):
@@ -101,31 +101,26 @@ def overlap_add_kernel(footprint: int, channels: int) -> ir.Kernel:
         pixel = ir.cast(ir.item_index(), "i32")
         y, x = pixel // (w + k - 1), pixel % (w + k - 1)
 
-        def row(checked: bool):
-            # The taps of one block row dy: a loop, not unrolled, keeps the
-            # kernel small (it compiles in every new cache).
-            def taps(dy, acc):
-                acc = list(acc)
-                r = y - dy
+        def total(checked: bool):
+            acc = [ir.Float(0.0)] * channels
+            for dy in range(k):
                 for dx in range(k):
-                    c = x - dx
+                    r, c = y - dy, x - dx
                     item = r * w + c
                     if checked:
                         inside = (r >= 0) & (r < h) & (c >= 0) & (c < w)
                         item = ir.select(inside, item, 0)
-                    base = (item * k + dy) * k * channels + dx * channels
                     for ch in range(channels):
-                        v = blocks[base + ch]
+                        v = blocks.read(item, (dy * k + dx) * channels + ch)
                         acc[ch] = acc[ch] + (ir.select(inside, v, 0.0) if checked else v)
-                return tuple(acc)
-            return list(ir.fori_loop(0, k, taps, (ir.Float(0.0),) * channels))
+            return acc
 
         # Pixels whose taps all land on grid items (most of them) skip the
         # bounds checks.
         interior = (y >= k - 1) & (y < h) & (x >= k - 1) & (x < w)
-        return list(ir.cond(interior, lambda: row(False), lambda: row(True)))
+        return list(ir.cond(interior, lambda: total(False), lambda: total(True)))
 
-    return ir.trace(body, {"blocks": ir.In("f32"), **_grid_inputs()},
+    return ir.trace(body, {"blocks": ir.In("f32", (k * k * channels,)), **_grid_inputs()},
                     {"canvas": ir.Out("f32", (channels,))}, name=f"film_overlap_add_{k}x{k}x{channels}")
 
 
