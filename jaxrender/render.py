@@ -9,7 +9,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .kernels import emitters as kemitters
 from .kernels import integrators, layout
 from .kernels.bsdfs.surface import samples_null
 from .kernels.integrators import ADJOINT_METHODS
@@ -377,21 +376,11 @@ def _moving_why(what: str, moves: str, scene, settings, structure) -> str | None
     return None
 
 
-# Environments whose radiance changes with direction.
-_VARYING_ENVIRONMENTS = {"envmap", "sunsky"}
-
-
 def _camera_why(scene, cam, integrator, settings, structure) -> str | None:
     """Why this render cannot differentiate its camera, or None."""
     if "camera" not in integrator.differentiable:
         return (f"camera derivatives are implemented for the path and direct integrators, not "
                 f"{scene.integrator['type']!r}")
-    if cam.kind == "orthographic" and not int(settings.get("hide_emitters", 0)):
-        # (its misses all see the one direction the camera turns: not a motion on the film)
-        seen = {kemitters.NAMES[int(t)] for t in scene.emitter_meta[:, layout.META_TYPE]} & _VARYING_ENVIRONMENTS
-        if seen:
-            return (f"camera derivatives of an orthographic camera that sees an environment that varies with "
-                    f"direction ({', '.join(sorted(seen))}) are not supported yet")
     return _moving_why("camera", "the camera", scene, settings, structure)
 
 

@@ -160,6 +160,8 @@ class PathIntegrator(ReplayIntegrator):
                 boundary = boundary + shadows.vertex_term(ctx, shadow, si.p)
         elif ctx.camera_motion:
             si = motion.attach_primary_wi(ctx, si, depth == 0)
+        if ctx.camera_motion:
+            si = motion.attach_primary_miss(ctx, si, depth == 0)
         # Emission seen along the ray, weighted against emitter sampling.
         S = self.spectrum
         le, env_pdf = emitters.eval_hit(ctx, si)

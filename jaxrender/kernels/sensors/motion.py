@@ -10,7 +10,9 @@ is
 - how much film area a unit of area at x covers (the Jacobian ``J`` below),
   which the estimate is divided by relative to its value at the sample;
 - the direction from x back to the camera, so the shading at x
-  (:func:`attach_primary_wi`).
+  (:func:`attach_primary_wi`);
+- for an orthographic camera, the one direction all its misses see, so
+  the environment's radiance there (:func:`attach_primary_miss`).
 
 Points the camera sees through a miss are directions (an environment).
 What is *not* smooth in this form, the visibility of points behind a
@@ -23,7 +25,8 @@ An orthographic camera projects along its axis a = to_world (0, 0, 1)
 (to_world may scale): the film area per unit area is |n.a| / (4 tx ty
 |det to_world|), and what it sees through a miss is one direction, which
 its motion turns but never moves on the film (a miss keeps its film
-position).
+position, and the radiance it sees is the environment's along the turned
+axis).
 """
 from __future__ import annotations
 
@@ -184,3 +187,17 @@ def attach_primary_wi(ctx, si, first):
     the camera where ``first`` (the camera ray's own hit)."""
     wi = si.frame.to_local(toward_camera(ctx, ir.detach(si.p)))
     return dataclasses.replace(si, wi=Vec(*(ir.select(first, a, b) for a, b in zip(wi, si.wi))))
+
+
+def attach_primary_miss(ctx, si, first):
+    """``si`` with, for an orthographic camera, the direction of a camera
+    ray that left the scene (``first`` and no hit) a function of the
+    camera: every such ray runs along the camera's axis, so turning the
+    camera turns what the environment shows at every pixel, where a
+    perspective camera's misses keep their directions and move on the film
+    (:func:`attached_weights`)."""
+    if not orthographic(ctx):
+        return si
+    a = ir.normalize(axis(CameraRow(ctx.b["camera"])))
+    miss = first & ~si.hit
+    return dataclasses.replace(si, d=Vec(*(ir.select(miss, x, y) for x, y in zip(a, si.d))))
