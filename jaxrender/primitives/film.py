@@ -104,16 +104,16 @@ def _block_gather_abstract(canvas, *, rows, width, footprint):
     return jax.core.ShapedArray(shape, canvas.dtype)
 
 
-# Both kernels run one lane per packet: a lane's reads are a few adjacent
-# floats, and neighbouring lanes' are a block apart, so SIMD packets only add
-# gathers (256 x 256, 5 x 5, RGB: overlap-add 3.4 ms with one lane, 4.6 ms with
-# eight; the gather 2.0 against 4.5 ms).
 def _over_batch(fn, x, batch_rank: int):
     for _ in range(batch_rank):
         fn = jax.vmap(fn)
     return fn(x)
 
 
+# Both kernels run one lane per packet: a lane's reads are a few adjacent
+# floats, and neighbouring lanes' are a block apart, so SIMD packets only add
+# gathers (256 x 256, 5 x 5, RGB: overlap-add 3.4 ms with one lane, 4.6 ms with
+# eight; the gather 2.0 against 4.5 ms).
 def _overlap_add_launch(blocks, *, rows, width, footprint):
     channels = _channels(blocks.shape[-1], footprint)
     h, w = _canvas_shape(rows, width, footprint)
@@ -187,9 +187,9 @@ def develop(blocks, weights, geom: FilmGeometry, channels: int, rows: int | None
     the weight kernel's blocks (items, footprint²)). A pixel that no sample
     reached with a nonzero weight is zero, as in Mitsuba. ``rows``: grid
     rows the blocks cover when the launches were devices' equal bands of
-    rows (and ran past the grid's end); the rows past it are dropped. ``extra``: a canvas of the
-    whole grid (``splat_canvas``'s shape) added to the sums before they are
-    divided (the camera's boundary term)."""
+    rows (and ran past the grid's end); the rows past it are dropped.
+    ``extra``: a canvas of the whole grid (``splat_canvas``'s shape) added
+    to the sums before they are divided (the camera's boundary term)."""
     (gh, gw), k = geom.grid, geom.footprint
     by_rows, rows = rows is not None, gh if rows is None else rows
 
