@@ -29,6 +29,7 @@ from ..kernels import layout
 from ..kernels.context import MOVING
 from ..kernels.integrators import boundary as kernels
 from ..kernels.shapes import KIND as SHAPE_KIND
+from . import film
 from .kernel_call import launch
 from .levels import register, sum_unmapped, vmap_levels
 
@@ -375,8 +376,7 @@ def kernels_inputs_names(config) -> tuple:
 
 
 def canvas_shape(config) -> tuple:
-    (gh, gw), k = config.film.grid, config.film.footprint
-    return (gh + k - 1, gw + k - 1)
+    return film.canvas_shape(*config.film.grid, config.film.footprint)
 
 
 def _forward_unbatched(config, active, *args):

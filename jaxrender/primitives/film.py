@@ -90,12 +90,14 @@ def _channels(blocks_width: int, footprint: int) -> int:
     return blocks_width // (footprint * footprint)
 
 
-def _canvas_shape(rows: int, width: int, footprint: int) -> tuple:
+def canvas_shape(rows: int, width: int, footprint: int) -> tuple:
+    """(height, width) of the canvas the blocks of ``rows`` x ``width``
+    grid items with a ``footprint`` are overlap-added onto."""
     return rows + footprint - 1, width + footprint - 1
 
 
 def _overlap_add_abstract(blocks, *, rows, width, footprint):
-    shape = blocks.shape[:-2] + _canvas_shape(rows, width, footprint) + (_channels(blocks.shape[-1], footprint),)
+    shape = blocks.shape[:-2] + canvas_shape(rows, width, footprint) + (_channels(blocks.shape[-1], footprint),)
     return jax.core.ShapedArray(shape, blocks.dtype)
 
 
@@ -116,7 +118,7 @@ def _over_batch(fn, x, batch_rank: int):
 # eight; the gather 2.0 against 4.5 ms).
 def _overlap_add_launch(blocks, *, rows, width, footprint):
     channels = _channels(blocks.shape[-1], footprint)
-    h, w = _canvas_shape(rows, width, footprint)
+    h, w = canvas_shape(rows, width, footprint)
     kernel = film_kernels.overlap_add_kernel(footprint, channels)
 
     def one(b):

@@ -44,6 +44,7 @@ from ..kernels.integrators import Integrator, PathIntegrator
 from ..ir.graph import NUMPY_DTYPE
 from .boundary import boundary_tangent, canvas_shape, film_segments, shadow_edges
 from .film import FilmGeometry, crop_canvas, develop, normalize, prefetch_kernels, splat_canvas
+from .film import canvas_shape as film_canvas_shape
 from .kernel_call import launch, prefetch
 from .levels import register, sum_unmapped, vmap_levels
 
@@ -190,7 +191,8 @@ def _over_tiles(config: RenderConfig, kernel, inputs: Mapping[str, Any], accum_r
         x = jnp.where(valid_rows(t), blocks.reshape(rows, gw, width), 0.0)
         return splat_canvas(x, rows, gw, k, width // (k * k))
 
-    canvases = {n: jnp.zeros((split.tiles * rows + k - 1, gw + k - 1, spec.item_shape[0] // (k * k)), jnp.float32)
+    canvases = {n: jnp.zeros(film_canvas_shape(split.tiles * rows, gw, k) + (spec.item_shape[0] // (k * k),),
+                             jnp.float32)
                 for n, spec in kernel.item_outputs.items()}
     sums = {n: jnp.zeros((accum_rows[n],) + spec.item_shape, NUMPY_DTYPE[spec.dtype])
             for n, spec in kernel.accumulators.items()}
@@ -385,7 +387,7 @@ def _jvp_abstract(*args, config, active, batch_shape, in_batch):
     width = config.integrator.block_width(config.structure)
     split, k = config.split, config.film.footprint
     if split.tiles > 1:
-        shape = (split.tiles * split.tile_rows + k - 1, config.film.grid[1] + k - 1, width // (k * k))
+        shape = film_canvas_shape(split.tiles * split.tile_rows, config.film.grid[1], k) + (width // (k * k),)
     elif split.shards > 1:
         shape = (split.padded_rows(config.film.grid) * config.film.grid[1], width)
     else:
