@@ -20,7 +20,8 @@ import jax.numpy as jnp
 import jaxrender
 from jaxrender import NotDifferentiableError
 from jaxrender.kernels.integrators import base as integrator_base
-from jaxrender.kernels.integrators import material
+from jaxrender.kernels import integrators
+from jaxrender.kernels.integrators import PathIntegrator, material
 
 from test_camera_gradients import WEIGHTS, _look_at, _z
 
@@ -180,6 +181,39 @@ def test_silhouette_against_the_sky_and_forward_equals_reverse():
     (jtc,) = jax.vjp(image, value)[1](c)
     lhs, rhs = float(jnp.sum(jt * c)), float(jnp.sum(t * jtc))
     assert abs(lhs - rhs) <= 1e-3 * max(abs(lhs), abs(rhs), 1.0), (lhs, rhs)
+
+
+@pytest.mark.parametrize("moving, hide_emitters", [(False, False), (True, True)])
+def test_direct_adjoint_retracing_one_ray_equals_the_first_pass_form(monkeypatch, moving, hide_emitters):
+    """``direct``'s PRB adjoint re-traces the one ray after a path's first
+    vertex instead of running a first pass (``short_paths``): the same
+    gradients as the first-pass form, for materials (whose continuation
+    weights carry that ray's radiance; hide_emitters: camera rays passing
+    through the light, whose rest is the whole path), and for geometry,
+    the camera and a material together."""
+    d = shadow_scene(integrator={"type": "direct", "hide_emitters": hide_emitters})
+    d["sensor"]["to_world"] = _look_at((0.2, 1.1, 2.4), (0, 0.9, 0))          # the light in view
+    d["light"]["to_world"] = _placed(0.8, 0.8, 1, (0.2, 2.0, 0), "down")      # often met by BSDF samples
+    d["sensor"]["film"]["rfilter"] = {"type": "gaussian"}
+    scene = jaxrender.load_dict(d)
+    keys = ["floor.bsdf.reflectance.value", "occluder.bsdf.reflectance.value"]
+    if moving:
+        keys += ["occluder.to_world", scene.camera_key]
+    p0 = {k: jnp.asarray(scene.params[k]) for k in keys}
+    c = jnp.asarray(np.random.default_rng(7).normal(size=(24, 24, 3)).astype(np.float32))
+
+    def grads():
+        f = lambda p: jaxrender.render(scene, p, spp=4, seed=1, seed_grad=3)   # noqa: E731
+        return jax.vjp(f, p0)[1](c)[0]
+
+    short = grads()
+    monkeypatch.setitem(integrators.BY_TYPE, "direct", lambda props: PathIntegrator())
+    first_pass = grads()
+    for k in keys:
+        want = np.asarray(first_pass[k])
+        assert np.any(want != 0.0), k
+        np.testing.assert_allclose(np.asarray(short[k]), want, rtol=1e-4,
+                                   atol=1e-4 * float(np.max(np.abs(want))), err_msg=k)
 
 
 def test_degenerate_triangles_give_finite_derivatives(tmp_path):

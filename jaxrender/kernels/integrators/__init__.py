@@ -23,8 +23,8 @@ from .stokes import STOKES_NAMES, StokesIntegrator, StokesVolpathIntegrator
 from .volpath import VolpathIntegrator
 
 BY_TYPE: dict[str, Callable[[Mapping[str, Any]], Integrator]] = {
-    "path": lambda props: PathIntegrator(),
-    "direct": lambda props: PathIntegrator(),      # two vertices, no roulette (PathIntegrator.settings)
+    "path": lambda props: PathIntegrator(short_paths=0 <= int(props.get("max_depth", -1)) <= 2),
+    "direct": lambda props: PathIntegrator(short_paths=True),   # two vertices, no roulette (PathIntegrator.settings)
     "volpath": lambda props: VolpathIntegrator(),
     "prbvolpath": lambda props: VolpathIntegrator(),  # the same kernels (Mitsuba's defaults: settings)
     "aov": lambda props: AovIntegrator(tuple(t for _, t in parse_aovs(props["aovs"]))),

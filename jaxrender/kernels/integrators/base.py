@@ -305,8 +305,13 @@ class Integrator:
 @dataclasses.dataclass(frozen=True)
 class ReplayIntegrator(Integrator):
     """An integrator whose estimate is a loop over path vertices, with the
-    adjoint kernels built by replay (see the module docstring)."""
+    adjoint kernels built by replay (see the module docstring).
+    ``short_paths``: every path ends at its second vertex (``direct``, a
+    max_depth of at most 2), so what a path gathers after a vertex is what
+    one more ray meets, and PRB's adjoint re-traces that ray instead of
+    running its first pass (any depth would still be exact, only slower)."""
     adjoint_methods: ClassVar[tuple] = ADJOINT_METHODS
+    short_paths: bool = dataclasses.field(default=False, kw_only=True)
 
     def start(self, ctx: Context, s):
         """The loop state of sample ``s`` before its first vertex."""
@@ -394,25 +399,13 @@ class ReplayIntegrator(Integrator):
             state0 = self.start(ctx, s)
             gated = self.kept(state0) is not None
             camera = ctx.camera_motion or ctx.geometry_motion
-            final = self.run(plain, s, state0) if method == "prb" or gated or camera else None
-            total = final.radiance if method == "prb" else S.no_radiance()
+            # (short paths: the radiance after a vertex is re-traced, one ray, in the replay)
+            rest_traced = method == "prb" and self.short_paths and not gated
+            first_pass = (method == "prb" and not rest_traced) or gated
+            final = self.run(plain, s, state0) if first_pass else None
+            total = final.radiance if method == "prb" and not rest_traced else S.no_radiance()
             if gated:   # a path that does not count has no derivative
                 d_l = ir.select(self.kept(final), d_l, S.no_radiance())
-            if camera:
-                # The splat weights move with the camera (sensors/motion.py):
-                # their cotangents are the footprint's pixel cotangents
-                # times the sample's whole estimate.
-                estimate = (final.radiance if not gated
-                            else ir.select(self.kept(final), final.radiance, S.no_radiance()))
-                _, weights_pullback = ir.vjp(lambda: motion.attached_weights(ctx, s, footprint), buffer_grads=grads)
-                d_weights = [_dot(S.read_film(b["grad_image"], ctx.item, k * stride), ctx.spectrum.to_film(estimate))
-                             for k in range(footprint * footprint)]
-                if self.alpha:
-                    # alpha (whose own derivative is the film boundary's) moves with the weights too
-                    alpha = self.sample_alpha(ctx, s)
-                    d_weights = [d + b["grad_image"].read(ctx.item, k * stride + width) * alpha
-                                 for k, d in enumerate(d_weights)]
-                weights_pullback(d_weights)
 
             def replay(state):
                 shaded = []
@@ -423,7 +416,12 @@ class ReplayIntegrator(Integrator):
                     return outs
 
                 new, vertex = self.step(ctx, s, state, shade_with_vjp)
-                if method == "prb":
+                if method == "prb" and rest_traced:
+                    # (where the path goes on: a pass-through step's too, whose rest is the whole path)
+                    rest = ir.cond(new.active,
+                                   lambda: self.trace(plain, s, dataclasses.replace(new, radiance=S.no_radiance())),
+                                   S.no_radiance)
+                elif method == "prb":
                     rest = total - new.radiance        # exactly 0 where the path ends
                 elif method == "rb" and S.polarized:
                     # Mueller matrices need not be invertible: local_radiance
@@ -441,7 +439,23 @@ class ReplayIntegrator(Integrator):
                 pullback(_nonzero(local_pullback(d_l)[0]))
                 return new
 
-            ir.while_loop(lambda st: st.active, replay, state0)
+            last = ir.while_loop(lambda st: st.active, replay, state0)
+            if camera:
+                # The splat weights move with the camera (sensors/motion.py):
+                # their cotangents are the footprint's pixel cotangents
+                # times the sample's whole estimate (the replay's, in value
+                # the first pass's, where there is none).
+                estimate = (last.radiance if final is None else final.radiance if not gated
+                            else ir.select(self.kept(final), final.radiance, S.no_radiance()))
+                _, weights_pullback = ir.vjp(lambda: motion.attached_weights(ctx, s, footprint), buffer_grads=grads)
+                d_weights = [_dot(S.read_film(b["grad_image"], ctx.item, k * stride), ctx.spectrum.to_film(estimate))
+                             for k in range(footprint * footprint)]
+                if self.alpha:
+                    # alpha (whose own derivative is the film boundary's) moves with the weights too
+                    alpha = self.sample_alpha(ctx, s)
+                    d_weights = [d + b["grad_image"].read(ctx.item, k * stride + width) * alpha
+                                 for k, d in enumerate(d_weights)]
+                weights_pullback(d_weights)
             return carry
 
         ir.fori_loop(ir.UInt(0), spp, one_sample, ir.Int(0))
@@ -467,4 +481,5 @@ class ReplayIntegrator(Integrator):
         inputs = dict(self.kernel_inputs(active, structure), grad_image=ir.In("f32", (self.block_width(structure),)))
         outputs = {"grad_" + n: ir.Accum(inputs[n].dtype, inputs[n].item_shape) for n in active}
         return ir.trace(functools.partial(self._adjoint_body, active, method, structure), inputs, outputs,
-                        name=f"{self.name}_adjoint_{method}_" + "_".join(active) + self._variant(structure))
+                        name=f"{self.name}_adjoint_{method}{'_short' if self.short_paths else ''}_"
+                        + "_".join(active) + self._variant(structure))
