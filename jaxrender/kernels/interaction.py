@@ -131,14 +131,25 @@ def intersect(ctx, o: Vec, d: Vec, t_min, t_max=INF, known: "KnownHit | None" = 
                               scale, o, dp_du, dp_dv, instance)
 
 
-def shown_hit(ctx, o: Vec, d: Vec, t_min, t_max=INF) -> SurfaceInteraction:
+def first_hit(ctx, o: Vec, d: Vec, t_min, t_max=INF) -> tuple[SurfaceInteraction, KnownHit]:
+    """The first hit of the ray (o, d), traced without derivatives, and the
+    same as a :class:`KnownHit` for a path that starts with this ray (so
+    that a kernel which needs the hit itself and the path's radiance
+    queries the BVH once)."""
+    si = intersect(ctx.primal(), o, d, t_min, t_max)
+    instance = si.instance if si.instance is not None else ir.Int(-1)
+    return si, KnownHit(ir.Bool(True), si.t, si.prim, si.b1, si.b2, instance)
+
+
+def shown_hit(ctx, o: Vec, d: Vec, t_min, t_max=INF, first: SurfaceInteraction | None = None) -> SurfaceInteraction:
     """What the camera ray (o, d) shows, traced without derivatives: its
     first hit, or, where the integrator hides emitters (its
     ``hide_emitters`` input), its first hit that is not an emitter, reached
     through them as the path tracer's pass-through steps reach it (from
-    the same points); t is the distance from ``o``."""
+    the same points); t is the distance from ``o``. ``first``: the ray's
+    first hit where already traced (:func:`first_hit`)."""
     plain = ctx.primal()
-    si = intersect(plain, o, d, t_min, t_max)
+    si = intersect(plain, o, d, t_min, t_max) if first is None else first
     if "hide_emitters" not in ctx.b:
         return si
     hide = ctx.b["hide_emitters"].value != 0

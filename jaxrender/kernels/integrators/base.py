@@ -43,6 +43,7 @@ from ...ir import Vec, tree_flatten, tree_unflatten
 from .. import layout, textures
 from .. import sensors
 from ..geometry import closest_hit
+from ..interaction import first_hit
 from ..sensors import film, motion
 from ..bsdfs import registry as bsdf_registry
 from ..context import Context, Structure, moves_geometry, moving_buffers
@@ -163,10 +164,12 @@ class Integrator:
         """Whether camera rays that miss every surface see an emitter."""
         return ctx.b["env_emitter"].value >= 0
 
-    def _value(self, ctx: Context, s) -> Vec:
-        """What one sample contributes to the image's channels."""
+    def _value(self, ctx: Context, s, known=None) -> Vec:
+        """What one sample contributes to the image's channels (``known``:
+        its camera ray's first hit, already traced, as :meth:`start`'s)."""
         ctx = ctx.spectrum.bind(ctx, s)
-        value = self.film_values(ctx, s, self.sample(ctx, s))
+        radiance = self.sample(ctx, s) if known is None else self.trace(ctx, s, self.start(ctx, s, known))
+        value = self.film_values(ctx, s, radiance)
         return Vec(*value, self.sample_alpha(ctx, s)) if self.alpha else value
 
     def film_values(self, ctx: Context, s, radiance: Vec) -> Vec:
@@ -210,20 +213,30 @@ class Integrator:
         camera = bool(moving)
         spp = b["spp"].value
         zero = _zeros(self.block_width(structure))
+
+        def traced(s):
+            """(sample s's value, its camera ray's first hit): under motion
+            that ray is traced once, for the path and the moving splat weights"""
+            if not camera:
+                return self._value(ctx, s), None
+            o, d, t_min, t_max = (ir.detach(v) for v in sensors.sample_ray(ctx, s))
+            first, known = first_hit(ctx, o, d, t_min, t_max)
+            return self._value(ctx, s, known), first
+
         if structure.footprint == 1:
             def add(s, acc):
-                value = self._value(ctx, s)
+                value, first = traced(s)
                 # the box filter's weight is 1 within the pixel: only the film density moves
-                return acc + (value * motion.attached_weights(ctx, s, 1)[0] if camera else value)
+                return acc + (value * motion.attached_weights(ctx, s, 1, first)[0] if camera else value)
             return {"image": ir.fori_loop(ir.UInt(0), spp, add, zero)}
 
         def splat(s, acc):
-            value = self._value(ctx, s)
+            value, first = traced(s)
             weights = film.splat_weights(ctx, s, structure.footprint)
             if camera:
                 # the summed weights stay the camera-independent ones: they
                 # estimate the filter's integral, which does not move
-                attached = motion.attached_weights(ctx, s, structure.footprint)
+                attached = motion.attached_weights(ctx, s, structure.footprint, first)
                 return (acc[0] + Vec(*(w * v for w in attached for v in value)), acc[1] + Vec(*weights))
             return (acc[0] + Vec(*(w * v for w in weights for v in value)), acc[1] + Vec(*weights))
 
@@ -314,7 +327,9 @@ class ReplayIntegrator(Integrator):
     short_paths: bool = dataclasses.field(default=False, kw_only=True)
 
     def start(self, ctx: Context, s):
-        """The loop state of sample ``s`` before its first vertex."""
+        """The loop state of sample ``s`` before its first vertex. Integrators
+        that differentiate a moving camera or geometry also take ``known``:
+        the camera ray's first hit, already traced (``interaction.KnownHit``)."""
         raise NotImplementedError
 
     def step(self, ctx: Context, s, state, shade: Callable):
@@ -396,9 +411,15 @@ class ReplayIntegrator(Integrator):
             ctx = S.bind(unbound, s)
             plain = ctx.primal()
             d_l = self.film_transpose(ctx, s, d_l)
-            state0 = self.start(ctx, s)
-            gated = self.kept(state0) is not None
             camera = ctx.camera_motion or ctx.geometry_motion
+            first = None
+            if camera:
+                # The camera ray's first hit, traced once for the passes and
+                # the moving splat weights.
+                o, d, t_min, t_max = (ir.detach(v) for v in sensors.sample_ray(ctx, s))
+                first, known = first_hit(ctx, o, d, t_min, t_max)
+            state0 = self.start(ctx, s) if first is None else self.start(ctx, s, known)
+            gated = self.kept(state0) is not None
             # (short paths: the radiance after a vertex is re-traced, one ray, in the replay)
             rest_traced = method == "prb" and self.short_paths and not gated
             first_pass = (method == "prb" and not rest_traced) or gated
@@ -447,7 +468,8 @@ class ReplayIntegrator(Integrator):
                 # the first pass's, where there is none).
                 estimate = (last.radiance if final is None else final.radiance if not gated
                             else ir.select(self.kept(final), final.radiance, S.no_radiance()))
-                _, weights_pullback = ir.vjp(lambda: motion.attached_weights(ctx, s, footprint), buffer_grads=grads)
+                _, weights_pullback = ir.vjp(lambda: motion.attached_weights(ctx, s, footprint, first),
+                                             buffer_grads=grads)
                 d_weights = [_dot(S.read_film(b["grad_image"], ctx.item, k * stride), ctx.spectrum.to_film(estimate))
                              for k in range(footprint * footprint)]
                 if self.alpha:

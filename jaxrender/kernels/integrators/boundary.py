@@ -39,7 +39,7 @@ from .. import layout, spectrum
 from ..shapes import curve_point
 from ..context import Context, Structure, moves_geometry
 from ..geometry import occluded
-from ..interaction import material_coords, point_on_surface, shown_hit
+from ..interaction import first_hit, material_coords, point_on_surface, shown_hit
 from ..sampling import sample_lengths
 from ..sensors import TYPES as SENSORS, film, motion, perspective
 from .base import _KERNELS
@@ -154,7 +154,8 @@ def _sample(integrator, ctx: Context, s):
     fx = (q.x + b["grid_x0"].value) / b["film_width"].value
     fy = (q.y + b["grid_y0"].value) / b["film_height"].value
     o, d, t_min, t_max = _film_ray(ctx, fx, fy)
-    si = shown_hit(ctx, o, d, t_min, t_max)
+    first, known = first_hit(ctx, o, d, t_min, t_max)
+    si = shown_hit(ctx, o, d, t_min, t_max, first)
     # (the hit lies beyond the edge's point: its distance along the ray
     # past that of p's depth, from the camera or along the axis)
     if ortho:
@@ -165,7 +166,8 @@ def _sample(integrator, ctx: Context, s):
         depth = dist * dist / ir.maximum(ir.dot(d, to_p), 1e-30)
     behind = ~moving | ~si.hit | (si.t > depth * (1.0 - 1e-3))
     valid = seen & behind & (length > 0.0) & (total > 0.0) & (density > 0.0)
-    radiance = ir.cond(valid, lambda: integrator.trace(plain, s, integrator.start_ray(plain, o, d, t_min, t_max)),
+    radiance = ir.cond(valid,
+                       lambda: integrator.trace(plain, s, integrator.start_ray(plain, o, d, t_min, t_max, known)),
                        integrator.spectrum.zero)
     x_point = ir.select(si.hit, si.p, d)
 
@@ -241,8 +243,10 @@ def _pixel_edge_sample(integrator, ctx: Context, s):
     fy = ir.cast(iy, "f32") + ir.select(right, along, 1.0)
     o, d, t_min, t_max = _film_ray(ctx, (fx + b["grid_x0"].value) / b["film_width"].value,
                                    (fy + b["grid_y0"].value) / b["film_height"].value)
-    si = shown_hit(ctx, o, d, t_min, t_max)
-    radiance = ir.cond(valid, lambda: integrator.trace(plain, s, integrator.start_ray(plain, o, d, t_min, t_max)),
+    first, known = first_hit(ctx, o, d, t_min, t_max)
+    si = shown_hit(ctx, o, d, t_min, t_max, first)
+    radiance = ir.cond(valid,
+                       lambda: integrator.trace(plain, s, integrator.start_ray(plain, o, d, t_min, t_max, known)),
                        integrator.spectrum.zero)
     x_point = ir.select(si.hit, si.p, d)
 

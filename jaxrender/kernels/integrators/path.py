@@ -24,7 +24,7 @@ from ...ir import Vec
 from .. import emitters, sensors
 from ..bsdfs.surface import SurfaceBsdf, sampled_dispersion, sampled_eta, samples_null
 from ..geometry import INF, occluded
-from ..interaction import followed, intersect, material_coords, point_on_surface
+from ..interaction import KnownHit, followed, intersect, material_coords, point_on_surface
 from ..sampling import mis_weight
 from ..sensors import motion
 from . import material, shadows
@@ -52,6 +52,8 @@ class PathState:
                            # roulette multiplies in (the rest of a path traced from identity throughput)
     prev: Any = None    # kernels for moving geometry: the last hit (prim and its material coordinates), the ray
                         # that found it (o, d, t) and the hit before it (the same three; prim -1: the camera)
+    known: Any = None   # the next ray's first hit where a kernel already found it (interaction.KnownHit: a
+                        # camera ray's, traced once for the film as well), else None
 
 
 @dataclasses.dataclass
@@ -105,19 +107,21 @@ class PathIntegrator(ReplayIntegrator):
     def camera_sees_environment(self, ctx):
         return (ctx.b["env_emitter"].value >= 0) & (ctx.b["hide_emitters"].value == 0)
 
-    def start(self, ctx, s) -> PathState:
+    def start(self, ctx, s, known=None) -> PathState:
         # (detached: a moving camera moves the points its rays see in sensors/motion.py's form only)
-        return self.start_ray(ctx, *(ctx.detach(v) for v in sensors.sample_ray(ctx, s)))
+        return self.start_ray(ctx, *(ctx.detach(v) for v in sensors.sample_ray(ctx, s)), known=known)
 
-    def start_ray(self, ctx, o, d, t_min, t_max) -> PathState:
-        """The loop state of a path whose camera ray is (o, d) from t_min to t_max."""
+    def start_ray(self, ctx, o, d, t_min, t_max, known=None) -> PathState:
+        """The loop state of a path whose camera ray is (o, d) from t_min to
+        t_max; ``known``: that ray's first hit, where already found
+        (``interaction.KnownHit``; None: the first step traces it)."""
         S = self.spectrum
         valid = self.camera_sees_environment(ctx) if samples_null(ctx.structure) else None
         none = (ir.Int(-1), ir.Float(0.0), ir.Float(0.0))
         prev = (*none, o, d, ir.Float(0.0), *none) if ctx.geometry_motion else None
         single = ir.Bool(False) if ctx.structure.dispersion else None
         return PathState(ir.Int(0), o, d, t_min, t_max, S.one(), S.no_radiance(), ir.Float(1.0), ir.Bool(True),
-                         ir.Bool(True), ir.Float(1.0), valid=valid, single=single, prev=prev)
+                         ir.Bool(True), ir.Float(1.0), valid=valid, single=single, prev=prev, known=known)
 
     def kept(self, final: PathState):
         """As Mitsuba's path tracer, a path whose every vertex sampled a null
@@ -126,11 +130,11 @@ class PathIntegrator(ReplayIntegrator):
         camera sees an environment. Only scenes with such BSDFs track it."""
         return final.valid
 
-    def _value(self, ctx, s) -> Vec:
+    def _value(self, ctx, s, known=None) -> Vec:
         if not (self.alpha and samples_null(ctx.structure)):
-            return super()._value(ctx, s)
+            return super()._value(ctx, s, known)
         ctx = ctx.spectrum.bind(ctx, s)
-        final = self.run(ctx, s, self.start(ctx, s))
+        final = self.run(ctx, s, self.start(ctx, s, known))
         return Vec(*self.film_values(ctx, s, ir.select(final.valid, final.radiance, self.spectrum.no_radiance())),
                    ir.select(final.valid, 1.0, 0.0))
 
@@ -194,7 +198,7 @@ class PathIntegrator(ReplayIntegrator):
         S = self.spectrum
         max_d, rr_d = b["max_depth"].value, b["rr_depth"].value
         show_emitters = b["hide_emitters"].value == 0
-        si = intersect(ctx, st.o, st.d, st.t_min, st.t_max)
+        si = intersect(ctx, st.o, st.d, st.t_min, st.t_max, st.known)
         if ctx.geometry_motion:
             # Transport: the hit as traced (the forward kernel differentiates
             # this step too; shade() alone moves the geometry).
@@ -290,7 +294,7 @@ class PathIntegrator(ReplayIntegrator):
                         ir.select(pass_through, S.one(), throughput), radiance,
                         ir.select(pass_through, st.prev_pdf, sh.pdf), ir.select(pass_through, st.prev_delta, sh.delta),
                         active_next | pass_through, ir.select(pass_through, st.eta, eta), valid, single,
-                        st.rr_prefix, prev)
+                        st.rr_prefix, prev, None if st.known is None else KnownHit.none())
         return new, Vertex(st.throughput, ~blocked, active_next & ~pass_through, pending,
                            rr_scale if S.polarized else None)
 

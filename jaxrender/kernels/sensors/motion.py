@@ -149,27 +149,28 @@ def relative(x):
     return ir.select(d != 0.0, x / ir.select(d != 0.0, d, 1.0), 1.0)
 
 
-def primary_point(ctx, s):
+def primary_point(ctx, s, first=None):
     """What the camera ray of sample ``s`` meets, the camera held still:
     (hit, point or direction, geometric normal, the measure of the point's
     coordinates). In kernels for moving geometry the point follows its
     surface at its material coordinates, whose measure this is (a
-    direction's: 1)."""
+    direction's: 1). ``first``: the camera ray's first hit where already
+    traced (``interaction.first_hit``)."""
     from . import sample_ray
     o, d, t_min, t_max = (ir.detach(v) for v in sample_ray(ctx, s))
-    si = shown_hit(ctx, o, d, t_min, t_max)     # (found in transport; following() moves it)
+    si = shown_hit(ctx, o, d, t_min, t_max, first)     # (found in transport; following() moves it)
     measure = ir.Float(1.0)
     if ctx.geometry_motion:
         si, measure = followed(ctx, si)
     return si.hit, ir.select(si.hit, si.p, d), si.ng, measure
 
 
-def attached_weights(ctx, s, footprint: int) -> list:
+def attached_weights(ctx, s, footprint: int, first=None) -> list:
     """Sample ``s``'s splat weights (``film.splat_weights``) as functions of
     the camera with the point it sees held fixed, times the relative change
     of the film density there: equal in value, carrying the camera's
-    derivatives."""
-    hit, x, n, measure = primary_point(ctx, s)
+    derivatives (``first``: as :func:`primary_point`'s)."""
+    hit, x, n, measure = primary_point(ctx, s, first)
     px, py = film_position(ctx, x, hit)
     width = ctx.b["width"].value
     ux = px - ir.cast(ctx.pixel % width, "f32")
