@@ -369,10 +369,12 @@ def _moving_why(what: str, moves: str, scene, settings, structure) -> str | None
     if any(t.delta for t in structure.bsdf_types):
         return ("the scene has BSDFs with Dirac lobes (" + ", ".join(t.name for t in structure.bsdf_types if t.delta)
                 + f"): what they reflect moves with {moves}, a derivative detached sampling cannot take")
-    for bad, why in ((structure.instanced, "scenes with instances (shapegroups)"),
-                     (samples_null(structure), "scenes with pass-through (null, mask) BSDFs")):
+    for bad, why in ((structure.instanced, "scenes with shared instances (shapegroups) are not supported yet: load "
+                                           "the scene with expand_instances=True, which copies each instance's "
+                                           "meshes into the scene"),
+                     (samples_null(structure), "scenes with pass-through (null, mask) BSDFs are not supported yet")):
         if bad:
-            return f"{what} derivatives of {why} are not supported yet"
+            return f"{what} derivatives of {why}"
     return None
 
 

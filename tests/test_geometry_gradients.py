@@ -527,6 +527,23 @@ def test_hard_shadows_of_delta_lights_match_finite_differences(light, key, tmp_p
     _agrees_along_a_ramp(scene, key, value, tangent)
 
 
+def test_expanded_instance_to_world_matches_finite_differences():
+    """An instance of a shapegroup (a cube, split at its edges) as the
+    occluder, loaded with expand_instances: its to_world translated moves
+    its copy of the group's mesh, its silhouettes and its shadow (finite
+    differences, forward mode equal to reverse mode)."""
+    d = shadow_scene()
+    bsdf = d["occluder"]["bsdf"]
+    d["g"] = {"type": "shapegroup", "box": {"type": "cube", "bsdf": bsdf,
+                                            "to_world": _placed(0.6, 0.6, 0.6, (0.0, 0.0, 0.0))}}
+    d["occluder"] = {"type": "instance", "shapegroup": {"type": "ref", "id": "g"},
+                     "to_world": _placed(0.5, 0.5, 0.5, (0.1, 0.8, 0.0))}
+    scene = jaxrender.load_dict(d, expand_instances=True)
+    key = "occluder.to_world"
+    value = jnp.asarray(scene.params[key])
+    _agrees_along_a_ramp(scene, key, value, _translate_x(value))
+
+
 @pytest.mark.parametrize("front, light", [("sphere", None), ("cube", None), ("rectangle", "point")])
 def test_orthographic_views_of_moving_geometry(front, light):
     """Geometry seen by an orthographic camera (its silhouettes and a

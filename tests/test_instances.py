@@ -31,6 +31,7 @@ import numpy as np
 import pytest
 
 import jaxrender
+from jaxrender import NotDifferentiableError
 from jaxrender.kernels import layout
 from jaxrender.scene.errors import SceneError
 from jaxrender.scene.transform import Transform as T
@@ -332,6 +333,38 @@ def test_shared_occlusion_equals_the_expanded_copies(layout):
     ours, ref = occluded(shared, o, d, t_max), occluded(expanded, o, d, t_max)
     assert 0.05 < ref.mean() < 0.9
     assert (ours == ref).mean() > 0.999
+
+
+def test_expanded_instances_are_placed_by_their_to_world():
+    """An expanded instance's to_world (Mitsuba's key) places its copies of
+    the group's meshes as loading the scene with that transform does:
+    points and shading normals (from a file, computed, face normals) of
+    mirrored, non-uniformly scaled and sheared instances."""
+    shapes = LAYOUTS["instances only"]()
+    expanded = jaxrender.load_dict(scene_dict(**shapes), expand_instances=True)
+    keys = [f"{k}.to_world" for k in SPREAD]
+    assert set(keys) <= set(expanded.params)
+    shift = T().translate([0.1, -0.2, 0.3]).rotate([1, 1, 0], 20).matrix
+    moved = {k: np.asarray(shift @ np.asarray(expanded.params[k], np.float64), np.float32) for k in keys}
+    out = expanded.geometry_buffers({**expanded.params, **moved}, moved)
+    loaded = jaxrender.load_dict(scene_dict(**{k: instance(T(moved[f"{k}.to_world"].astype(np.float64)))
+                                               if k in SPREAD else v for k, v in shapes.items()}),
+                                 expand_instances=True)
+    ours = np.concatenate([out["tris"], out["tri_normals"]], axis=1).astype(np.float64)
+    ref = np.concatenate([loaded.triangles, loaded.tri_normals], axis=1).astype(np.float64)
+    # (the refit keeps the loaded scene's leaf order: rows matched by nearest neighbour)
+    dist = np.abs(ours[:, None, :] - ref[None, :, :]).max(axis=2).min(axis=1)
+    assert len(ours) == len(ref) > 500 and dist.max() < 1e-5, dist.max()
+    assert not np.allclose(out["tris"], expanded.triangles)
+
+
+def test_shared_instances_point_derivatives_to_expanded_ones():
+    """A shared instance's to_world moves it between renders; asking for
+    its derivative says how to get one."""
+    scene = jaxrender.load_dict(scene_dict(**LAYOUTS["instances only"]()))
+    value = jnp.asarray(scene.params["a.to_world"])
+    with pytest.raises(NotDifferentiableError, match="expand_instances=True"):
+        jax.grad(lambda v: jnp.sum(jaxrender.render(scene, {"a.to_world": v}, spp=1)))(value)
 
 
 def test_buffers_do_not_grow_with_the_instance_count():

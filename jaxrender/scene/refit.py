@@ -46,7 +46,10 @@ class MeshPlacement:
     ``faces`` (F, 3) and whether its vertex normals are recomputed from the
     positions (``smooth``; else it shades with face normals); the keys of
     its ``vertex_normals`` (smooth meshes) and ``vertex_texcoords`` (meshes
-    with texture coordinates), None where it has none."""
+    with texture coordinates), None where it has none. ``local_normals``:
+    the object-space vertex normals of a ``"to_world"`` mesh that has its
+    own (an expanded instance's group mesh), which the matrix transforms as
+    ``shapes.instance_mesh`` does instead of recomputing them."""
     key: str
     kind: str
     faces: np.ndarray
@@ -54,6 +57,7 @@ class MeshPlacement:
     local: np.ndarray | None = None
     normals_key: str | None = None
     uv_key: str | None = None
+    local_normals: np.ndarray | None = None
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -66,6 +70,10 @@ class MeshPlacement:
         f = self.faces
         if self.normals_key is not None and self.normals_key in p:
             return xp.reshape(xp.asarray(p[self.normals_key], _F), (-1, 3))[f].reshape(-1, 9)
+        if self.local_normals is not None and self.key in p:
+            lin = xp.reshape(xp.asarray(p[self.key], _F), (4, 4))[:3, :3]
+            n = xp.asarray(self.local_normals, _F) @ xp.linalg.inv(lin) * xp.abs(xp.linalg.det(lin)) ** (1 / 3)
+            return n[f].reshape(-1, 9).astype(_F)
         if v is not None and self.smooth:
             return vertex_normals(v, f, xp)[f].reshape(-1, 9).astype(_F)
         return None

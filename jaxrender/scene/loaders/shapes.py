@@ -31,10 +31,11 @@ row shared by every instance, under the key ``<group id>.<child>``, as
 nested shapegroups or instances inside a group; one referenced shapegroup
 per instance; a sphere only under a similarity transform (see
 ``instance_shape``). An instance's ``to_world`` is a parameter when its
-group holds meshes only (its row and box move, ``instancing.InstancePlacement``);
-where its shapes are copied (analytic shapes in the group, or
-``expand_instances``) a ``params`` key for it is an error saying why
-(``SceneBuilder.unexposed``).
+group holds meshes only: a shared instance's row and box move
+(``instancing.InstancePlacement``), an expanded one's copies of the
+meshes (``_instance_placement``, with geometry derivatives); where the
+group holds analytic shapes (copied into the scene) a ``params`` key for
+it is an error saying why (``SceneBuilder.unexposed``).
 """
 from __future__ import annotations
 
@@ -281,9 +282,13 @@ def _add_analytic(builder: SceneBuilder, props: Properties, shape: AnalyticShape
 # ---------------------------------------------------------------------------
 # Shape groups and instances (see the module docstring)
 # ---------------------------------------------------------------------------
-_INSTANCE_TO_WORLD_WHY = ("this instance's shapes are copied into the scene when it is loaded (its shapegroup holds "
-                          "analytic shapes, or the scene was loaded with expand_instances), so its to_world cannot "
-                          "change at render time: load the scene again with the new transform")
+_INSTANCE_TO_WORLD_WHY = ("this instance's shapegroup holds analytic shapes, which are copied into the scene when it "
+                          "is loaded, so its to_world cannot change at render time: load the scene again with the "
+                          "new transform")
+
+_SHARED_INSTANCE_WHY = ("derivatives of an instance's to_world are implemented for instances expanded into copies "
+                        "of their shapegroup's meshes: load the scene with expand_instances=True (the value can "
+                        "change between renders, without recompiling)")
 
 _GROUP_SHAPE_WHY = ("the geometry of a shapegroup's shapes is not a parameter (its hierarchy, shared by the "
                     "instances, is built when the scene is loaded)")
@@ -296,6 +301,20 @@ class ShapeGroup:
     (BSDF, emitter) indices."""
     meshes: list
     shapes: list
+
+
+def _instance_placement(key: str, tris: np.ndarray, normals: np.ndarray | None, m: np.ndarray) -> MeshPlacement:
+    """How an expanded instance's ``to_world`` (``key``) places its copy of
+    a group mesh (group-space triangle rows ``tris``, vertex normals
+    ``normals`` or None), as ``shapes.instance_mesh`` placed it with
+    ``m``: points by the matrix, normals by its inverse transpose, the
+    vertex order reversed where the loaded matrix mirrors."""
+    faces = np.arange(3 * len(tris), dtype=np.int32).reshape(-1, 3)
+    if np.linalg.det(m[:3, :3]) < 0:
+        faces = faces[:, [0, 2, 1]]
+    local_normals = None if normals is None else normals.reshape(-1, 3).astype(np.float32)
+    return MeshPlacement(key, "to_world", faces, normals is not None, local=tris.reshape(-1, 3).astype(np.float32),
+                         local_normals=local_normals)
 
 
 @SHAPES.register("shapegroup")
@@ -365,17 +384,21 @@ def load_instance(builder: SceneBuilder, props: Properties) -> None:
     group = builder.groups[key]
     check_instance_transform(m, props.key)
     shared = not builder.expand_instances and any(len(mesh[0]) for mesh in group.meshes)
-    if shared and not group.shapes:
-        # Mitsuba's key; the instance's row and box follow it (instancing.InstancePlacement)
-        param = f"{props.key}.to_world"
-        builder.add_param(param, m.astype(np.float32), nondiff=_GEOMETRY_WHY)
+    # Mitsuba's key, where the group holds meshes only: a shared instance's
+    # row and box follow it (instancing.InstancePlacement), an expanded
+    # one's copies of the group's meshes (with derivatives: _instance_placement)
+    placed = any(len(mesh[0]) for mesh in group.meshes) and not group.shapes
+    param = f"{props.key}.to_world" if placed else None
+    if placed:
+        builder.add_param(param, m.astype(np.float32), nondiff=_GEOMETRY_WHY if builder.expand_instances
+                          else _SHARED_INSTANCE_WHY)
     else:
-        param = None
         builder.unexposed[f"{props.key}.to_world"] = _INSTANCE_TO_WORLD_WHY
     if builder.expand_instances:
         for tris, attrs, uvs, normals, _ in group.meshes:
-            tris, uvs, normals = instance_mesh(tris, uvs, normals, m)
-            builder.add_triangles(tris, attrs, uvs, normals)
+            world, world_uvs, world_normals = instance_mesh(tris, uvs, normals, m)
+            builder.add_triangles(world, attrs, world_uvs, world_normals,
+                                  _instance_placement(param, tris, normals, m) if placed else None)
     elif shared:
         builder.instances.append((key, m, props.key, param))
     for shape, (bsdf, emitter, *media) in group.shapes:
