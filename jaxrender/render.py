@@ -13,7 +13,7 @@ from .kernels import integrators, layout
 from .kernels.bsdfs.surface import samples_null
 from .kernels.integrators import ADJOINT_METHODS
 from .kernels.integrators.aov import channel_names, parse_aovs
-from .primitives.boundary import edge_topology as boundary_topology
+from .primitives.boundary import edge_topology as boundary_topology, instance_edges
 from .primitives.bsdf_tables import bsdf_table
 from .primitives.film import FilmGeometry, has_alpha, to_pixel_format
 from .primitives.render_rules import PixelSplit, RenderConfig, nondifferentiable, render_image
@@ -298,6 +298,8 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     # (moving texture coordinates turn tangent frames: the geometry kernels follow them)
     if (camera_keys and cam_key not in scene.nondifferentiable) or geometry_keys or (uv_keys and structure.tangents):
         inputs["edge_topology"] = inputs["edges"] = edge_topology(scene)
+        if structure.instanced and instance_topology(scene) is not None:
+            inputs["instance_topology"], inputs["instance_owner"] = instance_topology(scene)
     # The camera's reason is the scene's, for its to_world parameter.
     why = (("camera", scene.nondifferentiable.get(cam_key, "")), ("tris", _GEOMETRY_WHY),
            ("shape_data", _GEOMETRY_WHY), ("tri_normals", _GEOMETRY_WHY), ("tri_uv", _GEOMETRY_WHY))
@@ -362,16 +364,20 @@ def _decide(nondiff: dict, keys: list, why: str | None) -> None:
             nondiff[k] = f"{k}: {why}"
 
 
-def _moving_why(what: str, moves: str, scene, settings, structure) -> str | None:
+def _moving_why(what: str, moves: str, scene, settings, structure, instances: bool = False) -> str | None:
     """What stops derivatives of ``what`` (the camera's, the meshes') in
     every form this renderer takes them (``moves``: what a reflection moves
-    with), or None."""
+    with), or None. ``instances``: they follow shared instances (the
+    camera's: their silhouettes are the groups' edges per instance)."""
     if any(t.delta for t in structure.bsdf_types):
         return ("the scene has BSDFs with Dirac lobes (" + ", ".join(t.name for t in structure.bsdf_types if t.delta)
                 + f"): what they reflect moves with {moves}, a derivative detached sampling cannot take")
-    for bad, why in ((structure.instanced, "scenes with shared instances (shapegroups) are not supported yet: load "
-                                           "the scene with expand_instances=True, which copies each instance's "
-                                           "meshes into the scene"),
+    if instances and structure.instanced and instance_topology(scene) is None:
+        return (f"{what} derivatives project every instance's copy of its shapegroup's edges, more than "
+                f"{MAX_INSTANCE_EDGES} here: load the scene with expand_instances=True")
+    for bad, why in ((structure.instanced and not instances,
+                      "scenes with shared instances (shapegroups) are not supported yet: load the scene with "
+                      "expand_instances=True, which copies each instance's meshes into the scene"),
                      (samples_null(structure), "scenes with pass-through (null, mask) BSDFs are not supported yet")):
         if bad:
             return f"{what} derivatives of {why}"
@@ -383,7 +389,7 @@ def _camera_why(scene, cam, integrator, settings, structure) -> str | None:
     if "camera" not in integrator.differentiable:
         return (f"camera derivatives are implemented for the path and direct integrators, not "
                 f"{scene.integrator['type']!r}")
-    return _moving_why("camera", "the camera", scene, settings, structure)
+    return _moving_why("camera", "the camera", scene, settings, structure, instances=True)
 
 
 def _geometry_keys(scene) -> list:
@@ -448,9 +454,30 @@ def edge_topology(scene):
     computed once per scene."""
     topo = scene.__dict__.get("_edge_topology")
     if topo is None:
-        topo = boundary_topology(kernel_inputs(scene)["tris"], scene.tri_attr[:, layout.ATTR_EMITTER] >= 0)
+        tris = kernel_inputs(scene)["tris"]
+        # (the rows of shared shapegroups follow the scene's own, in group space: instance_topology)
+        own = len(tris) if scene.instancing is None else int(scene.instancing["groups"][0, layout.GROUP_FIRST_ROW])
+        topo = boundary_topology(tris[:own], scene.tri_attr[:own, layout.ATTR_EMITTER] >= 0)
         scene.__dict__["_edge_topology"] = topo
     return topo
+
+
+# Edges of shared shapegroups, one copy per instance, that a camera's
+# boundary term projects (more: camera derivatives raise rather than run
+# out of memory; expand_instances copies the meshes instead).
+MAX_INSTANCE_EDGES = 1 << 24
+
+
+def instance_topology(scene):
+    """The welded edges of the scene's shared shapegroups, one copy per
+    instance, and the instance of each (``primitives.boundary
+    .instance_edges``), computed once per scene; None where there are more
+    than ``MAX_INSTANCE_EDGES``."""
+    if "_instance_topology" not in scene.__dict__:
+        inst = scene.instancing
+        scene.__dict__["_instance_topology"] = instance_edges(kernel_inputs(scene)["tris"], inst["groups"],
+                                                              inst["instance_group"], MAX_INSTANCE_EDGES)
+    return scene.__dict__["_instance_topology"]
 
 
 def aov_names(scene) -> list[str]:

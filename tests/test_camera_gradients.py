@@ -6,6 +6,8 @@ differences with common random numbers, and forward against reverse mode.
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -117,6 +119,53 @@ def test_translation_matches_finite_differences(front, tangent):
     assert abs(_z(rev, fd)) < 4.0, (rev.mean(), fd.mean())
     interior = _interior_only(_reverse, scene, key, m, tangent, range(16), 64)
     assert abs(_z(interior, fd)) > 6.0, (interior.mean(), fd.mean())
+
+
+def test_shared_instances_move_on_the_film():
+    """Two shared instances of a shapegroup (a cube, one instance mirrored)
+    in front of the wall: their silhouettes are the group's edges placed by
+    each instance. Reverse mode agrees with finite differences, and with
+    forward mode; without the instances' edges (the scene's own only) the
+    boundary term misses them."""
+    d = _scene()
+    del d["front"]
+    d["g"] = {"type": "shapegroup", "box": {"type": "cube", "bsdf": {
+        "type": "diffuse", "reflectance": {"type": "rgb", "value": [0.8, 0.7, 0.6]}}}}
+    for name, m in (("left", np.array([[0.4, 0, 0, -0.55], [0, 0.4, 0, 0.1], [0, 0, 0.4, 0], [0, 0, 0, 1]])),
+                    ("right", np.array([[-0.35, 0, 0, 0.6], [0, 0.5, 0, -0.1], [0, 0, 0.3, 0.2], [0, 0, 0, 1]]))):
+        d[name] = {"type": "instance", "shapegroup": {"type": "ref", "id": "g"}, "to_world": m.astype(np.float32)}
+    scene = jaxrender.load_dict(d)
+    assert scene.structure.instanced
+    key = scene.camera_key
+    m = jnp.asarray(scene.params[key])
+    fd = _fd(scene, key, m, TRANSLATE_X, 0.02, FD_SEEDS, 64)
+    rev = _reverse(scene, key, m, TRANSLATE_X, SEEDS, 64)
+    assert abs(_z(rev, fd)) < 4.0, (rev.mean(), fd.mean())
+    np.testing.assert_allclose(_forward(scene, key, m, TRANSLATE_X, range(2), 64), rev[:2], rtol=1e-3, atol=1e-3)
+    original = render_rules.film_segments
+    render_rules.film_segments = lambda *a: original(*a[:10])
+    try:
+        own_only = _reverse(scene, key, m, TRANSLATE_X, range(48), 64)
+    finally:
+        render_rules.film_segments = original
+    assert abs(_z(own_only, fd)) > 6.0, (own_only.mean(), fd.mean())
+
+
+def test_too_many_instanced_edges_raise_under_a_derivative_only(monkeypatch):
+    """Past ``render.MAX_INSTANCE_EDGES`` copies of group edges, a camera
+    derivative says to expand the instances; the render itself, with the
+    camera as a parameter, still runs."""
+    monkeypatch.setattr(sys.modules["jaxrender.render"], "MAX_INSTANCE_EDGES", 10)
+    d = _scene()
+    del d["front"]
+    d["g"] = {"type": "shapegroup", "box": {"type": "cube"}}
+    d["i"] = {"type": "instance", "shapegroup": {"type": "ref", "id": "g"}}
+    scene = jaxrender.load_dict(d)
+    key = scene.camera_key
+    m = jnp.asarray(scene.params[key])
+    assert np.isfinite(np.asarray(jaxrender.render(scene, {key: m}, spp=1))).all()
+    with pytest.raises(NotDifferentiableError, match="expand_instances=True"):
+        jax.grad(lambda v: jnp.sum(jaxrender.render(scene, {key: v}, spp=1)))(m)
 
 
 ANALYTIC = {

@@ -73,6 +73,31 @@ def edge_topology(tris: np.ndarray, last: np.ndarray | None = None) -> np.ndarra
     return out.astype(np.int32)
 
 
+def instance_edges(tris: np.ndarray, groups: np.ndarray, instance_group: np.ndarray, limit: int) -> tuple | None:
+    """The welded edges (:func:`edge_topology` rows, triangle indices into
+    ``tris``) of each shared shapegroup's triangles, in group space, one
+    copy per instance, and the instance (row of ``instances``) of each:
+    (topology (P, 6), instance (P,)); None where P would exceed ``limit``.
+    A group's rows run from its first (``layout.GROUP_FIRST_ROW``) to the
+    next group's."""
+    first = np.asarray(groups, np.int64)[:, layout.GROUP_FIRST_ROW]
+    end = np.r_[first[1:], len(tris)]
+    per_group = []
+    for lo, hi in zip(first, end):
+        topo = edge_topology(np.asarray(tris)[lo:hi]).astype(np.int64)
+        topo[:, 0] += lo
+        topo[:, 4] = np.where(topo[:, 4] >= 0, topo[:, 4] + lo, -1)
+        per_group.append(topo.astype(np.int32))
+    groups_of = np.asarray(instance_group, np.int64)
+    if sum(len(per_group[g]) for g in groups_of) > limit:
+        return None
+    topology = [per_group[g] for g in groups_of]
+    owner = [np.full(len(per_group[g]), i, np.int32) for i, g in enumerate(groups_of)]
+    if not topology:
+        return np.zeros((0, 6), np.int32), np.zeros(0, np.int32)
+    return np.concatenate(topology), np.concatenate(owner)
+
+
 def _vertex(tris, tri, slot):
     """The vertex in ``slot`` (0..2) of triangles ``tri``: (n, 3)."""
     cols = slot[:, None] * 3 + jnp.arange(3)[None, :]
@@ -128,7 +153,7 @@ CURVE_POINTS = 64      # the polygon whose film length apportions samples to a c
 
 
 def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_origin: tuple, grid: tuple,
-                  shape_data=None, hidden=None, prim_shape=None, orthographic: bool = False):
+                  shape_data=None, hidden=None, prim_shape=None, orthographic: bool = False, instanced=None):
     """(segments (m, layout.SEGMENT_ROW), cumulative film lengths (m,)) of
     the silhouettes seen by ``camera`` (its kernel row) and the four sides
     of the sample grid (``grid``: (height, width) pixels, its first pixel
@@ -142,7 +167,11 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     hidden is not followed: the topology puts the shown one first
     (:func:`edge_topology`'s ``last``). ``orthographic``: the camera
     projects along its axis (``kernels/sensors/orthographic.py``), its
-    to_world may scale, and silhouettes are those seen along the axis."""
+    to_world may scale, and silhouettes are those seen along the axis.
+    ``instanced``: (the shared shapegroups' edges per instance and their
+    instances, :func:`instance_edges`; the ``instances`` buffer), whose
+    group-space edges are placed by each instance's to_world; their
+    segments follow no triangle (camera derivatives only)."""
     f32 = jnp.float32
     cam = jax.lax.stop_gradient(jnp.asarray(camera, f32).reshape(-1))
     tris = jax.lax.stop_gradient(jnp.asarray(tris, f32))
@@ -181,6 +210,23 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
         usable = ~hidden[topo[:, 0]]
         boundary = boundary | hidden[jnp.maximum(topo[:, 4], 0)]
     refs = jnp.stack([topo[:, 0], topo[:, 1], topo[:, 2]], axis=1).astype(f32)     # triangle, slots of the ends
+    if instanced is not None and len(instanced[0][0]):
+        (itopo, owner), rows = instanced
+        itopo = jnp.asarray(itopo)
+        to_world = jax.lax.stop_gradient(jnp.asarray(rows, f32))[:, layout.INSTANCE_TO_WORLD:
+                                                                 layout.INSTANCE_TO_WORLD + 12]
+        m_inst = to_world.reshape(-1, 3, 4)[jnp.asarray(owner)]
+
+        def placed(tri, slot):
+            return jnp.einsum("pij,pj->pi", m_inst[:, :, :3], _vertex(tris, tri, slot)) + m_inst[:, :, 3]
+        v0, v1 = jnp.concatenate([v0, placed(itopo[:, 0], itopo[:, 1])]), \
+            jnp.concatenate([v1, placed(itopo[:, 0], itopo[:, 2])])
+        a3 = jnp.concatenate([a3, placed(itopo[:, 0], itopo[:, 3])])
+        b3 = jnp.concatenate([b3, placed(jnp.maximum(itopo[:, 4], 0), itopo[:, 5])])
+        boundary = jnp.concatenate([boundary, itopo[:, 4] < 0])
+        usable = jnp.concatenate([usable, jnp.ones(len(itopo), bool)])
+        refs = jnp.concatenate([refs, jnp.stack([jnp.full(len(itopo), -1.0, f32), itopo[:, 1].astype(f32),
+                                                 itopo[:, 2].astype(f32)], axis=1)])
     curves = []
     if shape_data is not None and shape_data.shape[0] > 0:
         shape_data = jax.lax.stop_gradient(jnp.asarray(shape_data, f32))

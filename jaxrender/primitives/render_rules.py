@@ -351,7 +351,9 @@ def _film_boundary(config: RenderConfig, inputs, prim, tangents: dict):
     segments, cdf = film_segments(prim["tris"], inputs["edge_topology"], prim["camera"],
                                   (prim["film_width"], prim["film_height"]), (prim["grid_x0"], prim["grid_y0"]),
                                   config.film.grid, prim.get("shape_data"), hidden, prim.get("prim_shape"),
-                                  config.structure.sensor == "orthographic")
+                                  config.structure.sensor == "orthographic",
+                                  ((inputs["instance_topology"], inputs["instance_owner"]), prim["instances"])
+                                  if "instance_topology" in inputs else None)
     seed = (jnp.asarray(prim["seed"], jnp.uint32) * jnp.uint32(747796405) + jnp.uint32(2891336453)).astype(jnp.uint32)
     kw = dict(prim, segments=segments, segment_cdf=cdf, canvas_width=np.uint32(canvas_shape(config)[1]), seed=seed)
     if config.structure.delta_lights and "shadow_edges" not in kw:

@@ -264,7 +264,8 @@ class Integrator:
         footprint²): what the image kernels' sums are divided by. It reads
         the film buffers only, so every integrator shares it."""
         def body(**b):
-            ctx = Context.create(b, structure, False, self.spectrum)
+            # (no instance buffers either: the film's alone)
+            ctx = Context.create(b, dataclasses.replace(structure, instanced=False), False, self.spectrum)
             return {"weights": ir.fori_loop(ir.UInt(0), b["spp"].value,
                                             lambda s, acc: acc + Vec(*film.splat_weights(ctx, s, structure.footprint)),
                                             _zeros(structure.footprint ** 2))}
