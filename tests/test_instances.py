@@ -253,12 +253,17 @@ def test_params_keys_are_mitsubas():
         jaxrender.render(scene, {"things.ball.to_world": np.eye(4, dtype=np.float32)}, spp=1)
 
 
-@pytest.mark.parametrize("key", ["things.torus.bsdf.reflectance.value", "things.ball.bsdf.reflectance.value"])
-def test_instanced_bsdf_gradient_matches_finite_differences(key):
+@pytest.mark.parametrize("key, rfilter", [("things.torus.bsdf.reflectance.value", "box"),
+                                          ("things.ball.bsdf.reflectance.value", "box"),
+                                          ("things.torus.bsdf.reflectance.value", "gaussian")])
+def test_instanced_bsdf_gradient_matches_finite_differences(key, rfilter):
     """The reflectance of the group's shape, shared by all three instances:
     the adjoint equals central differences of the primal with the same
-    random numbers."""
-    scene = jaxrender.load_dict(instanced_cbox(size=12, spp=4))
+    random numbers (with Mitsuba's default gaussian filter too, whose
+    film-weights kernel once asked for the instance buffers)."""
+    d = instanced_cbox(size=12, spp=4)
+    d["sensor"]["film"]["rfilter"] = {"type": rfilter}
+    scene = jaxrender.load_dict(d)
     weights = jnp.asarray(np.random.default_rng(0).uniform(0.5, 1.5, (12, 12, 3)), jnp.float32)
 
     def loss(x, seed, seed_grad):
