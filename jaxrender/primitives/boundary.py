@@ -215,10 +215,10 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
         itopo = jnp.asarray(itopo)
         to_world = jax.lax.stop_gradient(jnp.asarray(rows, f32))[:, layout.INSTANCE_TO_WORLD:
                                                                  layout.INSTANCE_TO_WORLD + 12]
-        m_inst = to_world.reshape(-1, 3, 4)[jnp.asarray(owner)]
+        m_inst = _rows(to_world, len(to_world))[jnp.asarray(owner)]
 
         def placed(tri, slot):
-            return jnp.einsum("pij,pj->pi", m_inst[:, :, :3], _vertex(tris, tri, slot)) + m_inst[:, :, 3]
+            return _apply(m_inst, _vertex(tris, tri, slot))
         v0, v1 = jnp.concatenate([v0, placed(itopo[:, 0], itopo[:, 1])]), \
             jnp.concatenate([v1, placed(itopo[:, 0], itopo[:, 2])])
         a3 = jnp.concatenate([a3, placed(itopo[:, 0], itopo[:, 3])])

@@ -43,7 +43,6 @@ from ...ir import Vec, tree_flatten, tree_unflatten
 from .. import layout, textures
 from .. import sensors
 from ..geometry import closest_hit
-from ..interaction import first_hit
 from ..sensors import film, motion
 from ..bsdfs import registry as bsdf_registry
 from ..context import Context, Structure, moves_geometry, moving_buffers
@@ -219,8 +218,7 @@ class Integrator:
             that ray is traced once, for the path and the moving splat weights"""
             if not camera:
                 return self._value(ctx, s), None
-            o, d, t_min, t_max = (ir.detach(v) for v in sensors.sample_ray(ctx, s))
-            first, known = first_hit(ctx, o, d, t_min, t_max)
+            first, known = motion.camera_hit(ctx, s)
             return self._value(ctx, s, known), first
 
         if structure.footprint == 1:
@@ -413,12 +411,8 @@ class ReplayIntegrator(Integrator):
             plain = ctx.primal()
             d_l = self.film_transpose(ctx, s, d_l)
             camera = ctx.camera_motion or ctx.geometry_motion
-            first = None
-            if camera:
-                # The camera ray's first hit, traced once for the passes and
-                # the moving splat weights.
-                o, d, t_min, t_max = (ir.detach(v) for v in sensors.sample_ray(ctx, s))
-                first, known = first_hit(ctx, o, d, t_min, t_max)
+            # (the camera ray's first hit, traced once for the passes and the moving splat weights)
+            first, known = motion.camera_hit(ctx, s) if camera else (None, None)
             state0 = self.start(ctx, s) if first is None else self.start(ctx, s, known)
             gated = self.kept(state0) is not None
             # (short paths: the radiance after a vertex is re-traced, one ray, in the replay)
@@ -467,8 +461,12 @@ class ReplayIntegrator(Integrator):
                 # their cotangents are the footprint's pixel cotangents
                 # times the sample's whole estimate (the replay's, in value
                 # the first pass's, where there is none).
-                estimate = (last.radiance if final is None else final.radiance if not gated
-                            else ir.select(self.kept(final), final.radiance, S.no_radiance()))
+                if final is None:
+                    estimate = last.radiance
+                elif gated:
+                    estimate = ir.select(self.kept(final), final.radiance, S.no_radiance())
+                else:
+                    estimate = final.radiance
                 _, weights_pullback = ir.vjp(lambda: motion.attached_weights(ctx, s, footprint, first),
                                              buffer_grads=grads)
                 d_weights = [_dot(S.read_film(b["grad_image"], ctx.item, k * stride), ctx.spectrum.to_film(estimate))

@@ -34,7 +34,7 @@ import dataclasses
 
 from ... import ir
 from ...ir import Vec
-from ..interaction import followed, shown_hit
+from ..interaction import first_hit, followed, shown_hit
 from . import film
 from .perspective import CameraRow
 
@@ -147,6 +147,15 @@ def relative(x):
     """x / detach(x): 1 in value, x's relative derivative (1 where x is 0)."""
     d = ir.detach(x)
     return ir.select(d != 0.0, x / ir.select(d != 0.0, d, 1.0), 1.0)
+
+
+def camera_hit(ctx, s):
+    """The first hit of sample ``s``'s camera ray, traced without
+    derivatives, and the same as a ``KnownHit`` for the path that starts
+    with it (``interaction.first_hit``): one BVH query for the path and
+    the moving splat weights (:func:`attached_weights`)."""
+    from . import sample_ray
+    return first_hit(ctx, *(ir.detach(v) for v in sample_ray(ctx, s)))
 
 
 def primary_point(ctx, s, first=None):
