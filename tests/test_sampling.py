@@ -137,3 +137,50 @@ def test_triangle_barycentrics_are_uniform():
     inside = (G1 + G2 <= 1).reshape(20, 20, 20, 20).mean((1, 3))
     expected = inside / inside.sum() * N
     assert chi2_reject(hist.ravel(), expected.ravel())[2] < 4.5
+
+
+def _search(cdfs: np.ndarray, rows: np.ndarray, us: np.ndarray, guided: bool) -> np.ndarray:
+    """sampling.sample_cdf over row ``rows[k]`` of ``cdfs`` for ``us[k]``:
+    the row's CDF and, after all rows, their guide tables in one buffer."""
+    from jaxrender.scene.textures import cdf_guides
+    R, n = cdfs.shape
+    buf = np.concatenate([cdfs.reshape(-1), cdf_guides(cdfs, np).reshape(-1)]).astype(np.float32)
+
+    def body(buf, u, row):
+        i = ir.item_index()
+        r = row[i]
+        guide = R * n + r * (n + 1) if guided else None
+        return {"i": sampling.sample_cdf(buf, r * n, ir.Int(n), u[i], guide) - r * n}
+    k = ir.trace(body, {"buf": ir.In("f32"), "u": ir.In("f32"), "row": ir.In("i32")}, {"i": ir.Out("i32")},
+                 name=f"cdf_search_{'guided' if guided else 'plain'}")
+    return np.asarray(launch(k, (len(us),), buf=buf, u=us.astype(np.float32), row=rows.astype(np.int32))["i"])
+
+
+def test_guided_cdf_search_finds_the_entry_a_binary_search_does():
+    """The guide table narrows the search without changing its result, the
+    first entry whose CDF value exceeds u (numpy's searchsorted), also for u
+    on and next to the buckets' edges j / n, zero-mass entries and a CDF
+    whose mass sits in a few entries."""
+    rng = np.random.default_rng(5)
+    n = 37
+    masses = [rng.uniform(0, 1, n), np.where(rng.uniform(size=n) < 0.5, 0.0, rng.uniform(size=n)),
+              np.r_[np.full(n - 3, 1e-6), 5.0, 0.0, 9.0], np.r_[1.0, np.zeros(n - 1)], np.ones(n)]
+    cdfs = np.stack([np.cumsum(m) / m.sum() for m in masses]).astype(np.float32)
+    cdfs[:, -1] = 1.0
+    edges = (np.arange(n) / np.float32(n)).astype(np.float32)
+    us = np.concatenate([rng.uniform(0, 1, 4000), edges, np.nextafter(edges, np.float32(1)),
+                         np.nextafter(edges, np.float32(-1)), cdfs.reshape(-1), np.nextafter(cdfs.reshape(-1), 0)])
+    us = np.clip(us, 0.0, np.nextafter(np.float32(1), np.float32(0))).astype(np.float32)
+    rows = np.repeat(np.arange(len(cdfs)), len(us))
+    us = np.tile(us, len(cdfs))
+    want = np.array([np.searchsorted(cdfs[r], u, side="right") for r, u in zip(rows, us)])
+    np.testing.assert_array_equal(_search(cdfs, rows, us, guided=False), want)
+    np.testing.assert_array_equal(_search(cdfs, rows, us, guided=True), want)
+
+
+def test_cdf_guides_agree_in_numpy_and_jax():
+    import jax.numpy as jnp
+    from jaxrender.scene.textures import cdf_guides
+    cdfs = np.cumsum(np.random.default_rng(2).uniform(size=(4, 19)), axis=1)
+    cdfs = (cdfs / cdfs[:, -1:]).astype(np.float32)
+    np.testing.assert_array_equal(np.asarray(cdf_guides(jnp.asarray(cdfs), jnp)), cdf_guides(cdfs, np))

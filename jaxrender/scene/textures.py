@@ -212,4 +212,22 @@ def envmap_tables(tex: TextureSpec, data, xp=None):
     # 1 / (Z 2 pi^2), Z the integral of the bilinear f over the unit square.
     norm = (W * (H - 1)) / (total * f32(2.0 * math.pi ** 2))
     return xp.concatenate([xp.reshape(norm, (1,)).astype(f32), marginal, conditional.reshape(-1),
-                           w.reshape(-1)]).astype(f32)
+                           w.reshape(-1), cdf_guides(marginal[None, :], xp).reshape(-1),
+                           cdf_guides(conditional, xp).reshape(-1)]).astype(f32)
+
+
+def cdf_guides(cdfs, xp):
+    """Guide tables of the CDFs in the rows of ``cdfs`` (R, n): row r's
+    entry j in 0..n counts the CDF's values with ``ceil(c * n) <= j``,
+    about those <= j / n, so that the entry a uniform u selects (the first
+    with c > u) lies between guide[j - 1] and guide[j + 2] for
+    j = floor(u n), whatever the rounding (``kernels.sampling.sample_cdf``
+    searches only there). As float32 (exact: n < 2^24)."""
+    R, n = cdfs.shape
+    bucket = xp.clip(xp.ceil(cdfs * np.float32(n)), 0, n).astype(np.int32)        # (R, n)
+    flat = (bucket + (n + 1) * xp.arange(R, dtype=np.int32)[:, None]).reshape(-1)
+    if xp is np:
+        counts = np.bincount(flat, minlength=R * (n + 1))
+    else:
+        counts = xp.zeros(R * (n + 1), np.int32).at[flat].add(1)
+    return xp.cumsum(counts.reshape(R, n + 1), axis=1).astype(np.float32)

@@ -26,7 +26,9 @@ makes the tables; they are not differentiable (detached sampling).
 
 ``env_dist`` layout for a W x H map: ``1 / (Z 2 pi^2)``, then the
 marginal CDF (H - 1), the conditional CDFs ((H - 1) x W, one row each),
-then the corner weights ``w`` (H x W).
+the corner weights ``w`` (H x W), then the guide tables of the marginal
+(H entries) and of each conditional ((H - 1) x (W + 1)), which narrow the
+two searches to a few entries (``sampling.sample_cdf``).
 """
 from __future__ import annotations
 
@@ -104,6 +106,12 @@ class EnvMap:
     def _off_weights(self):
         return 1 + (self.H - 1) * (1 + self.W)
 
+    def _off_marginal_guide(self):
+        return self._off_weights() + self.H * self.W
+
+    def _off_conditional_guide(self):
+        return self._off_marginal_guide() + self.H
+
     def _patch(self, x, y):
         """The corner weights (w00, w10, w01, w11) of patch (x, y): columns
         x and x + 1 (mod W), rows y and y + 1."""
@@ -135,8 +143,9 @@ class EnvMap:
         """A direction (world) and its solid-angle pdf from a 2D uniform."""
         dist = self.b["env_dist"]
         W, H = self.W, self.H
-        y, t_u = _choose(dist, self._off_marginal(), H - 1, u_row)
-        x, s_u = _choose(dist, self._off_conditional() + y * W, W, u_col)
+        y, t_u = _choose(dist, self._off_marginal(), H - 1, u_row, self._off_marginal_guide())
+        x, s_u = _choose(dist, self._off_conditional() + y * W, W, u_col,
+                         self._off_conditional_guide() + y * (W + 1))
         corners = self._patch(x, y)
         w00, w10, w01, w11 = corners
         t = sample_linear(t_u, w00 + w10, w01 + w11)
@@ -148,11 +157,11 @@ class EnvMap:
         return ir.normalize(self.to_world(d)), self._density(corners, s, t, ir.abs(sin_t))
 
 
-def _choose(dist, start, count, u):
+def _choose(dist, start, count, u, guide):
     """The entry (0-based) of the discrete distribution whose CDF is
-    ``dist[start:start + count]`` that ``u`` selects, and u's remainder
-    rescaled to [0, 1] within that entry."""
-    i = sample_cdf(dist, start, count, u)
+    ``dist[start:start + count]`` (its guide table at ``guide``) that ``u``
+    selects, and u's remainder rescaled to [0, 1] within that entry."""
+    i = sample_cdf(dist, start, count, u, guide)
     lo = ir.select(i > start, dist.read(i - 1), 0.0)
     hi = dist.read(i)
     return i - start, ir.clamp((u - lo) / ir.maximum(hi - lo, 1e-30), 0.0, 1.0)
