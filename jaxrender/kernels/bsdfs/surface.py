@@ -164,6 +164,15 @@ class SurfaceBsdf:
             s = dataclasses.replace(s, weight=self.to_world_mueller(s.weight, -s.wo))
         return f, pdf, s
 
+    @staticmethod
+    def no_query(ctx):
+        """What :meth:`query` gives where no surface was hit (the other side
+        of a branch that skips the BSDF there): zero value and pdf, a sample
+        of weight 0 (whose direction no path follows)."""
+        S = ctx.spectrum
+        null = (ir.Bool(False), ir.Float(1.0)) if samples_null(ctx.structure) else (None, None)
+        return S.zero(), ir.Float(0.0), Sample(Vec(0.0, 0.0, 1.0), ir.Float(0.0), S.zero(), ir.Bool(False), *null)
+
     def to_world_mueller(self, value: Vec, in_forward: Vec) -> Vec:
         """A polarized BSDF value of the local frame (light arriving along
         ``in_forward``, leaving along ``wi``, in the implicit Stokes bases of

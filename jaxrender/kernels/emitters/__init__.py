@@ -36,7 +36,7 @@ NAMES = tuple(t.name for t in TYPES)
 TYPE_ID = {n: i for i, n in enumerate(NAMES)}
 
 __all__ = ["TYPES", "NAMES", "TYPE_ID", "EmitterType", "DirectionSample", "EmitterSample", "sample", "pdf",
-           "eval_sample", "eval_hit", "light_weight", "sample_from", "sample_one"]
+           "eval_sample", "eval_hit", "light_weight", "sample_from", "sample_one", "no_sample"]
 
 
 @dataclasses.dataclass
@@ -84,6 +84,14 @@ def _sample(ctx, reference, u) -> EmitterSample:
     n_em = ctx.n_emitters
     sel = ir.minimum(ir.cast(a * ir.cast(n_em, "f32"), "i32"), n_em - 1)
     return sample_one(ctx, sel, reference(), (b, x, y))
+
+
+def no_sample(ctx) -> EmitterSample:
+    """What :func:`sample` gives where no emitter is sampled (the other side
+    of a branch that skips it): no radiance (``factor`` 0), finite
+    everywhere, so that no derivative through its unused value is NaN."""
+    return EmitterSample(Vec(0.0, 0.0, 1.0), ir.Float(1.0), ir.Float(0.0), ir.Float(1.0), ir.Bool(False),
+                         ir.Int(0), ir.Int(-1))
 
 
 def sample_one(ctx, sel, ref: Vec, u) -> EmitterSample:

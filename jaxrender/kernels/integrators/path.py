@@ -180,8 +180,10 @@ class PathIntegrator(ReplayIntegrator):
             # already is, its densities fixed in transport).
             w_bsdf = ir.detach(w_bsdf)
         # The BSDF: towards the emitter sample, and a sampled continuation.
-        bsdf = SurfaceBsdf(ctx, si)
-        f_l, bsdf_pdf_l, bs = bsdf.query(si.frame.to_local(es.w), u[3], Vec(u[0], u[1]))
+        # (where the ray left the scene there is no BSDF: a packet of misses skips it)
+        f_l, bsdf_pdf_l, bs = ir.cond(
+            si.hit, lambda: SurfaceBsdf(ctx, si).query(si.frame.to_local(es.w), u[3], Vec(u[0], u[1])),
+            lambda: SurfaceBsdf.no_query(ctx))
         em = S.radiance(emitters.eval_sample(ctx, es))
         w_em = emitters.light_weight(ctx, es, bsdf_pdf_l)
         direct = S.apply(f_l, em) * w_em
@@ -212,7 +214,9 @@ class PathIntegrator(ReplayIntegrator):
         # sample's, and the BSDF's: (u[0], u[1]) its direction, a 2D sample
         # of the scene's sampler, u[2] roulette and u[3] the lobe, 1D ones.
         es_u = ctx.rand(s, 1 + st.depth * 2)
-        es = emitters.sample(ctx, si, st.d, es_u)
+        # Only a path that goes on uses its emitter sample (next-event
+        # estimation); a packet whose paths all end here skips it.
+        es = ir.cond(active_next, lambda: emitters.sample(ctx, si, st.d, es_u), lambda: emitters.no_sample(ctx))
         if ctx.geometry_motion:
             es = ctx.detach(es)
         u = ctx.rand(s, 2 + st.depth * 2)
