@@ -28,9 +28,10 @@ The polynomials are near-minimax: f(z) = (g(sqrt z) / sqrt z - 1) / z for
 g = sin, atan (and (cos(sqrt z) - 1) / z) interpolated at Chebyshev nodes
 of z over the reduced range in 60-digit arithmetic, rounded to double, the
 error bounds above measured in the same arithmetic on the Horner form
-evaluated in double (``tools/make_vmath_polynomials.py``). They replaced Taylor series of twice the length (and
-atan's three divisions): atan2 and acos took 2.5x and 1.9x less time in a
-kernel of a million of them, an envmap's sample and lookup 20% less.
+evaluated in double (``tools/make_vmath_polynomials.py``). They replaced
+Taylor series of twice the length (and atan's three divisions): atan2 and
+acos took 2.5x and 1.9x less time in a kernel of a million of them, an
+envmap's sample and lookup 20% less.
 """
 from __future__ import annotations
 
