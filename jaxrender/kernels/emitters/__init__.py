@@ -36,7 +36,7 @@ NAMES = tuple(t.name for t in TYPES)
 TYPE_ID = {n: i for i, n in enumerate(NAMES)}
 
 __all__ = ["TYPES", "NAMES", "TYPE_ID", "EmitterType", "DirectionSample", "EmitterSample", "sample", "pdf",
-           "eval_sample", "eval_hit", "light_weight", "sample_from", "sample_one", "no_sample"]
+           "eval_sample", "eval_hit", "light_weight", "sample_from", "sample_one"]
 
 
 @dataclasses.dataclass
@@ -58,13 +58,18 @@ def selection_pdf(ctx):
     return 1.0 / ir.cast(ir.maximum(ctx.n_emitters, 1), "f32")
 
 
-def sample(ctx, si, d: Vec, u) -> EmitterSample:
+def sample(ctx, si, d: Vec, u, where=None) -> EmitterSample:
     """Sample a direction towards an emitter from interaction ``si``
     (reached along ``d``; the reference point is offset to the side the ray
     came from) with one dimension group ``u`` = (x, y, a, b) of the sampler
     (``Context.rand``): ``a`` chooses the emitter, ``b`` a part of it (a
-    mesh's triangle) and (x, y) the point on it."""
-    return _sample(ctx, lambda: reference_point(si, d), u)
+    mesh's triangle) and (x, y) the point on it. ``where``: the lanes that
+    use the sample; a packet with none of them skips the work, and the
+    others get a sample of no radiance (``factor`` 0), finite everywhere,
+    so that no derivative through its unused value is NaN."""
+    if where is None:
+        return _sample(ctx, lambda: reference_point(si, d), u)
+    return ir.cond(where, lambda: _sample(ctx, lambda: reference_point(si, d), u), _no_sample)
 
 
 def reference_point(si, d: Vec) -> Vec:
@@ -86,10 +91,7 @@ def _sample(ctx, reference, u) -> EmitterSample:
     return sample_one(ctx, sel, reference(), (b, x, y))
 
 
-def no_sample(ctx) -> EmitterSample:
-    """What :func:`sample` gives where no emitter is sampled (the other side
-    of a branch that skips it): no radiance (``factor`` 0), finite
-    everywhere, so that no derivative through its unused value is NaN."""
+def _no_sample() -> EmitterSample:
     return EmitterSample(Vec(0.0, 0.0, 1.0), ir.Float(1.0), ir.Float(0.0), ir.Float(1.0), ir.Bool(False),
                          ir.Int(0), ir.Int(-1))
 

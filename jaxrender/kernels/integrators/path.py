@@ -216,7 +216,7 @@ class PathIntegrator(ReplayIntegrator):
         es_u = ctx.rand(s, 1 + st.depth * 2)
         # Only a path that goes on uses its emitter sample (next-event
         # estimation); a packet whose paths all end here skips it.
-        es = ir.cond(active_next, lambda: emitters.sample(ctx, si, st.d, es_u), lambda: emitters.no_sample(ctx))
+        es = emitters.sample(ctx, si, st.d, es_u, where=active_next)
         if ctx.geometry_motion:
             es = ctx.detach(es)
         u = ctx.rand(s, 2 + st.depth * 2)

@@ -274,11 +274,8 @@ class VolpathIntegrator(PathIntegrator):
         # (a null BSDF, a medium's boundary, reflects nothing: no emitter
         # sample, no shadow ray, as Mitsuba's volpath samples emitters only
         # at surfaces with a smooth component)
+        # (a packet of null collisions and misses skips the surface's emitter sample)
         at_surface = surface & si.hit & ~pass_through & below_max(st.depth + 1) & ~_null_surface(ctx, si)
-
-        def surface_sample():
-            # (a packet of null collisions and misses skips it)
-            return ir.cond(at_surface, lambda: emitters.sample(ctx, si, st.d, u_em), lambda: emitters.no_sample(ctx))
 
         # The emitter sample, the phase function's sample (with g detached)
         # and the shadow ray, before shading.
@@ -289,11 +286,13 @@ class VolpathIntegrator(PathIntegrator):
                 return emitters.sample_from(ctx, p_coll, u_em), phase_sample, mv.sample_emitters
 
             def from_surface():
-                return surface_sample(), (st.d, ir.Float(1.0), ir.Float(0.0)), ir.Bool(True)
+                return (emitters.sample(ctx, si, st.d, u_em, where=at_surface), (st.d, ir.Float(1.0), ir.Float(0.0)),
+                        ir.Bool(True))
 
             es, phase_sample, samples_em = ir.cond(scatter, from_medium, from_surface)
         else:
-            es, phase_sample, samples_em = surface_sample(), (st.d, ir.Float(1.0), ir.Float(0.0)), ir.Bool(True)
+            es, phase_sample, samples_em = (emitters.sample(ctx, si, st.d, u_em, where=at_surface),
+                                            (st.d, ir.Float(1.0), ir.Float(0.0)), ir.Bool(True))
         shadowed = (((scatter & samples_em) | at_surface) & (ctx.n_emitters > 0) & (es.delta | (es.pdf > 0.0)))
         shadow = ir.cond(shadowed,
                          lambda: self.transmittance(ctx, s, st, ir.select(scatter, p_coll, si.spawn(es.w)), es.w,
