@@ -73,11 +73,10 @@ def sphere_ply(path: Path, n_tris: int, center=(0.0, -0.5, 0.0), radius=0.4) -> 
         fh.write(fv.tobytes())
 
 
-def sky_exr(path: Path, width: int = 256, height: int = 128) -> None:
+def sky_image(width: int = 256, height: int = 128) -> np.ndarray:
     """A lat-long sky (Mitsuba's envmap layout: +y up, row 0 the zenith): a
     blue-to-white gradient over a dim ground, tinted with azimuth, and a
-    small bright sun, as float RGB OpenEXR."""
-    import OpenEXR
+    small bright sun, as float32 RGB (height, width, 3)."""
     v = (np.arange(height) + 0.5) / height
     u = (np.arange(width) + 0.5) / width
     up = np.clip(1.0 - 2.0 * v, 0.0, 1.0)[:, None, None]
@@ -87,8 +86,14 @@ def sky_exr(path: Path, width: int = 256, height: int = 128) -> None:
     sky *= (1.0 + 0.3 * np.cos(2 * np.pi * u))[None, :, None]
     dv, du = (v[:, None] - 0.22) * height, (u[None, :] - 0.3) * width
     sky[du * du + dv * dv < 9.0] = [60.0, 50.0, 40.0]
+    return np.ascontiguousarray(sky, np.float32)
+
+
+def sky_exr(path: Path, width: int = 256, height: int = 128) -> None:
+    """:func:`sky_image` written as float RGB OpenEXR."""
+    import OpenEXR
     OpenEXR.File({"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage},
-                 {"RGB": np.ascontiguousarray(sky, np.float32)}).write(str(path))
+                 {"RGB": sky_image(width, height)}).write(str(path))
 
 
 def scenes(size: int, spp: int, mesh_path: Path | None, base_factory, env_path: Path | None = None):
