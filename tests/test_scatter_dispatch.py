@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import math
 import re
 
 import numpy as np
@@ -50,9 +51,9 @@ def scatter_kernel() -> ir.Kernel:
                      "u_u": ir.Accum("u32"), "f_u": ir.Accum("f32")}, name="scatter")
 
 
-def run_scatter(row_i, row_u, vf, vi, vu, rows=ROWS, lanes=None):
+def run_scatter(row_i, row_u, vf, vi, vu, rows=ROWS, lanes=None, **kw):
     out = run(scatter_kernel(), (len(vf),), lanes, accum_rows={k: rows for k in ("f_i", "i_i", "u_u", "f_u")},
-                 row_i=row_i, row_u=row_u, vf=vf, vi=vi, vu=vu)
+              row_i=row_i, row_u=row_u, vf=vf, vi=vi, vu=vu, **kw)
     out = {k: np.asarray(v) for k, v in out.items()}
     np.testing.assert_array_equal(out["done"], np.ones(len(vf), np.int32))  # every item ran
     return out
@@ -128,6 +129,35 @@ def test_scatter_add_contention_random_floats_within_rounding_bound():
         # Sanity of the typical bound: a sequential f32 sum in item order is within it too.
         seq = add_at(row, vf, ROWS, np.float32).astype(np.float64)
         assert np.all(np.abs(seq - exact) <= typical)
+
+
+@pytest.mark.parametrize("lanes", LANES)
+def test_small_float_accumulators_are_summed_in_float64_on_any_thread_count(lanes):
+    """Float accumulators with few rows for the work (a gradient's material
+    parameters) are summed per thread in float64 and rounded once, so each
+    row is the correctly rounded sum of its contributions, bit for bit, on
+    1, 3 or 8 threads. (Float32 atomics into one shared row lose the small
+    late terms of a long sum and change with the thread count: this test
+    fails on them.) An accumulator with more rows than the work items
+    cover stays a shared float32 one, within the float32 bounds."""
+    rng = np.random.default_rng(5)
+    row = rng.integers(0, ROWS, N_ITEMS)
+    vf = rng.uniform(0.0, 1.0, N_ITEMS).astype(np.float32)
+    vi = np.ones(N_ITEMS, np.int32)
+    rows = row.astype(np.int32), row.astype(np.uint32)
+    exact = np.array([math.fsum(vf[row == r].astype(np.float64)) for r in range(ROWS)])
+    for threads in (1, 3, 8):
+        out = run_scatter(*rows, vf, vi, vi.view(np.uint32), lanes=lanes, num_threads=threads)
+        np.testing.assert_array_equal(out["f_i"], exact.astype(np.float32), err_msg=f"{threads} threads")
+        np.testing.assert_array_equal(out["f_u"], exact.astype(np.float32), err_msg=f"{threads} threads")
+    wide = N_ITEMS  # one row per item and as many again: too many rows to copy per thread
+    spread = rng.integers(0, wide, N_ITEMS)
+    out = run_scatter(spread.astype(np.int32), spread.astype(np.uint32), vf, vi, vi.view(np.uint32),
+                      rows=wide, lanes=lanes, num_threads=3)
+    exact = add_at(spread, vf.astype(np.float64), wide, np.float64)
+    rigorous, _ = f32_tolerances(spread, vf, wide)
+    assert np.all(np.abs(out["f_i"] - exact) <= rigorous)
+    np.testing.assert_array_equal(out["i_i"], add_at(spread, vi, wide, np.int32))
 
 
 @pytest.mark.parametrize("lanes", LANES)

@@ -10,8 +10,11 @@ The module produced here holds:
   a failed in-kernel ``check`` into an XLA error.
 
 Per-item results depend only on the item index, so outputs are bit-identical
-for any thread count. Float scatter-adds are atomic; their summation order
-(and so the last bits of the sum) depends on scheduling.
+for any thread count. Float scatter-adds into an accumulator with few rows
+for the work go to a float64 copy per thread, summed and rounded once after
+the join (``ffi._PrivateAccumulators``): nearly always the correctly rounded
+sum, whatever the thread count. Other scatter-adds are atomic, and the last
+bits of a float sum depend on scheduling.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from . import bvh_traversal, vmath
 from .abi import InfoLayout
 
 f32, i32, i64, i1, i8 = ll.FloatType(), ll.IntType(32), ll.IntType(64), ll.IntType(1), ll.IntType(8)
+f64 = ll.DoubleType()
 ptr = ll.PointerType()
 LLTYPE = {F32: f32, I32: i32, U32: i32, BOOL: i1}
 
@@ -162,15 +166,17 @@ class ItemCodegen:
             self.in_base.append(base)
             self.in_rows.append(rows)
             self.in_maxrow.append(maxrow)
-        self.acc_base, self.acc_rows = [], []
+        self.acc_base, self.acc_base64, self.acc_rows = [], [], []
         for j, spec in enumerate(self.acc_specs):
             data = self.ctx_field_ptr(b, ctx, 3, j, f"acc{j}")
             rows = info_at(L.acc_rows(j), f"accrows{j}")
             width = _width(spec.item_shape)
-            base = b.gep(data, [b.mul(bidx, b.mul(rows, i64(width)))], inbounds=True,
-                         source_etype=LLTYPE[spec.dtype]) if L.nb else data
-            self.acc_base.append(base)
+            first = b.mul(bidx, b.mul(rows, i64(width)))
+            self.acc_base.append(b.gep(data, [first], inbounds=True, source_etype=LLTYPE[spec.dtype])
+                                 if L.nb else data)
+            self.acc_base64.append(b.gep(data, [first], inbounds=True, source_etype=f64) if L.nb else data)
             self.acc_rows.append(rows)
+        self.acc_private = self.accumulator_privacy(b, ctx)
         self.err_ptr = self.error_pointer(b, ctx)
         # Body.
         self.lower_block(self.k.block)
@@ -195,11 +201,30 @@ class ItemCodegen:
         v.set_metadata("invariant.load", self.m.add_metadata([]))
         return v
 
+    def accumulator_privacy(self, b: ll.IRBuilder, ctx) -> list:
+        """Per accumulator, an i1: whether this launch gave each thread a
+        private float64 copy to add into (the handler decides, by size;
+        see ffi._PrivateAccumulators), or None where it never does
+        (integer accumulators, GPU kernels)."""
+        if self.gpu:
+            return [None] * len(self.acc_specs)
+        flags = self.ctx_field(b, ctx, CTX_PRIVATE, "private")
+        out = []
+        for j, spec in enumerate(self.acc_specs):
+            if spec.dtype != F32:
+                out.append(None)
+                continue
+            f = b.load(b.gep(flags, [i64(j)], inbounds=True, source_etype=i8), typ=i8, name=f"private{j}")
+            f.set_metadata("invariant.load", self.m.add_metadata([]))
+            out.append(b.icmp_unsigned("!=", f, i8(0)))
+        return out
+
     def error_pointer(self, b: ll.IRBuilder, ctx):
         """Where a failed ``check`` records its message number (atomic max):
         the launch context's error word (the GPU code generator overrides
         this with a device buffer)."""
-        return b.gep(ctx, [i32(0), i32(5)], inbounds=True, source_etype=self.ctx_type)
+        shared = b.load(b.gep(ctx, [i32(0), i32(CTX_SHARED)], inbounds=True, source_etype=self.ctx_type), typ=ptr)
+        return b.gep(shared, [i32(0), i32(5)], inbounds=True, source_etype=self.ctx_type)
 
     def ctx_field_ptr(self, b, ctx, field: int, i: int, name: str):
         p = b.gep(ctx, [i32(0), i32(field), i32(i)], inbounds=True, source_etype=self.ctx_type)
@@ -410,8 +435,20 @@ class ItemCodegen:
         with b.if_then(ok, likely=True):
             et = f32 if n.args[1].type == F32 else i32
             off = b.add(b.mul(r, i64(width)), i64(comp))
-            p = b.gep(self.acc_base[acc], [off], inbounds=True, source_etype=et)
-            b.atomic_rmw("fadd" if et == f32 else "add", p, value, "monotonic")
+            private = self.acc_private[acc]
+
+            def shared():
+                p = b.gep(self.acc_base[acc], [off], inbounds=True, source_etype=et)
+                b.atomic_rmw("fadd" if et == f32 else "add", p, value, "monotonic")
+            if private is None:
+                shared()
+                return
+            with b.if_else(private, likely=True) as (mine, others):
+                with mine:
+                    p = b.gep(self.acc_base64[acc], [off], inbounds=True, source_etype=f64)
+                    b.store(b.fadd(b.load(p, typ=f64), b.fpext(value, f64)), p)
+                with others:
+                    shared()
 
     def lower_check(self, n: Node, ok):
         b = self.b
@@ -530,9 +567,20 @@ class _Literal(ll.Constant):
         return self.constant
 
 
+# The launch context's field holding the shared context: each worker
+# thread may run on a copy of its own (private accumulator pointers), but
+# the tile counter and the error word are the shared context's.
+CTX_SHARED = 8
+# Its field pointing to one byte per accumulator: nonzero where this launch
+# gave every thread a private float64 copy of that (float) accumulator.
+CTX_PRIVATE = 9
+
+
 def context_type(kernel: Kernel) -> ll.LiteralStructType:
     """Launch context: info*, input/output/accumulator pointers, the tile
-    counter, the error code, and the tile size / total item count."""
+    counter, the error code, the tile size / total item count, the shared
+    context (this one, or the one a thread's copy was made from), and the
+    accumulators' private-copy flags."""
     ni = len(kernel.inputs)
     no = len(kernel.item_outputs)
     na = len(kernel.accumulators)
@@ -545,6 +593,8 @@ def context_type(kernel: Kernel) -> ll.LiteralStructType:
         i32,                                  # 5 error code (atomic max)
         i64,                                  # 6 tile size
         i64,                                  # 7 total work items
+        ptr,                                  # 8 shared context (CTX_SHARED)
+        ptr,                                  # 9 private-copy flags (CTX_PRIVATE)
     ])
 
 
@@ -559,7 +609,8 @@ def build_worker(module: ll.Module, item_fn: ll.Function, ctx_type, lanes: int =
     restore_fp = _ieee_float_mode(module, b)
     tile = b.load(b.gep(ctx, [i32(0), i32(6)], inbounds=True, source_etype=ctx_type), typ=i64)
     total = b.load(b.gep(ctx, [i32(0), i32(7)], inbounds=True, source_etype=ctx_type), typ=i64)
-    counter = b.gep(ctx, [i32(0), i32(4)], inbounds=True, source_etype=ctx_type)
+    shared = b.load(b.gep(ctx, [i32(0), i32(CTX_SHARED)], inbounds=True, source_etype=ctx_type), typ=ptr)
+    counter = b.gep(shared, [i32(0), i32(4)], inbounds=True, source_etype=ctx_type)
     grab, run, body, done = (fn.append_basic_block(x) for x in ("grab", "run", "body", "done"))
     b.branch(grab)
     b.position_at_end(grab)
@@ -855,6 +906,7 @@ class PacketCodegen(ItemCodegen):
             width = _width(spec.item_shape)
             self.acc_off.append(b.mul(bidx, self.splat(b.mul(rows, i64(width)))) if L.nb else zero64)
             self.acc_rows.append(self.splat(rows))
+        self.acc_private = self.accumulator_privacy(b, ctx)
         self.err_ptr = self.error_pointer(b, ctx)
         self.lower_block(self.k.block)
         results = [self.vals[r.id] for r in self.k.block.results]
@@ -956,34 +1008,85 @@ class PacketCodegen(ItemCodegen):
         nonzero = b.fcmp_unordered("!=", value, zero_v) if et == f32 else b.icmp_signed("!=", value, zero_v)
         ok = b.and_(ok, nonzero)
         off = b.add(b.add(b.mul(r, self.ci64(width)), self.ci64(comp)), self.acc_off[acc])
+        private = self.acc_private[acc]
+        with b.if_then(self.any(ok), likely=True):
+            if private is None:
+                self._shared_adds(acc, off, value, ok, et)
+                return
+            with b.if_else(private, likely=True) as (mine, others):
+                with mine:
+                    self._private_adds(acc, off, value, ok)
+                with others:
+                    self._shared_adds(acc, off, value, ok, et)
+
+    def _first_lane_and_uniform(self, off, ok):
+        """(index of the first active lane, whether every active lane
+        targets that lane's address)."""
+        b = self.b
+        bits = b.bitcast(ok, ll.IntType(self.lanes))
+        it = ll.IntType(self.lanes)
+        cttz = self.decl(f"llvm.cttz.i{self.lanes}", it, [it, i1])
+        first = b.zext(b.call(cttz, [bits, ll.Constant(i1, 1)]), i32) if self.lanes < 32 else \
+            b.trunc(b.call(cttz, [bits, ll.Constant(i1, 1)]), i32)
+        ref = b.extract_element(off, first)
+        same = b.or_(b.icmp_signed("==", off, self.splat(ref)), b.not_(ok))
+        uniform = b.call(self.decl(f"llvm.vector.reduce.and.v{self.lanes}i1", i1, [self.T(BOOL)]), [same])
+        return first, uniform
+
+    def _shared_adds(self, acc: int, off, value, ok, et: ll.Type) -> None:
+        """Atomic adds into XLA's buffer, which every thread shares."""
+        b = self.b
         ptrs = self.lane_ptrs(self.acc_data[acc], off, et)
         rmw = "fadd" if et == f32 else "add"
-        with b.if_then(self.any(ok), likely=True):
-            # Adjoint kernels scatter into parameter rows that neighbouring
-            # pixels share (one material): when every active lane targets
-            # the same address, sum the lanes and do one atomic, not 16
-            # contended ones.
-            bits = b.bitcast(ok, ll.IntType(self.lanes))
-            it = ll.IntType(self.lanes)
-            cttz = self.decl(f"llvm.cttz.i{self.lanes}", it, [it, i1])
-            first = b.zext(b.call(cttz, [bits, ll.Constant(i1, 1)]), i32) if self.lanes < 32 else \
-                b.trunc(b.call(cttz, [bits, ll.Constant(i1, 1)]), i32)
-            ref = b.extract_element(off, first)
-            same = b.or_(b.icmp_signed("==", off, self.splat(ref)), b.not_(ok))
-            uniform = b.call(self.decl(f"llvm.vector.reduce.and.v{self.lanes}i1", i1, [self.T(BOOL)]), [same])
-            with b.if_else(uniform, likely=True) as (then, otherwise):
-                with then:
-                    zero = self.broadcast(ll.Constant(et, 0.0 if et == f32 else 0))
-                    vals = b.select(ok, value, zero)
-                    if et == f32:
-                        red = b.call(self.decl(f"llvm.vector.reduce.fadd.v{self.lanes}f32", f32,
-                                               [f32, self.T(F32)]), [ll.Constant(f32, -0.0), vals])
-                    else:
-                        red = b.call(self.decl(f"llvm.vector.reduce.add.v{self.lanes}i32", i32,
-                                               [self.T(I32)]), [vals])
-                    b.atomic_rmw(rmw, b.extract_element(ptrs, first), red, "monotonic")
-                with otherwise:
-                    b.call(self._lane_atomics(rmw, et), [ptrs, value, ok])
+        # Adjoint kernels scatter into parameter rows that neighbouring
+        # pixels share (one material): when every active lane targets the
+        # same address, sum the lanes and do one atomic, not 16 contended
+        # ones.
+        first, uniform = self._first_lane_and_uniform(off, ok)
+        with b.if_else(uniform, likely=True) as (then, otherwise):
+            with then:
+                zero = self.broadcast(ll.Constant(et, 0.0 if et == f32 else 0))
+                vals = b.select(ok, value, zero)
+                if et == f32:
+                    red = b.call(self.decl(f"llvm.vector.reduce.fadd.v{self.lanes}f32", f32,
+                                           [f32, self.T(F32)]), [ll.Constant(f32, -0.0), vals])
+                else:
+                    red = b.call(self.decl(f"llvm.vector.reduce.add.v{self.lanes}i32", i32,
+                                           [self.T(I32)]), [vals])
+                b.atomic_rmw(rmw, b.extract_element(ptrs, first), red, "monotonic")
+            with otherwise:
+                b.call(self._lane_atomics(rmw, et), [ptrs, value, ok])
+
+    def _private_adds(self, acc: int, off, value, ok) -> None:
+        """Plain float64 adds into this thread's own copy (no other thread
+        writes it): a packet aimed at one address adds its lanes' sum."""
+        b = self.b
+        ptrs = self.lane_ptrs(self.acc_data[acc], off, f64)
+        first, uniform = self._first_lane_and_uniform(off, ok)
+        with b.if_else(uniform, likely=True) as (then, otherwise):
+            with then:
+                wide = ll.VectorType(f64, self.lanes)
+                vals = b.select(ok, b.fpext(value, wide), ll.Constant(wide, [0.0] * self.lanes))
+                red = b.call(self.decl(f"llvm.vector.reduce.fadd.v{self.lanes}f64", f64, [f64, wide]),
+                             [ll.Constant(f64, -0.0), vals])
+                p = b.extract_element(ptrs, first)
+                b.store(b.fadd(b.load(p, typ=f64), red), p)
+            with otherwise:
+                b.call(self._lane_private_adds(), [ptrs, value, ok])
+
+    def _lane_private_adds(self) -> ll.Function:
+        """The module's function adding each active lane's value, widened,
+        at its own address, lane by lane (lanes may share an address)."""
+        def body(b, args):
+            ptrs, value, ok = args
+            for lane in range(self.lanes):
+                with b.if_then(b.extract_element(ok, i32(lane))):
+                    p = b.extract_element(ptrs, i32(lane))
+                    b.store(b.fadd(b.load(p, typ=f64), b.fpext(b.extract_element(value, i32(lane)), f64)), p)
+            b.ret_void()
+
+        return self.outlined("jaxrender.private_fadd.lanes", ll.VoidType(),
+                             [ll.VectorType(ptr, self.lanes), self.T(F32), self.T(BOOL)], body)
 
     def _lane_atomics(self, rmw: str, et: ll.Type) -> ll.Function:
         """The module's function that adds each active lane's value at its
