@@ -13,6 +13,8 @@ import functools
 import math
 import re
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -57,6 +59,12 @@ def run_scatter(row_i, row_u, vf, vi, vu, rows=ROWS, lanes=None, **kw):
     out = {k: np.asarray(v) for k, v in out.items()}
     np.testing.assert_array_equal(out["done"], np.ones(len(vf), np.int32))  # every item ran
     return out
+
+
+def run_scatter_traced(row_i, row_u, vf, vi, vu, rows=ROWS, lanes=None, **kw):
+    """``f_i`` of :func:`run_scatter`'s launch, for use under ``jax.vmap``."""
+    return run(scatter_kernel(), (vf.shape[-1],), lanes, accum_rows={k: rows for k in ("f_i", "i_i", "u_u", "f_u")},
+               row_i=row_i, row_u=row_u, vf=vf, vi=vi, vu=vu, **kw)["f_i"]
 
 
 def add_at(rows_arr, vals, nrows, dtype):
@@ -138,8 +146,9 @@ def test_small_float_accumulators_are_summed_in_float64_on_any_thread_count(lane
     row is the correctly rounded sum of its contributions, bit for bit, on
     1, 3 or 8 threads. (Float32 atomics into one shared row lose the small
     late terms of a long sum and change with the thread count: this test
-    fails on them.) An accumulator with more rows than the work items
-    cover stays a shared float32 one, within the float32 bounds."""
+    fails on them.) Under vmap each batch element's rows are its own sums.
+    An accumulator with more rows than the work items cover stays a shared
+    float32 one, within the float32 bounds."""
     rng = np.random.default_rng(5)
     row = rng.integers(0, ROWS, N_ITEMS)
     vf = rng.uniform(0.0, 1.0, N_ITEMS).astype(np.float32)
@@ -150,6 +159,13 @@ def test_small_float_accumulators_are_summed_in_float64_on_any_thread_count(lane
         out = run_scatter(*rows, vf, vi, vi.view(np.uint32), lanes=lanes, num_threads=threads)
         np.testing.assert_array_equal(out["f_i"], exact.astype(np.float32), err_msg=f"{threads} threads")
         np.testing.assert_array_equal(out["f_u"], exact.astype(np.float32), err_msg=f"{threads} threads")
+    # Batched launches (vmap) keep one row set per batch element in each copy.
+    scales = np.float32([1.0, 3.0, 0.5])
+    batched = jax.vmap(lambda v: run_scatter_traced(*rows, v, vi, vi.view(np.uint32), lanes=lanes, num_threads=3))
+    out = np.asarray(batched(jnp.asarray(vf[None, :] * scales[:, None])))
+    for k, sc in enumerate(scales):
+        want = [math.fsum((vf[row == r] * sc).astype(np.float64)) for r in range(ROWS)]
+        np.testing.assert_array_equal(out[k], np.float32(want), err_msg=f"batch element {k}")
     wide = N_ITEMS  # one row per item and as many again: too many rows to copy per thread
     spread = rng.integers(0, wide, N_ITEMS)
     out = run_scatter(spread.astype(np.int32), spread.astype(np.uint32), vf, vi, vi.view(np.uint32),
