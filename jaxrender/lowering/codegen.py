@@ -32,6 +32,14 @@ f64 = ll.DoubleType()
 ptr = ll.PointerType()
 LLTYPE = {F32: f32, I32: i32, U32: i32, BOOL: i1}
 
+# The launch context's (``context_type``) field holding the shared context:
+# each worker thread may run on a copy of its own (private accumulator
+# pointers), but the tile counter and the error word are the shared one's.
+CTX_SHARED = 8
+# Its field pointing to one byte per accumulator: nonzero where this launch
+# gave every thread a private float64 copy of that (float) accumulator.
+CTX_PRIVATE = 9
+
 # Transcendental ops call the C math library (resolved in-process).
 LIBM = {"exp": "expf", "exp2": "exp2f", "log": "logf", "log2": "log2f", "sin": "sinf",
         "cos": "cosf", "tan": "tanf", "asin": "asinf", "acos": "acosf", "atan": "atanf",
@@ -565,15 +573,6 @@ class _Literal(ll.Constant):
 
     def _get_reference(self) -> str:
         return self.constant
-
-
-# The launch context's field holding the shared context: each worker
-# thread may run on a copy of its own (private accumulator pointers), but
-# the tile counter and the error word are the shared context's.
-CTX_SHARED = 8
-# Its field pointing to one byte per accumulator: nonzero where this launch
-# gave every thread a private float64 copy of that (float) accumulator.
-CTX_PRIVATE = 9
 
 
 def context_type(kernel: Kernel) -> ll.LiteralStructType:

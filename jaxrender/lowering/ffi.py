@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from llvmlite import ir as ll
 
+from ..ir.graph import F32
 from ..ir.kernel import Kernel, _width
 from .abi import InfoLayout
-from ..ir.graph import F32
 from .codegen import CTX_PRIVATE, CTX_SHARED, i1, i8, i32, i64, ptr
 
 ERRC_INVALID_ARGUMENT = 3
