@@ -1076,30 +1076,28 @@ class PacketCodegen(ItemCodegen):
     def _lane_private_adds(self) -> ll.Function:
         """The module's function adding each active lane's value, widened,
         at its own address, lane by lane (lanes may share an address)."""
-        def body(b, args):
-            ptrs, value, ok = args
-            for lane in range(self.lanes):
-                with b.if_then(b.extract_element(ok, i32(lane))):
-                    p = b.extract_element(ptrs, i32(lane))
-                    b.store(b.fadd(b.load(p, typ=f64), b.fpext(b.extract_element(value, i32(lane)), f64)), p)
-            b.ret_void()
-
-        return self.outlined("jaxrender.private_fadd.lanes", ll.VoidType(),
-                             [ll.VectorType(ptr, self.lanes), self.T(F32), self.T(BOOL)], body)
+        def add(b, p, v):
+            b.store(b.fadd(b.load(p, typ=f64), b.fpext(v, f64)), p)
+        return self._lane_adds("jaxrender.private_fadd.lanes", f32, add)
 
     def _lane_atomics(self, rmw: str, et: ll.Type) -> ll.Function:
         """The module's function that adds each active lane's value at its
-        own address, one atomic per lane: one body that every scatter calls
+        own address, one atomic per lane."""
+        return self._lane_adds(f"jaxrender.atomic_{rmw}.{et}.lanes", et,
+                               lambda b, p, v: b.atomic_rmw(rmw, p, v, "monotonic"))
+
+    def _lane_adds(self, name: str, et: ll.Type, add) -> ll.Function:
+        """The module's function ``name`` that runs ``add(builder, pointer,
+        value)`` for each active lane: one body that every scatter calls
         (inline, these lane loops were an eighth of a megakernel's IR)."""
         def body(b, args):
             ptrs, value, ok = args
             for lane in range(self.lanes):
                 with b.if_then(b.extract_element(ok, i32(lane))):
-                    b.atomic_rmw(rmw, b.extract_element(ptrs, i32(lane)), b.extract_element(value, i32(lane)),
-                                 "monotonic")
+                    add(b, b.extract_element(ptrs, i32(lane)), b.extract_element(value, i32(lane)))
             b.ret_void()
 
-        return self.outlined(f"jaxrender.atomic_{rmw}.{et}.lanes", ll.VoidType(),
+        return self.outlined(name, ll.VoidType(),
                              [ll.VectorType(ptr, self.lanes), ll.VectorType(et, self.lanes), self.T(BOOL)], body)
 
     def call_bvh_query(self, mode: int, bufs: list[int], a: list) -> list:

@@ -19,7 +19,7 @@ from llvmlite import ir as ll
 from ..ir.graph import F32
 from ..ir.kernel import Kernel, _width
 from .abi import InfoLayout
-from .codegen import CTX_PRIVATE, CTX_SHARED, i1, i8, i32, i64, ptr
+from .codegen import CTX_PRIVATE, CTX_SHARED, f32, f64, i1, i8, i32, i64, ptr
 
 ERRC_INVALID_ARGUMENT = 3
 ERRC_INTERNAL = 13
@@ -369,7 +369,7 @@ class _PrivateAccumulators:
             def point(k):
                 block = b.load(self.block_slot(k), typ=ptr)
                 with b.if_then(b.icmp_unsigned("!=", block, null)):
-                    own = b.gep(block, [b.mul(t, self.count(k))], source_etype=ll.DoubleType())
+                    own = b.gep(block, [b.mul(t, self.count(k))], source_etype=f64)
                     b.store(own, b.gep(mine, [i32(0), i32(3), k], inbounds=True, source_etype=ctx_type))
             e.for_range(i64(na), point)
         with b.if_then(have_contexts):
@@ -401,7 +401,6 @@ class _PrivateAccumulators:
         e, b, null = self.e, self.b, self.null
         if not self.any:
             return
-        f64 = ll.DoubleType()
         total = e.alloca(f64)
 
         def reduce(k):
@@ -418,8 +417,7 @@ class _PrivateAccumulators:
                         v = b.load(b.gep(block, [b.add(b.mul(t, n), i)], source_etype=f64), typ=f64)
                         b.store(b.fadd(b.load(total, typ=f64), v), total)
                     e.for_range(self.nthreads, add_copy)
-                    b.store(b.fptrunc(b.load(total, typ=f64), ll.FloatType()),
-                            b.gep(data, [i], source_etype=ll.FloatType()))
+                    b.store(b.fptrunc(b.load(total, typ=f64), f32), b.gep(data, [i], source_etype=f32))
                 e.for_range(n, element)
                 b.call(self.free, [block])
         e.for_range(i64(self.na), reduce)
