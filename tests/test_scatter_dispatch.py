@@ -53,18 +53,16 @@ def scatter_kernel() -> ir.Kernel:
                      "u_u": ir.Accum("u32"), "f_u": ir.Accum("f32")}, name="scatter")
 
 
+def launch_scatter(row_i, row_u, vf, vi, vu, rows=ROWS, lanes=None, **kw):
+    """The scatter kernel's outputs (traceable: usable under ``jax.vmap``)."""
+    return run(scatter_kernel(), (vf.shape[-1],), lanes, accum_rows={k: rows for k in ("f_i", "i_i", "u_u", "f_u")},
+               row_i=row_i, row_u=row_u, vf=vf, vi=vi, vu=vu, **kw)
+
+
 def run_scatter(row_i, row_u, vf, vi, vu, rows=ROWS, lanes=None, **kw):
-    out = run(scatter_kernel(), (len(vf),), lanes, accum_rows={k: rows for k in ("f_i", "i_i", "u_u", "f_u")},
-              row_i=row_i, row_u=row_u, vf=vf, vi=vi, vu=vu, **kw)
-    out = {k: np.asarray(v) for k, v in out.items()}
+    out = {k: np.asarray(v) for k, v in launch_scatter(row_i, row_u, vf, vi, vu, rows, lanes, **kw).items()}
     np.testing.assert_array_equal(out["done"], np.ones(len(vf), np.int32))  # every item ran
     return out
-
-
-def run_scatter_traced(row_i, row_u, vf, vi, vu, rows=ROWS, lanes=None, **kw):
-    """``f_i`` of :func:`run_scatter`'s launch, for use under ``jax.vmap``."""
-    return run(scatter_kernel(), (vf.shape[-1],), lanes, accum_rows={k: rows for k in ("f_i", "i_i", "u_u", "f_u")},
-               row_i=row_i, row_u=row_u, vf=vf, vi=vi, vu=vu, **kw)["f_i"]
 
 
 def add_at(rows_arr, vals, nrows, dtype):
@@ -161,12 +159,12 @@ def test_small_float_accumulators_are_summed_in_float64_on_any_thread_count(lane
         np.testing.assert_array_equal(out["f_u"], exact.astype(np.float32), err_msg=f"{threads} threads")
     # Batched launches (vmap) keep one row set per batch element in each copy.
     scales = np.float32([1.0, 3.0, 0.5])
-    batched = jax.vmap(lambda v: run_scatter_traced(*rows, v, vi, vi.view(np.uint32), lanes=lanes, num_threads=3))
+    batched = jax.vmap(lambda v: launch_scatter(*rows, v, vi, vi.view(np.uint32), lanes=lanes, num_threads=3)["f_i"])
     out = np.asarray(batched(jnp.asarray(vf[None, :] * scales[:, None])))
     for k, sc in enumerate(scales):
         want = [math.fsum((vf[row == r] * sc).astype(np.float64)) for r in range(ROWS)]
         np.testing.assert_array_equal(out[k], np.float32(want), err_msg=f"batch element {k}")
-    wide = N_ITEMS  # one row per item and as many again: too many rows to copy per thread
+    wide = N_ITEMS  # as many rows as items: 3 threads' copies would hold 3x the work, so none is made
     spread = rng.integers(0, wide, N_ITEMS)
     out = run_scatter(spread.astype(np.int32), spread.astype(np.uint32), vf, vi, vi.view(np.uint32),
                       rows=wide, lanes=lanes, num_threads=3)
