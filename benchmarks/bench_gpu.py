@@ -47,6 +47,11 @@ def main(argv=None) -> None:
     ap.add_argument("--scenes", default="cornell,mesh,envmap")
     ap.add_argument("--mesh-tris", type=int, default=1_000_000)
     args = ap.parse_args(argv)
+    wanted = [s.strip() for s in args.scenes.split(",") if s.strip()]
+    if not wanted or any(s not in ("cornell", "mesh", "envmap") for s in wanted):
+        raise SystemExit(f"--scenes: {args.scenes!r}: choose from cornell, mesh, envmap")
+    if args.repeats < 1:
+        raise SystemExit("--repeats must be at least 1")
 
     import jax
     import jax.numpy as jnp
@@ -62,7 +67,7 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         mesh = Path(tmp) / "sphere.ply"
         sphere_ply(mesh, args.mesh_tris)
-        for key in [s.strip() for s in args.scenes.split(",") if s.strip()]:
+        for key in wanted:
             name = SCENES[key]
             d = scenes(args.size, args.spp, mesh, jaxrender.cornell_box, Path(tmp) / "sky.exr")[name]
             if "sky" in d:
