@@ -348,7 +348,8 @@ def test_emulated_launch_marshals_buffers_like_the_cpu_abi():
         np.testing.assert_array_equal(got[k], want[k], err_msg=k)
     names = [c.name for c in calls]
     assert names == ["cuStreamGetCtx", "cuMemsetD32Async", "cuMemsetD32Async", "cuLaunchKernel"]
-    assert [c.args[2] for c in calls[1:3]] == [5 * 2, 7]               # 32-bit words of each accumulator
+    # 32-bit words of each accumulator: the float one is float64 on the device
+    assert [c.args[2] for c in calls[1:3]] == [5 * 2 * 2, 7]
     f, grid, block, smem, stream, extra = calls[3].args
     assert grid == (-(-300 // ptx.BLOCK_SIZE), 1, 1) and block == (ptx.BLOCK_SIZE, 1, 1)
     assert smem == 0 and extra is None

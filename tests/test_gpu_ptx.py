@@ -222,6 +222,20 @@ def test_engine_kernel_ptx_is_ieee(name):
 
 
 @needs_libdevice
+@pytest.mark.parametrize("name", ["scatter", "vector_accum", "adjoint_prb"])
+def test_float_scatters_sum_the_warp_then_add_in_float64(name):
+    """A float scatter-add groups the warp's lanes by address, sums each
+    group with shuffles and adds the sum with one float64 atomic: no float32
+    atomic is left (one per sample rounded a long sum's small terms away).
+    Integer accumulators keep their integer atomics."""
+    text = gpu_ptx(name, 80)
+    assert "atom.global.add.f32" not in text
+    assert text.count("atom.global.add.f64") >= 1
+    assert text.count("match.any.sync.b64") == text.count("atom.global.add.f64")
+    assert "shfl.sync.idx.b32" in text and "vote.sync.any.pred" in text
+
+
+@needs_libdevice
 @pytest.mark.parametrize("name", sorted(MEGAKERNELS))
 def test_megakernel_ptx_is_ieee(name):
     text = gpu_ptx(name, 80)

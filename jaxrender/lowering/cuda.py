@@ -214,6 +214,7 @@ class CompiledCudaKernel:
     ptx: str
     handler: LoadedHandler
     has_error_buffer: bool
+    wide_results: tuple = ()    # results the device holds in float64 (ptx.wide_accumulators)
     modules: list = field(default_factory=list)   # keeps the loaded modules referenced
 
 
@@ -241,7 +242,8 @@ def compile_kernel(kernel: Kernel, nb: int = 0, lanes: int | None = None,
         handler.set_driver(rt.driver_addresses())
         image = text.encode() + b"\0"
         name = f"jaxrender_cuda_{kernel.name}_{key[:20]}{getattr(rt, 'name_suffix', '')}"
-        ck = CompiledCudaKernel(key, name, sm, text, handler, cuda_ffi.has_error_buffer(kernel))
+        wide = tuple(len(kernel.item_outputs) + j for j, w in enumerate(ptx.wide_accumulators(kernel)) if w)
+        ck = CompiledCudaKernel(key, name, sm, text, handler, cuda_ffi.has_error_buffer(kernel), wide)
         for d in devices:
             ctx, fn, mod = rt.load(image, d, ptx.KERNEL_SYMBOL, source=(kernel, nb))
             handler.add_function(ctx, fn)
@@ -256,10 +258,15 @@ def compile_kernel(kernel: Kernel, nb: int = 0, lanes: int | None = None,
 def ffi_call(compiled: CompiledCudaKernel, out_types: list, info_words, *buffers):
     """Bind the registered target: ``buffers`` are the CPU ABI's arguments
     (launch info as int32 pairs, then the inputs); ``info_words`` (int64)
-    goes along as the ``info`` attribute for the host side."""
+    goes along as the ``info`` attribute for the host side. The float
+    accumulators come back from the device in float64 and are rounded
+    once, here."""
     import jax
     import numpy as np
+    types = [jax.ShapeDtypeStruct(t.shape, np.float64) if k in compiled.wide_results else t
+             for k, t in enumerate(out_types)]
     extra = [jax.ShapeDtypeStruct((1,), np.int32)] if compiled.has_error_buffer else []
-    call = jax.ffi.ffi_call(compiled.target_name, list(out_types) + extra, has_side_effect=False)
-    outs = call(*buffers, info=np.asarray(info_words, np.int64))
-    return list(outs)[:len(out_types)]
+    call = jax.ffi.ffi_call(compiled.target_name, types + extra, has_side_effect=False)
+    outs = list(call(*buffers, info=np.asarray(info_words, np.int64)))[:len(out_types)]
+    return [jax.lax.convert_element_type(x, t.dtype) if k in compiled.wide_results else x
+            for k, (x, t) in enumerate(zip(outs, out_types))]

@@ -3,7 +3,8 @@
 XLA (platform "CUDA") calls it on the host with device buffers. It answers
 the metadata query, checks every buffer against the launch info, takes
 XLA's stream (``XLA_FFI_Stream_Get``), zeroes the accumulators on that
-stream (``cuMemsetD32Async``) and launches ``jaxrender_kernel`` on it
+stream (``cuMemsetD32Async``; float accumulators are float64 on the device,
+two words an element) and launches ``jaxrender_kernel`` on it
 (``cuLaunchKernel``). Kernels that contain ``check`` s get a one-word error
 buffer: the handler zeroes it, copies it back after the launch and
 synchronises the stream, so a failed check is an XLA error with the
@@ -40,7 +41,7 @@ from .abi import InfoLayout
 from .codegen import i8, i32, i64, ptr
 from .ffi import API_ERROR_CREATE, STAGE_EXECUTE  # noqa: F401 - XLA ABI constants, checked by the tests here
 from .ffi import ERRC_INTERNAL, ERRC_INVALID_ARGUMENT, _Emitter, _IndirectCallee, _opaque
-from .ptx import BLOCK_SIZE
+from .ptx import BLOCK_SIZE, wide_accumulators
 
 HANDLER_SYMBOL = "jaxrender_cuda_handler"
 DRIVER_TABLE = "jaxrender_cuda_driver"
@@ -168,12 +169,13 @@ def build_cuda_handler(module: ll.Module, kernel: Kernel, layout: InfoLayout,
         set_param(1 + i, data)
     out_names = list(kernel.item_outputs) + list(kernel.accumulators)
     acc_bufs = []
+    wide = wide_accumulators(kernel)
     for j in range(no + na):
         data, n = e.sized_buffer(rets, j, info_at(layout.out_elems(j)), fail,
                                  f"jaxrender kernel '{name}': result '{out_names[j]}'")
         set_param(1 + ni + j, data)
         if j >= no:
-            acc_bufs.append((data, n))
+            acc_bufs.append((data, b.mul(n, i64(2)) if wide[j - no] else n))
     err_data = null
     if err_buf:
         buf = buffer(rets, no + na)

@@ -8,6 +8,14 @@ same lowering of every op) with three differences:
   of the C library, and float remainder from :func:`build_fmodf` (LLVM's
   NVPTX ``frem`` is ``x - trunc(x/y)*y``, which is not exact);
 * a failed ``check`` does an atomic max into a device buffer;
+* float accumulators live on the device as float64
+  (:func:`wide_accumulators`): a scatter-add first sums the values
+  of the warp's lanes that aim at the same address (``match.any`` groups
+  them, a shuffle tree sums each group in float32), then the group's first
+  lane does one float64 atomic add. A render's gradient adds millions of
+  samples into a material's one row; with a float32 atomic per sample the
+  small late terms were rounded away (1.8% low on an H100) and the lanes
+  serialized on that address;
 * the entry point ``jaxrender_kernel`` (a ``ptx_kernel``) takes every buffer
   as a separate pointer parameter, in the order of the CPU ABI (launch info,
   inputs, item outputs, accumulators, then the error word), and runs a
@@ -31,7 +39,7 @@ import llvmlite
 import llvmlite.binding as llvm
 from llvmlite import ir as ll
 
-from ..ir.graph import F32
+from ..ir.graph import F32, Node
 from ..ir.kernel import Kernel
 from .abi import InfoLayout
 from .codegen import ItemCodegen, f32, i1, i32, i64, ptr
@@ -96,10 +104,21 @@ def ulp_bound_vs_cpu(op: str) -> int:
     return ULP_BOUND_GPU[op] + ULP_BOUND[op]
 
 
+def wide_accumulators(kernel: Kernel) -> list[bool]:
+    """Per accumulator, whether it lives in device memory as float64 (the
+    float ones; the module docstring says why). The lowering declares those
+    results float64 and converts them to the primitive's float32."""
+    return [spec.dtype == F32 for spec in kernel.accumulators.values()]
+
+
+WARP = 32
+
+
 class GpuItemCodegen(ItemCodegen):
     """One work item of a GPU kernel (see the module docstring)."""
 
     gpu = True
+    emulate = False   # built for the host by lowering.emulate: a warp of one lane
 
     def libm_call(self, name: str, vals: list):
         fn_name, prec = LIBDEVICE[name]
@@ -118,6 +137,70 @@ class GpuItemCodegen(ItemCodegen):
     def error_pointer(self, b, ctx):
         p = b.gep(ctx, [i32(0), i32(4)], inbounds=True, source_etype=self.ctx_type)
         return b.load(p, typ=ptr, name="err")
+
+    def lower_scatter(self, n: Node, row, value):
+        if n.args[1].type != F32:
+            return super().lower_scatter(n, row, value)
+        b = self.b
+        acc, comp, width = n.attrs
+        r = self.row_index(n.args[0], row)
+        ok = b.and_(b.icmp_signed(">=", r, i64(0)), b.icmp_signed("<", r, self.acc_rows[acc]))
+        # Every active lane takes part in the warp sum, in range or not: a
+        # lane out of range joins the group of address 0 and adds nothing.
+        off = b.select(ok, b.add(b.mul(r, i64(width)), i64(comp)), i64(0))
+        p = b.gep(self.acc_base64[acc], [off], inbounds=True, source_etype=f64)
+        key = b.select(ok, b.ptrtoint(p, i64), i64(0))
+        total, first = self.warp_group_sum(key, value)
+        with b.if_then(b.and_(ok, first), likely=True):
+            b.atomic_rmw("fadd", p, b.fpext(total, f64), "monotonic")
+
+    def _warp_op(self, name: str, ret: ll.Type, args: list):
+        return self.b.call(self.decl(name, ret, [a.type for a in args]), args)
+
+    def warp_group_sum(self, key, value):
+        """``(sum, first)``: the float32 sum of ``value`` over the active
+        lanes of this warp with the same ``key``, valid in the group's
+        lowest lane, where ``first`` is true.
+
+        Pointer jumping: each lane starts with its own value and the lane
+        of the next member of its group; a step adds the next lane's
+        partial sum and takes over its next-but-one. After k steps a lane
+        holds the sum of the 2**k members from itself on, so the first
+        lane has the group's sum after log2(group size) steps, at most 5.
+        The shuffles name the active mask: every active lane runs every
+        step, the steps counted by a warp vote."""
+        b = self.b
+        if self.emulate:    # one lane per warp: every lane is its group's first
+            return value, ll.Constant(i1, 1)
+        active = self._warp_op("llvm.nvvm.activemask", i32, [])
+        peers = self._warp_op("llvm.nvvm.match.any.sync.i64", i32, [active, key])
+        lane = self._warp_op("llvm.nvvm.read.ptx.sreg.laneid", i32, [])
+        above = b.and_(peers, self._warp_op("llvm.nvvm.read.ptx.sreg.lanemask.gt", i32, []))
+        below = b.and_(peers, self._warp_op("llvm.nvvm.read.ptx.sreg.lanemask.lt", i32, []))
+        nxt0 = self._warp_op("llvm.cttz.i32", i32, [above, ll.Constant(i1, 0)])  # 32: none
+        pre = b.block
+        head = b.append_basic_block("warp_sum.step")
+        step = b.append_basic_block("warp_sum.add")
+        done = b.append_basic_block("warp_sum.done")
+        b.branch(head)
+        b.position_at_end(head)
+        v = b.phi(f32, name="partial")
+        nxt = b.phi(i32, name="next_lane")
+        v.add_incoming(value, pre)
+        nxt.add_incoming(nxt0, pre)
+        has_next = b.icmp_unsigned("<", nxt, i32(WARP))
+        any_next = self._warp_op("llvm.nvvm.vote.any.sync", i1, [active, has_next])
+        b.cbranch(any_next, step, done)
+        b.position_at_end(step)
+        src = b.select(has_next, nxt, lane)
+        clamp = i32(WARP - 1)
+        theirs = self._warp_op("llvm.nvvm.shfl.sync.idx.f32", f32, [active, v, src, clamp])
+        their_next = self._warp_op("llvm.nvvm.shfl.sync.idx.i32", i32, [active, nxt, src, clamp])
+        v.add_incoming(b.select(has_next, b.fadd(v, theirs), v), step)
+        nxt.add_incoming(b.select(has_next, their_next, i32(WARP)), step)
+        b.branch(head)
+        b.position_at_end(done)
+        return v, b.icmp_unsigned("==", below, i32(0))
 
 
 def gpu_context_type(kernel: Kernel) -> ll.LiteralStructType:
@@ -146,7 +229,9 @@ def _sreg(m: ll.Module, b: ll.IRBuilder, name: str, emulate: bool):
 def build_kernel(m: ll.Module, kernel: Kernel, layout: InfoLayout, emulate: bool = False) -> ll.Function:
     """Emit the item code and the ``jaxrender_kernel`` entry around it."""
     ctx_t = gpu_context_type(kernel)
-    item = GpuItemCodegen(kernel, m, layout, ctx_t).build_item()
+    gen = GpuItemCodegen(kernel, m, layout, ctx_t)
+    gen.emulate = emulate
+    item = gen.build_item()
     ni, no, na = layout.ni, layout.no, layout.na
     fn = ll.Function(m, ll.FunctionType(ll.VoidType(), [ptr] * kernel_param_count(kernel)), KERNEL_SYMBOL)
     if not emulate:
