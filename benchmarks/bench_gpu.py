@@ -5,7 +5,10 @@ compiling call), the gradient of an image loss (value_and_grad), and how far
 the GPU's image is from the CPU's at the same seed (the kernels compute the
 same samples, so the difference is float rounding, far below the noise).
 
-    python3 benchmarks/bench_gpu.py --size 256 --spp 64
+    python3 benchmarks/bench_gpu.py --size 256 --spp 64 [--kernels]
+
+``--kernels`` also prints, per device, how the value_and_grad call's time
+splits over its kernels (JAX's profiler, ``kernel_times.py``).
 
 Needs a CUDA build of JAX and cuda-python (README, NVIDIA GPUs); no Mitsuba
 and no OpenEXR (the sky is passed as an array).
@@ -23,6 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_primal import SCENES, scenes, sky_image, sphere_ply  # noqa: E402
+from kernel_times import kernel_times  # noqa: E402
 
 
 def timed(fn, repeats: int) -> tuple[float, float, object]:
@@ -46,6 +50,7 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--scenes", default="cornell,mesh,envmap")
     ap.add_argument("--mesh-tris", type=int, default=1_000_000)
+    ap.add_argument("--kernels", action="store_true", help="print value_and_grad's time per kernel")
     args = ap.parse_args(argv)
     wanted = [s.strip() for s in args.scenes.split(",") if s.strip()]
     if not wanted or any(s not in ("cornell", "mesh", "envmap") for s in wanted):
@@ -90,6 +95,8 @@ def main(argv=None) -> None:
                     gfirst, gmed, (_, g) = timed(lambda s: vg(x0, s), args.repeats)
                     out[dev_name] = dict(first=first, median=med, img=np.asarray(img),
                                          gfirst=gfirst, gmedian=gmed, grad=np.asarray(g))
+                    if args.kernels:
+                        out[dev_name]["kernels"] = kernel_times(vg, x0, 0)
             a, b = out["gpu"]["img"], out["cpu"]["img"]
             diff = float(np.abs(a - b).mean())
             mean = float(np.abs(b).mean())
@@ -104,6 +111,8 @@ def main(argv=None) -> None:
                 print(f"  {dn}: primal first {o['first'] * 1e3:.0f} ms, then {o['median'] * 1e3:.1f} ms; "
                       f"value_and_grad first {o['gfirst'] * 1e3:.0f} ms, then {o['gmedian'] * 1e3:.1f} ms "
                       f"({o['gmedian'] / o['median']:.2f}x primal)", flush=True)
+                for label, ms in o.get("kernels", []):
+                    print(f"    {ms:9.2f} ms  {label}")
     print("\nscene | GPU primal ms | CPU primal ms | CPU/GPU | GPU value_and_grad ms | CPU/GPU")
     for name, out, *_ in rows:
         g, c = out["gpu"], out["cpu"]
