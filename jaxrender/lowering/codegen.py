@@ -435,11 +435,17 @@ class ItemCodegen:
             r = b.call(fn, bases + rows + a)
         return [b.extract_value(r, j) for j in range(4)] if mode == CLOSEST else [r]
 
+    def scatter_row(self, n: Node, row):
+        """(the row of scatter ``n``, widened, and whether it lies within its
+        accumulator's rows): a scatter outside them adds nothing."""
+        b = self.b
+        r = self.row_index(n.args[0], row)
+        return r, b.and_(b.icmp_signed(">=", r, self.ci64(0)), b.icmp_signed("<", r, self.acc_rows[n.attrs[0]]))
+
     def lower_scatter(self, n: Node, row, value):
         b = self.b
         acc, comp, width = n.attrs
-        r = self.row_index(n.args[0], row)
-        ok = b.and_(b.icmp_signed(">=", r, i64(0)), b.icmp_signed("<", r, self.acc_rows[acc]))
+        r, ok = self.scatter_row(n, row)
         with b.if_then(ok, likely=True):
             et = f32 if n.args[1].type == F32 else i32
             off = b.add(b.mul(r, i64(width)), i64(comp))
@@ -996,8 +1002,7 @@ class PacketCodegen(ItemCodegen):
     def lower_scatter(self, n: Node, row, value):
         b = self.b
         acc, comp, width = n.attrs
-        r = self.row_index(n.args[0], row)
-        ok = b.and_(b.icmp_signed(">=", r, self.ci64(0)), b.icmp_signed("<", r, self.acc_rows[acc]))
+        r, ok = self.scatter_row(n, row)
         ok = b.and_(ok, self.mask)
         et = f32 if n.args[1].type == F32 else i32
         # Adding zero changes no sum (accumulators start at +0, so not even

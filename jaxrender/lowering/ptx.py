@@ -143,8 +143,7 @@ class GpuItemCodegen(ItemCodegen):
             return super().lower_scatter(n, row, value)
         b = self.b
         acc, comp, width = n.attrs
-        r = self.row_index(n.args[0], row)
-        ok = b.and_(b.icmp_signed(">=", r, i64(0)), b.icmp_signed("<", r, self.acc_rows[acc]))
+        r, ok = self.scatter_row(n, row)
         # Every active lane takes part in the warp sum, in range or not: a
         # lane out of range joins the group of address 0 and adds nothing.
         off = b.select(ok, b.add(b.mul(r, i64(width)), i64(comp)), i64(0))
