@@ -265,6 +265,11 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
         integrator = dataclasses.replace(integrator, alpha=has_alpha(cam.pixel_format))
     _check_auto_axes(params, mesh)
     structure = scene.sensor_structure(sensor)
+    if scene.integrator["type"] in _REPLAY_ONLY and samples_null(structure):
+        # (Mitsuba's path tracer counts a path that only passed through null
+        # components and left the scene as no sample; its prb counts it)
+        raise SceneError(f"the {scene.integrator['type']} integrator with pass-through (null, mask) BSDFs is not "
+                         "supported yet: Mitsuba's prb counts paths that the path tracer does not (use path)")
     floats_per_item = integrator.block_width(structure) + (cam.footprint ** 2 if cam.footprint > 1 else 0)
     split = _pixel_split(mesh, cam, floats_per_item, max_launch_bytes)
     _check_film_fits(cam, floats_per_item, split, integrator.channels)
@@ -313,6 +318,11 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
 
 
 _SHEETS = ("polarizer", "retarder", "circular")
+
+
+# Mitsuba's path replay integrators, which render with the path tracer's
+# kernels (loaders/integrators.load_prb)
+_REPLAY_ONLY = ("prb", "prb_projective", "direct_projective")
 
 
 def _transport(scene) -> str:

@@ -95,8 +95,18 @@ class PathIntegrator(ReplayIntegrator):
                 "hide_emitters": ir.Scalar("i32")}
 
     def settings(self, props: Mapping[str, Any]) -> dict:
-        if props.get("type") == "direct":
+        kind = props.get("type")
+        if kind in ("direct", "direct_projective"):
             max_depth, rr_depth = 2, 1 << 30
+        elif kind in ("prb", "prb_projective"):
+            # Mitsuba's prb: max_depth 6 by default; its roulette starts at
+            # vertex index rr_depth (from 0), where this path tracer counts
+            # the vertex first (index + 1 >= rr_depth): one later.
+            max_depth, rr_depth = int(props.get("max_depth", 6)), int(props.get("rr_depth", 5))
+            if max_depth < -1 or rr_depth <= 0:
+                raise ValueError(f"integrator {kind}: max_depth must be >= -1 and rr_depth > 0, got "
+                                 f"{max_depth} and {rr_depth}")
+            rr_depth += 1
         else:
             max_depth, rr_depth = int(props.get("max_depth", -1)), int(props.get("rr_depth", 5))
             if max_depth < -1:

@@ -1,5 +1,6 @@
-"""Integrator plugins: ``path``, ``volpath``, ``direct``, ``aov`` and ``stokes``, as
-Mitsuba 3.9.1 reads them. A loader returns the integrator's validated
+"""Integrator plugins: ``path``, ``volpath``, ``direct``, ``aov`` and ``stokes``, and
+Mitsuba's differentiable ``prb``, ``prb_projective``, ``direct_projective`` and
+``prbvolpath``, as Mitsuba 3.9.1 reads them. A loader returns the integrator's validated
 settings, the dict ``Scene.integrator``: ``type`` and, as given,
 ``max_depth``, ``rr_depth``, ``hide_emitters``, ``aovs``; a ``stokes``
 integrator's ``nested`` holds its nested integrator's settings.
@@ -49,6 +50,49 @@ def load_path(builder: SceneBuilder, props: Properties) -> dict:
         if settings["rr_depth"] <= 0:
             raise props.error(f"must be greater than zero, got {settings['rr_depth']}", "rr_depth")
     return _as_given(props, settings)
+
+
+@INTEGRATORS.register("prb", "prb_projective", "direct_projective")
+def load_prb(builder: SceneBuilder, props: Properties) -> dict:
+    """Mitsuba's path replay integrators (Python ``ADIntegrator`` classes). Their
+    images are the path tracer's (``direct_projective``: the direct
+    integrator's, its ``max_depth`` 2), and jaxrender differentiates every
+    integrator by path replay, geometry with its boundary terms (see
+    ``docs/architecture.md``), so they render with those kernels; what
+    differs is read as Mitsuba reads it: ``max_depth`` 6 by default,
+    ``rr_depth`` greater than zero, counted from the first vertex (the path
+    tracer counts that vertex first, ``PathIntegrator.settings``). Their
+    sampling controls (``sppc``, ``sppp``, ``sppi``, ``guiding``...) are not
+    implemented: jaxrender samples the boundary terms its own way, and
+    giving one is an error."""
+    if variants.loading_name().endswith("_polarized"):
+        # (as Mitsuba, whose AD integrators do not track polarization)
+        raise props.error(f"the {props.plugin} integrator does not support polarized variants "
+                          f"(use stokes with a nested path integrator)")
+    settings = _settings(props)
+    if props.plugin == "direct_projective":
+        # (Mitsuba reads max_depth and rr_depth, then renders direct illumination, 2 vertices, regardless)
+        props.only("max_depth", 2, Properties.int, f"max_depth = {props.values.get('max_depth')!r} "
+                   "(direct_projective renders direct illumination: Mitsuba ignores it)")
+        props.only("rr_depth", 2, Properties.int, f"rr_depth = {props.values.get('rr_depth')!r} "
+                   "(direct_projective has no Russian roulette: Mitsuba ignores it)")
+    else:
+        settings["max_depth"] = props.int("max_depth", 6)
+        if settings["max_depth"] < -1:
+            raise props.error(f"must be -1 (infinite) or >= 0, got {settings['max_depth']}", "max_depth")
+        settings["rr_depth"] = props.int("rr_depth", 5)
+        if settings["rr_depth"] <= 0:
+            raise props.error(f"must be greater than zero, got {settings['rr_depth']}", "rr_depth")
+    for name, what in (("sppc", "a sample count for the continuous derivatives"),
+                       ("sppp", "a sample count for primary visibility's derivatives"),
+                       ("sppi", "a sample count for indirect visibility's derivatives"),
+                       ("guiding", "guided sampling of indirect visibility's boundaries"),
+                       ("guiding_proj", "guided sampling of indirect visibility's boundaries"),
+                       ("guiding_rounds", "guided sampling of indirect visibility's boundaries"),
+                       ("project_seed", "a projective seed strategy")):
+        props.unsupported(name, f"{name} ({what}: derivatives take render's spp_grad samples of every term, "
+                                "the boundaries' edges sampled by length)")
+    return settings
 
 
 @INTEGRATORS.register("direct")
