@@ -3,7 +3,7 @@ against Mitsuba 3's ``direct_projective``, and the camera's gradient.
 
     apt-get install -y libllvm19     # Mitsuba's LLVM backend needs LLVM >= 19
     python benchmarks/bench_geometry.py [--res 128] [--spp 16] [--repeats 7] [--seeds 64]
-        [--parts mesh,sphere,camera] [--filters gaussian,box] [--json out.json]
+        [--parts mesh,sphere,camera] [--filters gaussian,box] [--spp-boundary N] [--json out.json]
 
 mesh    A floor lit by a small area light, with a box between them (an OBJ
    of 24 vertices, split at its edges as Mitsuba's ``cube`` is) casting a
@@ -24,6 +24,10 @@ camera  The camera's gradient (``sensor.to_world``) on the Cornell box (path
    camera moved by 0.05), its value beside finite differences, for each
    --filters; and what Mitsuba 3 ``prb_projective`` does when asked (3.9.1
    raises: its differential phase is not attached to the sensor).
+
+--spp-boundary N renders every gradient with N samples per pixel for the
+film's boundary term (``render(spp_boundary=N)``; default: as many as the
+other terms), to weigh its time against the variance it adds.
 """
 from __future__ import annotations
 
@@ -39,6 +43,9 @@ import jax
 import jax.numpy as jnp
 
 import jaxrender
+
+# Options of every differentiated render (main sets spp_boundary from --spp-boundary).
+GRAD_OPTIONS: dict = {}
 
 
 def scene_for(res: int, rfilter: str):
@@ -56,7 +63,7 @@ def timing(scene, spp: int, repeats: int) -> dict:
     target = jaxrender.render(scene, {key: moved}, spp=4 * spp, seed=12345)
     primal = jax.jit(lambda v, s: jaxrender.render(scene, {key: v}, spp=spp, seed=s))
     grad = jax.jit(jax.value_and_grad(
-        lambda v, s: jnp.mean((jaxrender.render(scene, {key: v}, spp=spp, seed=s) - target) ** 2)))
+        lambda v, s: jnp.mean((jaxrender.render(scene, {key: v}, spp=spp, seed=s, **GRAD_OPTIONS) - target) ** 2)))
     t0 = time.perf_counter()
     jax.block_until_ready(primal(m, jnp.uint32(0)))
     t1 = time.perf_counter()
@@ -81,7 +88,7 @@ def accuracy(scene, spp: int, seeds: int) -> dict:
     direction = jnp.zeros((4, 4), jnp.float32).at[0, 3].set(1.0)
     loss = jax.jit(lambda v, s: jnp.sum(jaxrender.render(scene, {key: v}, spp=spp, seed=s) * w))
     grad = jax.jit(lambda v, s: jnp.sum(jax.grad(lambda x: jnp.sum(
-        jaxrender.render(scene, {key: x}, spp=spp, seed=s, seed_grad=s) * w))(v) * direction))
+        jaxrender.render(scene, {key: x}, spp=spp, seed=s, seed_grad=s, **GRAD_OPTIONS) * w))(v) * direction))
     ours = np.array([float(grad(m, jnp.uint32(s))) for s in range(seeds)])
     out = {"ours": float(ours.mean()), "ours_se": float(ours.std(ddof=1) / np.sqrt(seeds))}
     for h in (0.02, 0.01):
@@ -183,7 +190,7 @@ def mesh_part(res: int, spp: int, repeats: int, seeds: int, box_file: str | None
     target = jaxrender.render(scene, {key: v0 + 0.05 * shift}, spp=4 * spp, seed=12345)
     primal = jax.jit(lambda t, s: jaxrender.render(scene, {key: v0 + t * shift}, spp=spp, seed=s))
     grad = jax.jit(jax.value_and_grad(lambda t, s: jnp.mean(
-        (jaxrender.render(scene, {key: v0 + t * shift}, spp=spp, seed=s) - target) ** 2)))
+        (jaxrender.render(scene, {key: v0 + t * shift}, spp=spp, seed=s, **GRAD_OPTIONS) - target) ** 2)))
     t0 = jnp.float32(0.0)
     jax.block_until_ready(primal(t0, jnp.uint32(0)))
     jax.block_until_ready(grad(t0, jnp.uint32(0)))
@@ -206,7 +213,7 @@ def mesh_part(res: int, spp: int, repeats: int, seeds: int, box_file: str | None
     small = jaxrender.load_dict(mesh_scene_dict(32, box_file, "direct"))
     w = jnp.asarray(np.random.default_rng(3).uniform(0.0, 1.0, (32, 32, 3)).astype(np.float32))
     lin = jax.jit(lambda t, s: jnp.sum(jaxrender.render(small, {key: v0 + t * shift}, spp=spp, seed=s,
-                                                        seed_grad=s) * w))
+                                                        seed_grad=s, **GRAD_OPTIONS) * w))
     dlin = jax.jit(jax.grad(lin))
     ours = np.array([float(dlin(t0, jnp.uint32(s))) for s in range(seeds)])
     h = 0.01
@@ -285,9 +292,11 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=64)
     ap.add_argument("--parts", default="mesh,sphere,camera")
     ap.add_argument("--filters", default="gaussian,box")
+    ap.add_argument("--spp-boundary", type=int, default=0)
     ap.add_argument("--json")
     args = ap.parse_args()
-    report = {}
+    GRAD_OPTIONS["spp_boundary"] = args.spp_boundary
+    report = {"spp_boundary": args.spp_boundary}
     for part in ("mesh", "sphere"):
         if part not in args.parts.split(","):
             continue

@@ -175,7 +175,8 @@ def kernel_inputs(scene, params: Mapping[str, Any] | None = None, sensor: int = 
 
 def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, spp: int | None = None, seed: Any = 0,
            seed_grad: Any = None, spp_grad: int | None = None, method: str | None = None,
-           mesh: jax.sharding.Mesh | None = None, max_launch_bytes: int | None = None) -> jax.Array:
+           spp_boundary: int | None = None, mesh: jax.sharding.Mesh | None = None,
+           max_launch_bytes: int | None = None) -> jax.Array:
     """Render ``scene`` to a linear-RGB image of shape (height, width, 3) (the
     film's crop window; other channels where the film's ``pixel_format``
     asks: rgba, luminance, luminance_alpha, xyz, xyza), or, for an ``aov``
@@ -201,7 +202,14 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     (default, or 0 as in ``mitsuba.render``: the sampler's ``sample_count``)
     and ``spp_grad`` (default or 0: ``spp``) are rounded as the sensor's
     sampler requires, as Mitsuba does (with a warning; e.g. up to a square
-    for ``stratified``). Parameter values must be finite: a concrete NaN or
+    for ``stratified``). ``spp_boundary`` (default or 0: ``spp_grad``): the
+    samples per pixel of the film's boundary term of camera and geometry
+    derivatives (silhouettes the camera sees, the film's edges, with the
+    box filter the pixels' edges), rounded the same way. Fewer than
+    ``spp_grad`` can pay where the other terms dominate the gradient's
+    noise (smooth filters, losses over shading), not where silhouettes do
+    (the box filter, silhouette losses): measure the variance over seeds.
+    Parameter values must be finite: a concrete NaN or
     inf is a ``SceneError`` naming its key (a traced one cannot be checked
     before the launch).
 
@@ -236,6 +244,8 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     spp = cam.spp if _default_count(spp) else cam.sampler.sample_count(_positive_int(spp, "spp"), "spp")
     spp_grad = spp if _default_count(spp_grad) else cam.sampler.sample_count(_positive_int(spp_grad, "spp_grad"),
                                                                               "spp_grad")
+    spp_boundary = spp_grad if _default_count(spp_boundary) else cam.sampler.sample_count(
+        _positive_int(spp_boundary, "spp_boundary"), "spp_boundary")
     polarized = spectrum.BY_NAME[scene.variant].polarized
     if method is None:
         method = "rb" if polarized else "prb"
@@ -296,7 +306,8 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
             _decide(nondiff, uv_keys, _texcoords_why(scene, cam, integrator, settings, structure))
         params = {k: nondifferentiable(v, nondiff[k]) if k in nondiff else v for k, v in params.items()}
     inputs = kernel_inputs(scene, params, sensor, media="medium_data" in integrator.inputs())
-    inputs.update(settings, spp=np.uint32(spp), seed=seed, seed_grad=seed_grad, spp_grad=np.uint32(spp_grad))
+    inputs.update(settings, spp=np.uint32(spp), seed=seed, seed_grad=seed_grad, spp_grad=np.uint32(spp_grad),
+                  spp_boundary=np.uint32(spp_boundary))
     if integrator.spectrum.spectral:
         inputs["spectral_data"] = variants.spectral_tables()
         inputs["spectral_curves"] = scene.spectral_curves.reshape(-1)

@@ -121,6 +121,32 @@ def test_translation_matches_finite_differences(front, tangent):
     assert abs(_z(interior, fd)) > 6.0, (interior.mean(), fd.mean())
 
 
+def test_boundary_sample_count_is_honoured():
+    """``spp_boundary``: the film boundary term's own sample count. With the
+    box filter the boundary (pixel edges, silhouettes) carries the
+    derivative, so a sixteenth of the samples spreads it several times
+    wider over seeds, still centred on the finite differences; equal to
+    spp_grad it is the default. A count that is not a positive integer
+    raises."""
+    scene = jaxrender.load_dict(_scene("cube", filt="box"))
+    key = scene.camera_key
+    m = jnp.asarray(scene.params[key])
+
+    def reverse(seeds, **counts):
+        grad = jax.jit(lambda v, s: jnp.sum(jax.grad(lambda x: jnp.sum(jaxrender.render(
+            scene, {key: x}, spp=64, seed=s, seed_grad=s, **counts) * WEIGHTS))(v) * TRANSLATE_X))
+        return np.array([float(grad(m, jnp.uint32(s))) for s in seeds])
+
+    default = reverse(SEEDS)
+    np.testing.assert_allclose(reverse(range(4), spp_boundary=64), default[:4], rtol=1e-5)
+    fewer = reverse(SEEDS, spp_boundary=4)
+    fd = _fd(scene, key, m, TRANSLATE_X, 0.01, FD_SEEDS, 64)
+    assert abs(_z(fewer, fd)) < 4.0, (fewer.mean(), fd.mean())
+    assert fewer.var() > 3.0 * default.var(), (fewer.var(), default.var())
+    with pytest.raises(jaxrender.SceneError, match="spp_boundary"):
+        jaxrender.render(scene, spp=4, spp_boundary=-1)
+
+
 def test_shared_instances_move_on_the_film():
     """Two shared instances of a shapegroup (a cube, one instance mirrored)
     in front of the wall: their silhouettes are the group's edges placed by
