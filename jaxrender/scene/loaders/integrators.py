@@ -90,8 +90,8 @@ def load_prb(builder: SceneBuilder, props: Properties) -> dict:
                        ("guiding_proj", "guided sampling of indirect visibility's boundaries"),
                        ("guiding_rounds", "guided sampling of indirect visibility's boundaries"),
                        ("project_seed", "a projective seed strategy")):
-        props.unsupported(name, f"{name} ({what}: derivatives take render's spp_grad samples of every term, "
-                                "the boundaries' edges sampled by length)")
+        props.unsupported(name, f"{name} ({what}: derivatives take render's spp_grad samples, its spp_boundary "
+                                "for the film's boundary term, edges sampled by length)")
     return settings
 
 
