@@ -21,7 +21,7 @@ constant and envmap emitters; perspective, thinlens and orthographic
 sensors; hdrfilm with box, tent
 and gaussian filters; independent, stratified, multijitter, orthogonal and
 ldsampler samplers; path, direct, volpath, prbvolpath, aov and stokes
-integrators. Anything else raises
+integrators, and Mitsuba's prb, prb_projective and direct_projective. Anything else raises
 :class:`SceneError` naming the plugin, never a wrong image.
 """
 from __future__ import annotations
