@@ -259,6 +259,9 @@ def _mitsuba_mesh(res: int, spp: int, box_file: str | None, target: np.ndarray, 
         set_shift(params, v0, mi.Float(0.0))
         img = mi.render(scene, params, spp=spp, seed=seed)
         dr.eval(dr.mean(dr.square(img - ref), axis=None))
+        # (Dr.Jit's LLVM backend returns from eval before its kernels finish:
+        # without the wait, their tail runs into jaxrender's timed calls)
+        dr.sync_thread()
 
     def gradient(seed):
         t = mi.Float(0.0)
@@ -268,6 +271,7 @@ def _mitsuba_mesh(res: int, spp: int, box_file: str | None, target: np.ndarray, 
         loss = dr.mean(dr.square(img - ref), axis=None)
         dr.backward(loss)
         dr.eval(dr.grad(t))
+        dr.sync_thread()
 
     small_scene, small_params, small_v0 = load(32)
 
