@@ -26,9 +26,9 @@ BY_TYPE: dict[str, Callable[[Mapping[str, Any]], Integrator]] = {
     "path": lambda props: PathIntegrator(short_paths=0 <= int(props.get("max_depth", -1)) <= 2),
     "direct": lambda props: PathIntegrator(short_paths=True),   # two vertices, no roulette (PathIntegrator.settings)
     # Mitsuba's path replay integrators: the path tracer's images (their settings: PathIntegrator.settings)
-    "prb": lambda props: PathIntegrator(short_paths=0 <= int(props.get("max_depth", 6)) <= 2),
-    "prb_projective": lambda props: PathIntegrator(short_paths=0 <= int(props.get("max_depth", 6)) <= 2),
-    "direct_projective": lambda props: PathIntegrator(short_paths=True),
+    "prb": lambda props: BY_TYPE["path"]({"max_depth": 6, **props}),
+    "prb_projective": lambda props: BY_TYPE["path"]({"max_depth": 6, **props}),
+    "direct_projective": lambda props: BY_TYPE["direct"](props),
     "volpath": lambda props: VolpathIntegrator(),
     "prbvolpath": lambda props: VolpathIntegrator(),  # the same kernels (Mitsuba's defaults: settings)
     "aov": lambda props: AovIntegrator(tuple(t for _, t in parse_aovs(props["aovs"]))),

@@ -41,15 +41,21 @@ def _settings(props: Properties) -> dict:
 @INTEGRATORS.register("path", "volpath", "prbvolpath")
 def load_path(builder: SceneBuilder, props: Properties) -> dict:
     settings = _settings(props)
-    if "max_depth" in props:
-        settings["max_depth"] = props.int("max_depth")
+    _read_depths(props, settings)
+    return _as_given(props, settings)
+
+
+def _read_depths(props: Properties, settings: dict, max_depth: int | None = None, rr_depth: int | None = None):
+    """``max_depth`` and ``rr_depth`` into ``settings``, validated as Mitsuba
+    does: where given, else where a default (Mitsuba's for the plugin) is."""
+    if "max_depth" in props or max_depth is not None:
+        settings["max_depth"] = props.int("max_depth", max_depth)
         if settings["max_depth"] < -1:
             raise props.error(f"must be -1 (infinite) or >= 0, got {settings['max_depth']}", "max_depth")
-    if "rr_depth" in props:
-        settings["rr_depth"] = props.int("rr_depth")
+    if "rr_depth" in props or rr_depth is not None:
+        settings["rr_depth"] = props.int("rr_depth", rr_depth)
         if settings["rr_depth"] <= 0:
             raise props.error(f"must be greater than zero, got {settings['rr_depth']}", "rr_depth")
-    return _as_given(props, settings)
 
 
 @INTEGRATORS.register("prb", "prb_projective", "direct_projective")
@@ -77,12 +83,7 @@ def load_prb(builder: SceneBuilder, props: Properties) -> dict:
         props.only("rr_depth", 2, Properties.int, f"rr_depth = {props.values.get('rr_depth')!r} "
                    "(direct_projective has no Russian roulette: Mitsuba ignores it)")
     else:
-        settings["max_depth"] = props.int("max_depth", 6)
-        if settings["max_depth"] < -1:
-            raise props.error(f"must be -1 (infinite) or >= 0, got {settings['max_depth']}", "max_depth")
-        settings["rr_depth"] = props.int("rr_depth", 5)
-        if settings["rr_depth"] <= 0:
-            raise props.error(f"must be greater than zero, got {settings['rr_depth']}", "rr_depth")
+        _read_depths(props, settings, max_depth=6, rr_depth=5)
     for name, what in (("sppc", "a sample count for the continuous derivatives"),
                        ("sppp", "a sample count for primary visibility's derivatives"),
                        ("sppi", "a sample count for indirect visibility's derivatives"),
