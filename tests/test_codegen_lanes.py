@@ -58,11 +58,14 @@ def kitchen_sink() -> ir.Kernel:
         kind = kinds[inst]                                # varying gather
         counts.scatter_add(kind, 1)
         counts.scatter_add(ir.cast(j, "i32") - 1, 2)      # -1 is dropped
-        return {"y": y, "z": z, "j": j, "q": ir.cast(z, "i32") // 3 + ir.cast(j, "i32") % 4}
+        q = ir.cast(z, "i32") // 3 + ir.cast(j, "i32") % 4
+        # rows wider than one value: each lane writes a row of its own
+        return {"y": y, "z": z, "j": j, "q": q, "row": ir.Vec(y, z, y * z), "qrow": ir.Vec(q, -q)}
 
     return ir.trace(body, {"x": ir.In("f32"), "table": ir.In("f32"), "kinds": ir.In("i32"),
                            "params": ir.In("f32", (2,)), "cap": ir.Scalar("u32")},
                     {"y": ir.Out("f32"), "z": ir.Out("f32"), "j": ir.Out("u32"), "q": ir.Out("i32"),
+                     "row": ir.Out("f32", (3,)), "qrow": ir.Out("i32", (2,)),
                      "counts": ir.Accum("i32")}, name="kitchen_sink")
 
 
@@ -85,6 +88,8 @@ def test_all_packet_widths_agree_bitwise(n):
     ref = run_sink(1, n)
     if n > 16:
         assert ref["j"].max() > ref["j"].min()  # lanes really diverge
+    np.testing.assert_array_equal(ref["row"], np.stack([ref["y"], ref["z"], ref["y"] * ref["z"]], -1))
+    np.testing.assert_array_equal(ref["qrow"], np.stack([ref["q"], -ref["q"]], -1))
     for lanes in LANES[1:]:
         got = run_sink(lanes, n)
         for k in ref:
