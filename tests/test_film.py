@@ -163,3 +163,21 @@ def test_pixel_format_other_than_rgb_with_an_aov_integrator_raises():
     scene = jaxrender.load_dict(d)
     with pytest.raises(jaxrender.SceneError, match="pixel_format 'rgba' with an aov integrator is not supported"):
         jaxrender.render(scene, spp=1)
+
+
+def test_film_weights_kernel_is_shared_by_scene_structures_and_integrators():
+    """The film's weights read only the film and the sampler: scenes that
+    differ elsewhere share one kernel (and so one compile)."""
+    from jaxrender.kernels.context import Structure
+    from jaxrender.kernels.integrators import PathIntegrator, VolpathIntegrator
+
+    def graph(integrator, **fields):
+        k = integrator.weights_kernel(Structure(**fields))
+        return k.text
+
+    plain = graph(PathIntegrator(), footprint=5)
+    assert graph(PathIntegrator(), footprint=5, envmap=True, analytic=True, sensor="thinlens", instanced=True,
+                 bsdfs=("diffuse",), delta_lights=True) == plain
+    assert graph(VolpathIntegrator(), footprint=5) == plain
+    assert graph(PathIntegrator(), footprint=3) != plain
+    assert graph(PathIntegrator(), footprint=5, sampler="stratified") != plain

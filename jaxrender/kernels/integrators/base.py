@@ -256,14 +256,17 @@ class Integrator:
         return ir.trace(functools.partial(self._primal_body, structure, False), self.inputs(structure),
                         self._outputs(structure), name=self.kernel_name(structure))
 
-    @_cached("weights")
     def weights_kernel(self, structure: Structure = Structure()) -> ir.Kernel:
         """The summed filter weights of each item's splat footprint (items,
         footprint²): what the image kernels' sums are divided by. It reads
-        the film buffers only, so every integrator shares it."""
+        the film buffers only, so every integrator and every scene with the
+        same footprint and sampler shares it (one name, one compile)."""
+        return self._weights_kernel(Structure(footprint=structure.footprint, sampler=structure.sampler))
+
+    @_cached("weights")
+    def _weights_kernel(self, structure: Structure) -> ir.Kernel:
         def body(**b):
-            # (no instance buffers either: the film's alone)
-            ctx = Context.create(b, dataclasses.replace(structure, instanced=False), False, self.spectrum)
+            ctx = Context.create(b, structure, False, self.spectrum)
             return {"weights": ir.fori_loop(ir.UInt(0), b["spp"].value,
                                             lambda s, acc: acc + Vec(*film.splat_weights(ctx, s, structure.footprint)),
                                             _zeros(structure.footprint ** 2))}
