@@ -354,9 +354,11 @@ def test_vmap_over_cameras_multi_view_gradient_in_one_launch_per_kernel():
     # and of the film's overlap-adds (the image's and the primal's and the
     # gradient's weights) and of the gather of the cotangents.
     hlo = jax.jit(jax.grad(multi)).lower(x0).as_text()
-    calls = re.findall(r"stablehlo.custom_call @jaxrender_([a-z_]+?)_(?:\d|[0-9a-f]{20})", hlo)
-    film = [c for c in calls if c in ("film_overlap_add", "film_block_gather")]
-    assert len(calls) - len(film) == 3 and sorted(film) == ["film_block_gather"] + ["film_overlap_add"] * 3, calls
+    # (targets are jaxrender_<kernel name>_<20 hex digits of its key>)
+    calls = re.findall(r"stablehlo.custom_call @jaxrender_(\w+?)_[0-9a-f]{20}\b", hlo)
+    film = sorted(re.sub(r"_\dx\dx\d$", "", c) for c in calls if c.startswith(("film_overlap_add", "film_block_gather")))
+    assert len(calls) - len(film) == 3 and film == ["film_block_gather"] + ["film_overlap_add"] * 3, calls
+    assert sum(c.startswith("film_weights") for c in calls) == 1, calls
     g = np.asarray(jax.grad(multi)(x0))
     separate = sum(np.asarray(jax.grad(lambda x: one_view(views[k], x))(x0)) for k in range(3))
     np.testing.assert_allclose(g, separate, rtol=1e-4)
