@@ -934,8 +934,9 @@ class PacketCodegen(ItemCodegen):
         to a stack tile with vector stores; a loop in a function of the
         module's own copies each active lane's row out. One masked scatter
         per column instead made LLVM split every store into a branch per
-        lane: for a footprint of 5x5 pixels, 800 blocks, a third of the
-        primal kernel's machine code generation time."""
+        lane (AVX2 has no scatter): for a footprint of 5x5 pixels, 800
+        blocks, two thirds of the primal kernel's machine code generation
+        time."""
         b = self.b
         width, vt = len(columns), ll.VectorType(et, self.lanes)
         tile = self.entry_alloca(vt, width)
