@@ -962,7 +962,7 @@ class PacketCodegen(ItemCodegen):
             k.add_incoming(i64(0), entry)
             on = b.icmp_unsigned("!=", b.and_(b.lshr(bits, b.trunc(k, i32)), i32(1)), i32(0))
             dst = b.mul(b.add(g0, k), width)
-            b.cbranch(b.and_(on, b.icmp_unsigned("!=", width, i64(0))), row_bb, next_bb)
+            b.cbranch(on, row_bb, next_bb)   # (rows are at least two values wide: build_item)
             b.position_at_end(row_bb)
             c = b.phi(i64)
             c.add_incoming(i64(0), lane_bb)
