@@ -5,12 +5,14 @@ diverge in loops, branches and dispatch, and packets cut by the launch end."""
 from __future__ import annotations
 
 import functools
+import re
 
 import jax
 import numpy as np
 import pytest
 
 from jaxrender import ir
+from jaxrender.lowering import cpu
 from jaxrender.primitives import launch
 
 LANES = [1, 2, 4, 8, 16]
@@ -140,3 +142,89 @@ def test_check_fires_for_one_lane_only(lanes):
 def test_invalid_lane_count():
     with pytest.raises(ValueError, match="simd_lanes must be 1, 2, 4, 8 or 16"):
         launch(lane_check_kernel(), (4,), simd_lanes=3, x=np.zeros(4, np.float32))
+
+
+
+@functools.cache
+def subroutine_kernel(shared: bool = True) -> ir.Kernel:
+    """A subroutine called from six places: with two different captured
+    constants, inside and outside divergent branches, and with a loop bound
+    captured from a launch-wide scalar (lanes run it in step) or from the
+    item's own data (they do not). ``shared=False``: the same code inline."""
+    def body(x, table, cap, counts):
+        v = x[ir.item_index()]
+
+        def escape(c, k, bound):
+            def step(s):
+                j, z = s
+                counts.scatter_add(ir.cast(j, "i32") % 5, 1)
+                return j + 1, z * z * k + c + table[j % 7]
+            return ir.while_loop(lambda s: (s[0] < bound) & (ir.abs(s[1]) < 100.0), step,
+                                 (ir.UInt(0), ir.Float(0.0)))
+
+        def call(c, k, bound):
+            if not shared:
+                return escape(c, k, bound)
+            return ir.subroutine(lambda c: escape(c, k, bound), c, name="escape")
+
+        uniform, varying = cap.value, ir.cast(ir.abs(v) * 40.0, "u32")
+        none = (ir.UInt(0), ir.Float(1.0))
+        a = call(v, 1.0, uniform)
+        b = ir.cond(v > 0.0, lambda: call(v * 0.5, 1.0, uniform), lambda: none)
+        c = call(v, 0.5, uniform)
+        d = call(v * 0.25, 0.5, uniform)
+        e = call(v, 1.0, varying)
+        f = ir.cond(v < 0.1, lambda: call(v * 0.75, 1.0, varying), lambda: none)
+        return {"n": a[0] + b[0] + c[0] + d[0] + e[0] + f[0], "z": ir.Vec(a[1] + b[1], c[1] + d[1], e[1] + f[1])}
+
+    return ir.trace(body, {"x": ir.In("f32"), "table": ir.In("f32"), "cap": ir.Scalar("u32")},
+                    {"n": ir.Out("u32"), "z": ir.Out("f32", (3,)), "counts": ir.Accum("i32")},
+                    name="subroutines" if shared else "subroutines_inline")
+
+
+def run_subroutines(lanes, shared=True, n=101):
+    r = np.random.default_rng(3)
+    out = launch(subroutine_kernel(shared), (n,), accum_rows={"counts": 5}, simd_lanes=lanes,
+                 x=r.uniform(-0.6, 0.4, n).astype(np.float32), table=r.uniform(-0.1, 0.1, 7).astype(np.float32),
+                 cap=np.uint32(12))
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+def test_subroutines_are_shared_only_by_calls_of_the_same_code():
+    """Calls whose body, captured constants and (SIMD code) captured
+    uniformity agree share one function of the module; every packet width
+    computes bit for bit what the one-lane code and the same code written
+    inline compute."""
+    for lanes in (1, 8):
+        text = cpu.generate_llvm_ir(subroutine_kernel(), 0, lanes)
+        defined = re.findall(r'define internal void @"(jaxrender\.subroutine\.escape\.\d+)"', text)
+        calls = re.findall(r'call void @"(jaxrender\.subroutine\.escape\.\d+)"', text)
+        # one-lane code: the constants 1.0 and 0.5 make two functions; SIMD
+        # code also tells the uniform loop bound from the per-lane one
+        assert len(defined) == (2 if lanes == 1 else 3), defined
+        assert sorted(set(calls)) == sorted(defined) and len(calls) == 6, calls
+    ref = run_subroutines(1, shared=False)
+    assert ref["n"].max() > ref["n"].min()                  # lanes diverge
+    for lanes in LANES:
+        for shared in (True, False):
+            got = run_subroutines(lanes, shared)
+            for key in ref:
+                assert got[key].tobytes() == ref[key].tobytes(), (lanes, shared, key)
+
+
+def test_a_subroutine_computes_what_it_reads_itself():
+    """No value numbering across a subroutine's boundary: its body is the
+    same code whatever the calling code computed before it."""
+    def body(x):
+        v = x[ir.item_index()]
+        before = v * 2.0 + 1.0
+
+        def f(c):
+            return c * 2.0 + 1.0 + x[ir.item_index()]
+        return before + ir.subroutine(f, v, name="f") + ir.subroutine(f, before, name="f")
+    k = ir.trace(body, {"x": ir.In("f32")}, {"y": ir.Out("f32")})
+    regions = [n.regions[0] for n in ir.walk(k.block) if n.op == "call"]
+    assert len(regions) == 2
+    assert ir.format_block(regions[0], outer_ids=True) == ir.format_block(regions[1], outer_ids=True)
+    # (it reads x itself, and captures constants only)
+    assert all(c.op == "const" for r in regions for c in ir.captured_values(r))

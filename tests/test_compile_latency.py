@@ -121,3 +121,22 @@ def test_concurrent_llvm_compiles_match_serial_ones():
     for t in threads:
         t.join()
     assert results == serial
+
+
+@pytest.mark.parametrize("method", ["prb", "rb"])
+def test_derivative_kernels_trace_paths_without_derivatives_once(method):
+    """Under moving geometry the adjoint traces plain paths from two
+    places (PRB's first pass or RB's re-estimates, and the radiance arriving
+    across the edges seen from each vertex): one function of the kernel's
+    module that both call, not two copies of the path tracer."""
+    import re
+
+    import jaxrender
+    from jaxrender.kernels import integrators
+    from test_geometry_gradients import shadow_scene
+
+    scene = jaxrender.load_dict(shadow_scene(integrator={"type": "path", "max_depth": 3}))
+    adjoint = integrators.create(scene.integrator).adjoint_kernel(("tris",), method, scene.structure)
+    text = cpu.generate_llvm_ir(adjoint, 0, 8)
+    assert len(re.findall(r'define internal void @"jaxrender\.subroutine\.path_run\.\d+"', text)) == 1
+    assert len(re.findall(r'call void @"jaxrender\.subroutine\.path_run\.\d+"', text)) == 2

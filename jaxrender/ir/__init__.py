@@ -20,8 +20,8 @@ Example::
 """
 from . import bvh_query, rng
 from .autodiff import custom_derivative, detach, jvp, vjp
-from .control import cond, dispatch, fori_loop, while_loop
-from .graph import BOOL, F32, I32, U32, Block, IRError, Node, format_block, walk
+from .control import cond, dispatch, fori_loop, subroutine, while_loop
+from .graph import BOOL, F32, I32, U32, Block, IRError, Node, captured_values, format_block, walk
 from .kernel import (Accum, Accumulator, Buffer, In, Kernel, Out, Scalar, check,
                      item_index, launch_size, scatter_add, trace)
 from .ops import (ULP_BOUND, abs, acos, asin, atan, atan2, ceil, clamp, copysign, cos, erf,

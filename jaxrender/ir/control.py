@@ -190,6 +190,38 @@ def dispatch(index: Any, branches: Sequence[Callable[..., Any]], *operands: Any)
     return tree_unflatten(tree, _results(node, types))
 
 
+def subroutine(fn: Callable[..., Any], *args: Any, name: str = "subroutine") -> Any:
+    """``fn(*args)``, traced as a subroutine: a region of its own whose
+    body computes everything it needs itself (no value numbering with the
+    calling code), so that calls of the same code from several places in a
+    kernel trace to identical regions. The CPU code generator emits those
+    once, as one function that every such call shares, instead of a copy
+    per call: for code a kernel runs from several places (the radiance of
+    a path traced from different starting points), LLVM then optimises
+    and compiles it once. Values ``fn`` reads from the enclosing code
+    (closures) become arguments of that function. Derivatives pass
+    through the body as through inline code.
+
+    Example::
+
+        def escape_time(c):
+            return ir.while_loop(lambda s: s[0] < 64, lambda s: (s[0] + 1, s[1] * s[1] + c), (0, 0.0))[0]
+        a = ir.subroutine(escape_time, x, name="escape_time")
+        b = ir.subroutine(escape_time, y, name="escape_time")   # the same function
+    """
+    leaves, tree = _state_leaves(args, "subroutine")
+    parent = current_block()
+    body = Block(parent, "outline")
+    with scope(body):
+        params = [wrap(body.add_param(v.dtype)) for v in leaves]
+        out = fn(*tree_unflatten(tree, params))
+        out_leaves, out_tree = tree_flatten(out)
+        out_leaves = [x if isinstance(x, Var) else as_var(x) for x in out_leaves]
+        body.set_results([v.node for v in out_leaves], f"{name} result")
+    node = parent.emit("call", None, [v.node for v in leaves], (name,), (body,), effect=body.has_effects())
+    return tree_unflatten(out_tree, _results(node, [v.dtype for v in out_leaves]))
+
+
 def _inline(parent: Block, blk: Block, types, tree):
     """Move a traced branch's nodes into the parent block (they dominate)."""
     for n in blk.nodes:

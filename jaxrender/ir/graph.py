@@ -51,7 +51,8 @@ ENV_OPS = ("item_index", "launch_size", "buffer_len", "gather", "batch_index", "
 # Operations with an effect on memory or on the launch's status.
 EFFECT_OPS = ("scatter_add", "check")
 # "call": a function body kept as a region (its params are the call's
-# arguments) so that a custom derivative can be attached to it.
+# arguments) so that a custom derivative can be attached to it, or, where
+# the region's kind is "outline", a subroutine (control.subroutine).
 REGION_OPS = ("loop", "if", "dispatch", "call")
 
 _ids = itertools.count()
@@ -141,6 +142,10 @@ class Block:
             # differentiated is the function's own (a derivative flows from
             # it), never one the enclosing code made before.
             if key[0] == "gather" and b.kind == "function" and key[3][0] in b.meta.get("diff_buffers", ()):
+                return None
+            # A subroutine's body computes what it reads itself: the same
+            # code wherever it is called from (control.subroutine).
+            if b.kind == "outline":
                 return None
             b = b.parent
         return None
@@ -504,6 +509,40 @@ def walk(block: Block) -> Iterable[Node]:
         yield n
         for r in n.regions:
             yield from walk(r)
+
+
+def captured_values(block: Block) -> list[Node]:
+    """The values a block (with its nested blocks) reads from enclosing
+    blocks, in order of first use."""
+    inside: set[int] = set()
+
+    def mark(b: Block) -> None:
+        inside.update(p.id for p in b.params)
+        for n in b.nodes:
+            inside.add(n.id)
+            for r in n.regions:
+                mark(r)
+
+    mark(block)
+    out: list[Node] = []
+    seen: set[int] = set()
+
+    def use(x: Node) -> None:
+        if x.id not in inside and x.id not in seen:
+            seen.add(x.id)
+            out.append(x)
+
+    def scan(b: Block) -> None:
+        for n in b.nodes:
+            for a in n.args:
+                use(a)
+            for r in n.regions:
+                scan(r)
+        for r in b.results:
+            use(r)
+
+    scan(block)
+    return out
 
 
 def format_block(block: Block, indent: int = 0, outer_ids: bool = False) -> str:

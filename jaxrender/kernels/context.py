@@ -167,7 +167,10 @@ class Context:
     primary vertex sees it move (``sensors/motion.py``);
     ``geometry_motion``: the triangles' and / or the analytic shapes'
     buffers do, and path points follow their surfaces
-    (``integrators/material.py``)."""
+    (``integrators/material.py``); ``shared_traces``: a context without
+    derivatives inside a derivative kernel (:meth:`primal`), whose paths
+    the kernel traces from several places: an integrator runs them as one
+    subroutine (``ReplayIntegrator.run``)."""
     b: dict                  # input name -> ir Buffer
     geo: SceneGeometry
     pixel: Any
@@ -178,6 +181,7 @@ class Context:
     item: Any = None
     camera_motion: bool = False
     geometry_motion: bool = False
+    shared_traces: bool = False
 
     @classmethod
     def create(cls, b: dict, structure: Structure = Structure(), diff: bool = False,
@@ -196,7 +200,8 @@ class Context:
 
     def primal(self) -> "Context":
         """This context traced without derivatives."""
-        return dataclasses.replace(self, diff=False, camera_motion=False, geometry_motion=False)
+        return dataclasses.replace(self, diff=False, camera_motion=False, geometry_motion=False,
+                                   shared_traces=self.shared_traces or self.diff)
 
     def rand(self, s, group):
         """(x, y, a, b) of sample ``s``, dimension group ``group`` from the

@@ -248,12 +248,26 @@ def _scene_closest(geo: SceneGeometry, o: Vec, d: Vec, inv_d: Vec, t_min, t_max)
                           ir.Int(-1), ir.Float(0.0), ir.Float(0.0)), primitive)
 
 
+def _walks_inline(geo: SceneGeometry) -> bool:
+    """Whether a query walks a hierarchy in the kernel's own code (analytic
+    shapes, instances), not only in the engine's traversal routines: then
+    each query is a subroutine, which the code of a kernel that queries from
+    several places shares (a derivative kernel's passes, its shadow rays)."""
+    return geo.wide is None or geo.instances is not None
+
+
 def closest_hit(geo: SceneGeometry, o: Vec, d: Vec, t_min, t_max):
     """(t, primitive index in leaf order, b1, b2, instance); t == t_max and
     index -1 on a miss. b1, b2: a triangle's barycentrics (0 for an analytic
     shape). instance: the row of ``instances`` whose shapegroup holds the
     primitive, -1 for the scene's own primitives (and in scenes without
     instances)."""
+    if _walks_inline(geo):
+        return ir.subroutine(lambda *ray: _closest_hit(geo, *ray), o, d, t_min, t_max, name="closest_hit")
+    return _closest_hit(geo, o, d, t_min, t_max)
+
+
+def _closest_hit(geo: SceneGeometry, o: Vec, d: Vec, t_min, t_max):
     inv_d = _safe_inv(d)
     hit = _scene_closest(geo, o, d, inv_d, t_min, t_max)
     inst = geo.instances
@@ -274,6 +288,12 @@ def closest_hit(geo: SceneGeometry, o: Vec, d: Vec, t_min, t_max):
 
 def occluded(geo: SceneGeometry, o: Vec, d: Vec, t_min, t_max):
     """Whether anything lies on the ray between t_min and t_max (stops at the first hit)."""
+    if _walks_inline(geo):
+        return ir.subroutine(lambda *ray: _occluded(geo, *ray), o, d, t_min, t_max, name="occluded")
+    return _occluded(geo, o, d, t_min, t_max)
+
+
+def _occluded(geo: SceneGeometry, o: Vec, d: Vec, t_min, t_max):
     inv_d = _safe_inv(d)
     if geo.wide is not None:
         found = ir.bvh_query.any_hit(geo.wide, o, d, inv_d, t_min, t_max)

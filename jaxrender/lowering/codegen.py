@@ -18,11 +18,13 @@ bits of a float sum depend on scheduling.
 """
 from __future__ import annotations
 
+import re
+
 from llvmlite import ir as ll
 
 from ..ir.bvh_query import CLOSEST, RANGE_ARGS, RAY_ARGS
 from ..ir.bvh_query import OP as BVH_QUERY
-from ..ir.graph import BOOL, F32, I32, PURE_OPS, U32, Block, Node, f32_bits, walk
+from ..ir.graph import BOOL, F32, I32, PURE_OPS, U32, Block, Node, captured_values, f32_bits, format_block, walk
 from ..ir.kernel import Kernel, _width
 from . import bvh_traversal, vmath
 from .abi import InfoLayout
@@ -67,10 +69,21 @@ class ItemCodegen:
         self.out_specs = list(kernel.item_outputs.values())
         self.acc_specs = list(kernel.accumulators.values())
         self._queries: dict[tuple, list] = {}
+        # subroutine key -> (its function, the record of its results)
+        self._subroutines: dict[tuple, tuple[ll.Function, ll.LiteralStructType]] = {}
+        self._subroutine_calls: dict[tuple, int] | None = None
 
     # -- helpers (scalar; the packet code generator overrides them) ------
     lanes = 1
     gpu = False   # code for the NVPTX target (lowering.ptx)
+    # Emit a subroutine (ir.subroutine) that a kernel calls from several
+    # places as one function of the module, not inline at each call.
+    share_subroutines = True
+    # The code generator's state that node lowering reads (values of the
+    # item function's prologue): a subroutine's function takes it as
+    # arguments. Lists hold one value per input or accumulator, or None.
+    ENVIRONMENT = ("info", "n_local", "local", "err_ptr", "mask", "in_base", "in_data", "in_off", "in_rows",
+                   "in_maxrow", "acc_base", "acc_base64", "acc_data", "acc_off", "acc_rows", "acc_private")
 
     def T(self, t: str) -> ll.Type:
         return LLTYPE[t]
@@ -233,6 +246,16 @@ class ItemCodegen:
         this with a device buffer)."""
         shared = b.load(b.gep(ctx, [i32(0), i32(CTX_SHARED)], inbounds=True, source_etype=self.ctx_type), typ=ptr)
         return b.gep(shared, [i32(0), i32(5)], inbounds=True, source_etype=self.ctx_type)
+
+    def entry_alloca(self, et, count: int):
+        """A stack array allocated once in the function's entry block (an
+        alloca inside a loop would grow the stack on every iteration)."""
+        b = self.b
+        here = b.block
+        b.position_at_start(self.fn.entry_basic_block)
+        p = b.alloca(et, size=i32(count))
+        b.position_at_end(here)
+        return p
 
     def ctx_field_ptr(self, b, ctx, field: int, i: int, name: str):
         p = b.gep(ctx, [i32(0), i32(field), i32(i)], inbounds=True, source_etype=self.ctx_type)
@@ -503,12 +526,111 @@ class ItemCodegen:
             self.vals[(n.id, k)] = ph
 
     def lower_call(self, n: Node, args: list) -> None:
-        """A function body kept as a region (for custom derivatives): inline it."""
+        """A function body kept as a region (for custom derivatives): inline
+        it; a subroutine called from more than one place: call its function."""
         (body,) = n.regions
+        if body.kind == "outline" and self.share_subroutines:
+            captured = captured_values(body)
+            key = self._subroutine_key(body, captured)
+            if self._subroutine_call_counts().get(key, 0) > 1:
+                self._call_subroutine(n, args, captured, key)
+                return
         for prm, v in zip(body.params, args):
             self.vals[prm.id] = v
         for k, v in enumerate(self.lower_block(body)):
             self.vals[(n.id, k)] = v
+
+    # -- subroutines -----------------------------------------------------
+    def captured_signature(self, captured: list) -> tuple:
+        """What of the captured values, besides their types, the code of a
+        body depends on (the packet code generator: which are uniform)."""
+        return ()
+
+    def _subroutine_key(self, body: Block, captured: list) -> tuple:
+        """Equal for two subroutine regions whose code is the same: the
+        body's text with captured values numbered in order of first use,
+        their types, and the constants among them by value."""
+        index = {c.id: k for k, c in enumerate(captured)}
+        text = re.sub(r"\^(\d+)", lambda m: f"^c{index[int(m.group(1))]}", format_block(body, outer_ids=True))
+        caps = tuple(f"const {c.type} {c.attrs[0]!r}" if c.op == "const" else c.type for c in captured)
+        return text, caps, self.captured_signature(captured)
+
+    def _subroutine_call_counts(self) -> dict:
+        if self._subroutine_calls is None:
+            counts: dict = {}
+            for n in walk(self.k.block):
+                if n.op == "call" and n.regions[0].kind == "outline":
+                    key = self._subroutine_key(n.regions[0], captured_values(n.regions[0]))
+                    counts[key] = counts.get(key, 0) + 1
+            self._subroutine_calls = counts
+        return self._subroutine_calls
+
+    def _environment(self) -> list:
+        vals = []
+        for field in self.ENVIRONMENT:
+            v = getattr(self, field, None)
+            if isinstance(v, list):
+                vals += [x for x in v if x is not None]
+            elif v is not None:
+                vals.append(v)
+        return vals
+
+    def _bind_environment(self, args) -> None:
+        it = iter(args)
+        for field in self.ENVIRONMENT:
+            v = getattr(self, field, None)
+            if isinstance(v, list):
+                setattr(self, field, [None if x is None else next(it) for x in v])
+            elif v is not None:
+                setattr(self, field, next(it))
+
+    def _call_subroutine(self, n: Node, args: list, captured: list, key: tuple) -> None:
+        """Call the module's function for this subroutine (emitted at its
+        first call): arguments the environment, the call's arguments and
+        the captured values; results through a stack record."""
+        b = self.b
+        passed = self._environment() + list(args) + [self.vals[c.id] for c in captured if c.op != "const"]
+        if key not in self._subroutines:
+            self._subroutines[key] = self._emit_subroutine(n, passed, captured)
+        fn, record = self._subroutines[key]
+        out = self.entry_alloca(record, 1)
+        b.call(fn, passed + [out])
+        for k, t in enumerate(record.elements):
+            p = b.gep(out, [i32(0), i32(k)], inbounds=True, source_etype=record)
+            self.vals[(n.id, k)] = b.load(p, typ=t)
+
+    def _emit_subroutine(self, n: Node, passed: list, captured: list) -> tuple:
+        """(function, record of its results) of subroutine call ``n``'s body,
+        emitted with the code generator's state bound to its arguments."""
+        (body,) = n.regions
+        name = f"jaxrender.subroutine.{n.attrs[0]}.{len(self._subroutines)}"
+        fn = ll.Function(self.m, ll.FunctionType(ll.VoidType(), [v.type for v in passed] + [ptr]), name)
+        fn.linkage = "internal"
+        fn.attributes.add("noinline")
+        saved = {f: getattr(self, f, None) for f in self.ENVIRONMENT + ("b", "fn", "vals")}
+        try:
+            self.b, self.fn, self.vals = ll.IRBuilder(fn.append_basic_block("entry")), fn, {}
+            env = len(self._environment())
+            self._bind_environment(fn.args[:env])
+            params = fn.args[env:env + len(body.params)]
+            for prm, v in zip(body.params, params):
+                self.vals[prm.id] = v
+            rest = iter(fn.args[env + len(body.params):-1])
+            for c in captured:
+                if c.op == "const":
+                    self.lower_node(c)
+                else:
+                    self.vals[c.id] = next(rest)
+            results = self.lower_block(body)
+            record = ll.LiteralStructType([v.type for v in results])
+            out = fn.args[-1]
+            for k, v in enumerate(results):
+                self.b.store(v, self.b.gep(out, [i32(0), i32(k)], inbounds=True, source_etype=record))
+            self.b.ret_void()
+        finally:
+            for f, v in saved.items():
+                setattr(self, f, v)
+        return fn, record
 
     def _merge(self, n: Node, incoming: list[tuple[list, ll.Block]], merge_bb) -> None:
         b = self.b
@@ -1190,16 +1312,6 @@ class PacketCodegen(ItemCodegen):
             return [b.icmp_unsigned("!=", got[0], self.ci32(0))]
         return [b.bitcast(got[0], vf), got[1], b.bitcast(got[2], vf), b.bitcast(got[3], vf)]
 
-    def entry_alloca(self, et, count: int):
-        """A stack array allocated once in the function's entry block (an
-        alloca inside a loop would grow the stack on every iteration)."""
-        b = self.b
-        here = b.block
-        b.position_at_start(self.fn.entry_basic_block)
-        p = b.alloca(et, size=i32(count))
-        b.position_at_end(here)
-        return p
-
     def lower_check(self, n: Node, ok):
         b = self.b
         failing = b.and_(self.mask, b.not_(ok))
@@ -1219,6 +1331,10 @@ class PacketCodegen(ItemCodegen):
         # (of a uniform loop) the active lanes decide: a packet with none
         # active, in a branch no lane takes, skips the loop
         return self.any(self.b.and_(self.mask, c))
+
+    def captured_signature(self, captured: list) -> tuple:
+        # (a loop inside may run uniformly only where what it reads is uniform)
+        return tuple(c.id in self.uniform for c in captured)
 
     @property
     def uniform(self) -> set:

@@ -119,6 +119,9 @@ class GpuItemCodegen(ItemCodegen):
 
     gpu = True
     emulate = False   # built for the host by lowering.emulate: a warp of one lane
+    # (inline: a call's arguments and results would go through local memory;
+    # not measured on a GPU)
+    share_subroutines = False
 
     def libm_call(self, name: str, vals: list):
         fn_name, prec = LIBDEVICE[name]

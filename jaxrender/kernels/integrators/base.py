@@ -369,8 +369,21 @@ class ReplayIntegrator(Integrator):
 
     def run(self, ctx: Context, s, state):
         """The loop's final state from ``state``."""
-        return ir.while_loop(lambda st: st.active,
-                             lambda st: self.step(ctx, s, st, functools.partial(self.shade, ctx))[0], state)
+        def loop(state):
+            return ir.while_loop(lambda st: st.active,
+                                 lambda st: self.step(ctx, s, st, functools.partial(self.shade, ctx))[0], state)
+        if ctx.diff or not ctx.shared_traces:
+            return loop(state)
+        # Derivative kernels trace radiance without derivatives from several
+        # places (PRB's first pass, what arrives across a moving edge, RB's
+        # re-estimates): one function of the kernel instead of a copy each.
+        return ir.subroutine(loop, self.plain_state(ctx, state), name=f"{self.name}_run")
+
+    def plain_state(self, ctx: Context, state):
+        """``state`` in the one form every trace without derivatives of a
+        kernel starts from (the same loop state structure wherever it is
+        traced from), for :meth:`run` to share their code."""
+        return state
 
     def trace(self, ctx: Context, s, state) -> Vec:
         """Radiance of the rest of the path from ``state``."""
@@ -382,10 +395,6 @@ class ReplayIntegrator(Integrator):
         """Accumulates into ``grad_<name>`` the image cotangent ``grad_image``
         pulled back through the differentiable estimate with the same seed."""
         ctx = _moving(Context.create(b, structure, True, self.spectrum), active)
-        # Passes that need radiance only (PRB's first pass, RB's
-        # re-estimates) run the plain form: the same values without
-        # evaluating every BSDF once more per vertex.
-        plain = ctx.primal()
         S = self.spectrum
         grads = {b[n]: b["grad_" + n] for n in active}
         spp = b["spp"].value
@@ -411,6 +420,9 @@ class ReplayIntegrator(Integrator):
                 for k, w in enumerate(film.splat_weights(unbound, s, footprint)):
                     d_l = d_l + read(unbound.item, k * stride) * w
             ctx = S.bind(unbound, s)
+            # Passes that need radiance only (PRB's first pass, RB's
+            # re-estimates) run the plain form: the same values without
+            # evaluating every BSDF once more per vertex.
             plain = ctx.primal()
             d_l = self.film_transpose(ctx, s, d_l)
             camera = ctx.camera_motion or ctx.geometry_motion

@@ -133,6 +133,16 @@ class PathIntegrator(ReplayIntegrator):
         return PathState(ir.Int(0), o, d, t_min, t_max, S.one(), S.no_radiance(), ir.Float(1.0), ir.Bool(True),
                          ir.Bool(True), ir.Float(1.0), valid=valid, single=single, prev=prev, known=known)
 
+    def plain_state(self, ctx, state: PathState) -> PathState:
+        # Without derivatives nothing reads the record of moving geometry;
+        # a first hit not known is KnownHit.none() (the first pass knows the
+        # camera ray's), and a path started past its camera ray counts (valid).
+        valid = state.valid
+        if valid is None and samples_null(ctx.structure):
+            valid = ir.Bool(True)
+        return dataclasses.replace(state, prev=None, valid=valid,
+                                   known=KnownHit.none() if state.known is None else state.known)
+
     def kept(self, final: PathState):
         """As Mitsuba's path tracer, a path whose every vertex sampled a null
         (pass-through) component and that then missed the scene (or ended

@@ -121,6 +121,9 @@ class VolpathIntegrator(PathIntegrator):
         # 0.63 and 0.63 s); homogeneous media (the fog) run best wide.
         return 1 if "heterogeneous" in structure.media else None
 
+    def plain_state(self, ctx, state: VolpathState) -> VolpathState:
+        return state    # (one form already: no geometry derivatives, no known first hit)
+
     def settings(self, props: Mapping[str, Any]) -> dict:
         if props.get("type") != "prbvolpath":
             return super().settings(props)
