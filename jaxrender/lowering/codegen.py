@@ -71,7 +71,8 @@ class ItemCodegen:
         self._queries: dict[tuple, list] = {}
         # subroutine key -> (its function, the record of its results)
         self._subroutines: dict[tuple, tuple[ll.Function, ll.LiteralStructType]] = {}
-        self._subroutine_calls: dict[tuple, int] | None = None
+        # subroutine call node id -> (captured values, key, calls sharing the key)
+        self._subroutine_calls: dict[int, tuple[list, tuple, int]] | None = None
 
     # -- helpers (scalar; the packet code generator overrides them) ------
     lanes = 1
@@ -530,9 +531,8 @@ class ItemCodegen:
         it; a subroutine called from more than one place: call its function."""
         (body,) = n.regions
         if body.kind == "outline" and self.share_subroutines:
-            captured = captured_values(body)
-            key = self._subroutine_key(body, captured)
-            if self._subroutine_call_counts().get(key, 0) > 1:
+            captured, key, calls = self._subroutine_call_plan()[n.id]
+            if calls > 1:
                 self._call_subroutine(n, args, captured, key)
                 return
         for prm, v in zip(body.params, args):
@@ -555,14 +555,18 @@ class ItemCodegen:
         caps = tuple(f"const {c.type} {c.attrs[0]!r}" if c.op == "const" else c.type for c in captured)
         return text, caps, self.captured_signature(captured)
 
-    def _subroutine_call_counts(self) -> dict:
+    def _subroutine_call_plan(self) -> dict:
+        """Per subroutine call of the kernel (node id): its captured values,
+        its key and how many calls share that key (one walk of the graph)."""
         if self._subroutine_calls is None:
-            counts: dict = {}
+            found, counts = {}, {}
             for n in walk(self.k.block):
                 if n.op == "call" and n.regions[0].kind == "outline":
-                    key = self._subroutine_key(n.regions[0], captured_values(n.regions[0]))
+                    captured = captured_values(n.regions[0])
+                    key = self._subroutine_key(n.regions[0], captured)
+                    found[n.id] = (captured, key)
                     counts[key] = counts.get(key, 0) + 1
-            self._subroutine_calls = counts
+            self._subroutine_calls = {i: (c, key, counts[key]) for i, (c, key) in found.items()}
         return self._subroutine_calls
 
     def _environment(self) -> list:
@@ -589,9 +593,10 @@ class ItemCodegen:
         first call): arguments the environment, the call's arguments and
         the captured values; results through a stack record."""
         b = self.b
-        passed = self._environment() + list(args) + [self.vals[c.id] for c in captured if c.op != "const"]
+        env = self._environment()
+        passed = env + list(args) + [self.vals[c.id] for c in captured if c.op != "const"]
         if key not in self._subroutines:
-            self._subroutines[key] = self._emit_subroutine(n, passed, captured)
+            self._subroutines[key] = self._emit_subroutine(n, passed, len(env), captured)
         fn, record = self._subroutines[key]
         out = self.entry_alloca(record, 1)
         b.call(fn, passed + [out])
@@ -599,7 +604,7 @@ class ItemCodegen:
             p = b.gep(out, [i32(0), i32(k)], inbounds=True, source_etype=record)
             self.vals[(n.id, k)] = b.load(p, typ=t)
 
-    def _emit_subroutine(self, n: Node, passed: list, captured: list) -> tuple:
+    def _emit_subroutine(self, n: Node, passed: list, env: int, captured: list) -> tuple:
         """(function, record of its results) of subroutine call ``n``'s body,
         emitted with the code generator's state bound to its arguments."""
         (body,) = n.regions
@@ -610,7 +615,6 @@ class ItemCodegen:
         saved = {f: getattr(self, f, None) for f in self.ENVIRONMENT + ("b", "fn", "vals")}
         try:
             self.b, self.fn, self.vals = ll.IRBuilder(fn.append_basic_block("entry")), fn, {}
-            env = len(self._environment())
             self._bind_environment(fn.args[:env])
             params = fn.args[env:env + len(body.params)]
             for prm, v in zip(body.params, params):
