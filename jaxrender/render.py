@@ -405,12 +405,29 @@ def _moving_why(what: str, moves: str, scene, settings, structure, instances: bo
     return None
 
 
+def _lens_why(what: str, scene, cam, settings, structure) -> str | None:
+    """What a thin lens's derivatives cannot follow yet, or None: its
+    silhouettes are sampled per aperture point on the scene's own welded
+    edges (``kernels/integrators/boundary.py``), which neither hold the
+    copies of shared instances nor leave out emitters camera rays pass."""
+    if cam.kind != "thinlens":
+        return None
+    if structure.instanced:
+        return (f"{what} derivatives of a thinlens camera in scenes with shared instances (shapegroups) are not "
+                "supported yet: load the scene with expand_instances=True")
+    if settings.get("hide_emitters") and np.any(np.asarray(scene.tri_attr)[:, 1] >= 0):
+        return (f"{what} derivatives of a thinlens camera with hide_emitters and emitting shapes are not "
+                "supported yet")
+    return None
+
+
 def _camera_why(scene, cam, integrator, settings, structure) -> str | None:
     """Why this render cannot differentiate its camera, or None."""
     if "camera" not in integrator.differentiable:
         return (f"camera derivatives are implemented for the path and direct integrators, not "
                 f"{scene.integrator['type']!r}")
-    return _moving_why("camera", "the camera", scene, settings, structure, instances=True)
+    return (_lens_why("camera", scene, cam, settings, structure)
+            or _moving_why("camera", "the camera", scene, settings, structure, instances=True))
 
 
 def _geometry_keys(scene) -> list:
@@ -443,9 +460,9 @@ def _geometry_why(scene, cam, integrator, settings, structure) -> str | None:
 def _followed_why(what: str, moves: str, scene, cam, settings, structure) -> str | None:
     """What stops the kernels of moving geometry (which ``what``
     derivatives run in) in this render, or None."""
-    if cam.kind not in ("perspective", "orthographic"):
-        return f"{what} derivatives are implemented for the perspective and orthographic sensors only"
-    return _moving_why(what, moves, scene, settings, structure)
+    if cam.kind not in ("perspective", "orthographic", "thinlens"):
+        return f"{what} derivatives are implemented for the perspective, thinlens and orthographic sensors only"
+    return _lens_why(what, scene, cam, settings, structure) or _moving_why(what, moves, scene, settings, structure)
 
 
 def _texcoords_why(scene, cam, integrator, settings, structure) -> str | None:

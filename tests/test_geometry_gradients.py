@@ -481,7 +481,8 @@ def test_delta_lights_move_with_the_geometry_they_light():
 def _agrees_along_a_ramp(scene, key, value, tangent):
     """Reverse mode within noise of finite differences, and forward mode
     equal to it seed for seed, for weights rising across the image (a
-    shadow moving sideways changes their sum one way)."""
+    shadow moving sideways changes their sum one way): (the finite
+    differences, the weights)."""
     ramp = np.broadcast_to(np.linspace(0.0, 1.0, 24)[None, :, None], (24, 24, 3)).astype(np.float32)
     fd = _fd(scene, key, value, tangent, seeds=range(1000, 1064), weights=ramp)
     rev = _reverse(scene, key, value, tangent, range(32), weights=ramp)
@@ -490,6 +491,7 @@ def _agrees_along_a_ramp(scene, key, value, tangent):
     jvp = jax.jit(lambda v, s: jax.jvp(lambda x: _loss(scene, key, x, s, weights=ramp), (v,), (tangent,))[1])
     fwd = np.array([float(jvp(value, jnp.uint32(s))) for s in range(2)])
     np.testing.assert_allclose(fwd, rev[:2], rtol=1e-3, atol=1e-3)
+    return fd, ramp
 
 
 _DELTA = {"point": {"type": "point", "position": [0.2, 2.0, 0.0], "intensity": {"type": "rgb", "value": [3.0] * 3}},
@@ -525,6 +527,36 @@ def test_hard_shadows_of_delta_lights_match_finite_differences(light, key, tmp_p
     tangent = (_translate_x(value) if value.ndim == 2
                else jnp.zeros_like(value).reshape(-1, 3).at[:, 0].set(1.0).reshape(-1))
     _agrees_along_a_ramp(scene, key, value, tangent)
+
+
+@pytest.mark.parametrize("case", ["sphere", "point light"])
+def test_geometry_seen_through_a_thin_lens(case):
+    """Moving geometry seen through a thin lens out of focus: a dark sphere
+    against the sky (its blurred silhouette is all that changes) and a
+    point light's shadow under a moving occluder (path tracer), each boundary sample
+    seen from an aperture point of its own. Reverse mode agrees with
+    finite differences along a ramp, forward mode equals it; with the film
+    boundary seen from the lens's centre the sphere's read -68.7 +- 0.4
+    against finite differences of -132.0 +- 1.7."""
+    from test_camera_gradients import _lens_from_its_centre
+    lens = {"type": "thinlens", "aperture_radius": 0.3}
+    if case == "sphere":
+        d = _sphere_in_the_sky([0.0, 0.0, 0.0])
+        d["sensor"] = dict(d["sensor"], focus_distance=2.0, **lens)
+        key = "ball.to_world"
+    else:
+        # (the path tracer: its second vertex's pair factor reaches back to the aperture point)
+        d = shadow_scene(light=_DELTA["point"], integrator={"type": "path", "max_depth": 3})
+        d["floor"]["bsdf"] = {"type": "roughplastic", "alpha": 0.15,
+                              "diffuse_reflectance": {"type": "rgb", "value": [0.5, 0.5, 0.5]}}
+        d["sensor"] = dict(d["sensor"], focus_distance=1.5, **lens)
+        key = "occluder.to_world"
+    scene = jaxrender.load_dict(d)
+    value = jnp.asarray(scene.params[key])
+    fd, ramp = _agrees_along_a_ramp(scene, key, value, _translate_x(value))
+    if case == "sphere":
+        centred = _lens_from_its_centre(_reverse, scene, key, value, _translate_x(value), range(16), weights=ramp)
+        assert abs(_z(centred, fd)) > 6.0, (centred.mean(), fd.mean())
 
 
 def test_expanded_instance_to_world_matches_finite_differences():

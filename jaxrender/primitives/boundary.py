@@ -152,6 +152,19 @@ def _curve_points(shape_data, which, origin, phi):
 CURVE_POINTS = 64      # the polygon whose film length apportions samples to a curve record
 
 
+def film_edges(grid: tuple):
+    """(segments (4, layout.SEGMENT_ROW), cumulative lengths) of the four
+    sides of the sample grid (``grid``: (height, width) pixels) alone: a
+    thin lens's silhouettes are sampled per aperture point, in the kernel."""
+    f32 = jnp.float32
+    gh, gw = grid
+    sides = jnp.array([[0, 0, gw, 0], [gw, 0, gw, gh], [gw, gh, 0, gh], [0, gh, 0, 0]], f32)
+    rows = jnp.concatenate([sides, jnp.zeros((4, 6), f32), jnp.ones((4, 1), f32),
+                            jnp.full((4, 1), layout.SEG_FILM_EDGE, f32), jnp.full((4, 1), -1.0, f32),
+                            jnp.zeros((4, 4), f32)], axis=1)
+    return rows, jnp.cumsum(jnp.array([gw, gh, gw, gh], f32))
+
+
 def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_origin: tuple, grid: tuple,
                   shape_data=None, hidden=None, prim_shape=None, orthographic: bool = False, instanced=None):
     """(segments (m, layout.SEGMENT_ROW), cumulative film lengths (m,)) of
@@ -176,10 +189,7 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     cam = jax.lax.stop_gradient(jnp.asarray(camera, f32).reshape(-1))
     tris = jax.lax.stop_gradient(jnp.asarray(tris, f32))
     gh, gw = grid
-    sides = jnp.array([[0, 0, gw, 0], [gw, 0, gw, gh], [gw, gh, 0, gh], [0, gh, 0, 0]], f32)
-    film_rows = jnp.concatenate([sides, jnp.zeros((4, 6), f32), jnp.ones((4, 1), f32),
-                                 jnp.full((4, 1), layout.SEG_FILM_EDGE, f32), jnp.full((4, 1), -1.0, f32),
-                                 jnp.zeros((4, 4), f32)], axis=1)
+    film_rows, _ = film_edges(grid)
     m = cam[layout.CAMERA_TO_WORLD:layout.CAMERA_TO_WORLD + 16].reshape(4, 4)
     rot, origin = m[:3, :3], m[:3, 3]
     tan_x, tan_y, near = cam[layout.CAMERA_TAN_X], cam[layout.CAMERA_TAN_Y], cam[layout.CAMERA_NEAR_CLIP]

@@ -122,9 +122,9 @@ class SceneBuilder:
         for key in keys:
             camera = load_plugin(SENSORS, self, self.named[key], key)
             self.sensors.append((f"{key}.to_world", camera))
-            why = (None if camera.kind in ("perspective", "orthographic") else
-                   f"camera derivatives are implemented for the perspective and orthographic sensors only, "
-                   f"not {camera.kind!r}")
+            why = (None if camera.kind in ("perspective", "orthographic", "thinlens") else
+                   f"camera derivatives are implemented for the perspective, thinlens and orthographic sensors "
+                   f"only, not {camera.kind!r}")
             self.add_param(f"{key}.to_world", camera.to_world.astype(np.float32), why)
             if camera.kind != "orthographic":
                 # Mitsuba's key whatever fov_axis said: the horizontal angle, in degrees

@@ -28,6 +28,11 @@ velocities by the IR's ``jvp`` along the camera tangent; the adjoint is
 its transpose, a gather of pixel cotangents and a ``vjp`` of the
 velocities into the camera's gradient. The estimates are integrals in
 pixel units over all the launch's samples (each item draws ``spp``).
+
+A thin lens's film is a pinhole's per aperture point: each sample takes
+one (:func:`_lens`), its segments are the grid's sides alone, and its
+silhouettes are sampled on the scene's edges as seen from that point
+(:func:`_lens_edge_sample`).
 """
 from __future__ import annotations
 
@@ -43,7 +48,7 @@ from ..interaction import first_hit, material_coords, point_on_surface, shown_hi
 from ..sampling import sample_lengths
 from ..sensors import TYPES as SENSORS, film, motion, perspective
 from .base import _KERNELS
-from . import shadows
+from . import material, shadows
 from .material import vertex_of
 
 # Film distance (pixels) inside the region at which its radiance is traced.
@@ -52,11 +57,17 @@ INSIDE = 1e-3
 SEGMENT_DIM = 0
 # and of the hard shadows' edge sample (no path is traced from it)
 SHADOW_DIM = 96
+# A thin lens's: the aperture point of a sample, and its edge sample
+LENS_DIM = 98
+LENS_EDGE_DIM = 99
 
 
 def inputs(integrator, structure: Structure) -> dict:
     out = dict(integrator.inputs(structure), segments=ir.In("f32", (layout.SEGMENT_ROW,)),
                segment_cdf=ir.In("f32"), canvas_width=ir.Scalar("u32"))
+    if structure.sensor == "thinlens":
+        # (its silhouettes are sampled on the scene's welded edges: _lens_edge_sample)
+        out["edges"] = ir.In("i32", (6,))
     if structure.delta_lights:
         out.update(shadow_edges=ir.In("f32", (layout.SHADOW_ROW,)), shadow_cdf=ir.In("f32"))
     return out
@@ -74,10 +85,22 @@ def _footprint(ctx: Context, sp: Vec):
     return [(iy + dy) * cw + ix + dx for dy in range(k) for dx in range(k)], weights
 
 
+def _lens(ctx: Context, cam, s):
+    """(lens uniforms, aperture point) of boundary sample ``s``: a thin
+    lens's film is a pinhole's per point of its aperture (``sensors/
+    motion.py``), so each sample takes one; (None, None) for a camera
+    without an aperture."""
+    if not motion.thin_lens(ctx):
+        return None, None
+    u = ctx.rand(s, LENS_DIM)
+    return (u[0], u[1]), motion.eye_of_sample(ctx, cam, (u[0], u[1]))
+
+
 def _sample(integrator, ctx: Context, s):
     """Segment sample ``s``: (canvas rows and weights of its footprint,
     radiance inside the region, the velocity term as a function of the
-    camera, the estimate's scale)."""
+    camera, the estimate's scale). A thin lens's segments are the grid's
+    sides alone, seen from an aperture point of the sample's."""
     b = ctx.b
     plain = ctx.primal()
     segs = b["segments"]
@@ -96,10 +119,11 @@ def _sample(integrator, ctx: Context, s):
 
     cam = perspective.CameraRow(b["camera"])
     ortho = motion.orthographic(ctx)
+    lens, eye = _lens(ctx, cam, s)
     # The edge's point seen at sp (perspective-correct along the edge; an
     # orthographic projection keeps ratios)
     t = tau
-    if not ortho:
+    if not ortho and eye is None:
         z0 = ir.detach(motion.camera_space(cam, p0, True).z)
         z1 = ir.detach(motion.camera_space(cam, p1, True).z)
         den = (1.0 - tau) * z1 + tau * z0
@@ -110,7 +134,7 @@ def _sample(integrator, ctx: Context, s):
     # record's share of the total is its approximate length.
     density = ir.Float(1.0)
     inside_grid = ir.Bool(True)
-    if ctx.structure.analytic:
+    if ctx.structure.analytic and eye is None:
         shape = ir.cast(segs.read(i, layout.SEG_SHAPE), "i32")
         which = ir.cast(segs.read(i, layout.SEG_CURVE), "i32")
         phi = tau * (2.0 * 3.141592653589793)
@@ -147,13 +171,13 @@ def _sample(integrator, ctx: Context, s):
         p, sp, inward, density, inside_grid = ir.cond(curve, on_curve, lambda: (p, sp, inward, density, inside_grid))
     # whether nothing hides the edge's point (a grazing ray's hit on a
     # curved silhouette lies within float error of it: a margin of 1e-3)
-    seen = ir.cond(moving & inside_grid, lambda: _seen(ctx, cam, p), lambda: inside_grid)
+    seen = ir.cond(moving & inside_grid, lambda: _seen(ctx, cam, p, eye), lambda: inside_grid)
 
     # The region's side: a camera ray through a point just inside it.
     q = sp + inward * INSIDE
     fx = (q.x + b["grid_x0"].value) / b["film_width"].value
     fy = (q.y + b["grid_y0"].value) / b["film_height"].value
-    o, d, t_min, t_max = _film_ray(ctx, fx, fy)
+    o, d, t_min, t_max = _film_ray(ctx, fx, fy, lens)
     first, known = first_hit(ctx, o, d, t_min, t_max)
     si = shown_hit(ctx, o, d, t_min, t_max, first)
     # (the hit lies beyond the edge's point: its distance along the ray
@@ -187,13 +211,13 @@ def _sample(integrator, ctx: Context, s):
             follows = vertex_of(ctx, tri, slot0) * (1.0 - at) + vertex_of(ctx, tri, slot1) * at
             on_edge = Vec(*(ir.select((tri >= 0) & (kind == layout.SEG_SILHOUETTE), a, c)
                             for a, c in zip(follows, p)))
-            if ctx.structure.analytic:
+            if ctx.structure.analytic and eye is None:
                 # an analytic shape's outline follows the shape
                 fixed = on_edge
                 on_edge = ir.cond(kind == layout.SEG_CURVE_KIND,
                                   lambda: curve_point(ctx.geo, shape, which, outline_eye(), phi), lambda: fixed)
-        sx, sy = motion.film_position(ctx, seen, si.hit)
-        cx, cy = motion.film_position(ctx, on_edge, True)
+        sx, sy = motion.film_position(ctx, seen, si.hit, eye=eye)
+        cx, cy = motion.film_position(ctx, on_edge, True, eye=eye)
         dx = ir.select(moving, cx, ir.detach(cx)) - sx
         dy = ir.select(moving, cy, ir.detach(cy)) - sy
         return -(dx * inward.x + dy * inward.y)
@@ -204,16 +228,86 @@ def _sample(integrator, ctx: Context, s):
     return rows, weights, _film_value(integrator, ctx, radiance, valid, si.hit), velocity, scale
 
 
-def _film_ray(ctx: Context, fx, fy):
+def _lens_edge_sample(integrator, ctx: Context, s):
+    """A thin lens's silhouettes, in the shape of :func:`_sample`. Seen
+    from one aperture point a the film is a pinhole's (``sensors/
+    motion.py``), and an edge of the scene that is a silhouette from a
+    bounds a region of it: sample ``s`` takes its aperture point and a
+    point uniformly on the scene's edges (``material.edge_point``), whose
+    film curve is its projection from a, with the projection's speed as
+    the film length per unit of the sample."""
+    b = ctx.b
+    plain = ctx.primal()
+    cam = perspective.CameraRow(b["camera"])
+    lens, eye = _lens(ctx, cam, s)
+    origin = ir.detach(motion.eye_point(cam, eye))
+    ep = material.edge_point(ctx, origin, ctx.rand(s, LENS_EDGE_DIM), ir.Int(-1))
+
+    def film_of(q: Vec) -> Vec:
+        return Vec(*motion.film_position(ctx, q, True, cam, eye))
+
+    sp, ds = ir.jvp(lambda e: film_of(ep.p + ep.tangent * e), (ir.Float(0.0),), (1.0,))
+    # the film side of the occluding surface: where a step off the edge towards it lands
+    _, off = ir.jvp(lambda e: film_of(ep.p + ep.normal * e), (ir.Float(0.0),), (1.0,))
+    normal = Vec(-ds.y, ds.x)
+    n_len = ir.sqrt(normal.x * normal.x + normal.y * normal.y)
+    facing = normal.x * off.x + normal.y * off.y
+    inward = normal * (-ir.copysign(1.0, facing) / ir.select(n_len > 0.0, n_len, 1.0))     # into what lies behind
+    front = motion.camera_space(cam, ep.p, True).z > ir.detach(cam.near)
+    ok = ep.silhouette & front & (n_len > 0.0) & (facing != 0.0) & (sp.x >= 0.0) & (sp.y >= 0.0) \
+        & (sp.x <= ir.cast(b["width"].value, "f32")) & (sp.y <= ir.cast(b["height"].value, "f32"))
+    ok = ok & ir.cond(ok, lambda: _seen(ctx, cam, ep.p, eye), lambda: ir.Bool(False))
+
+    # what lies behind: the ray from the same aperture point through a film point just past the curve
+    q = sp + inward * INSIDE
+    o, d, t_min, t_max = _film_ray(ctx, (q.x + b["grid_x0"].value) / b["film_width"].value,
+                                   (q.y + b["grid_y0"].value) / b["film_height"].value, lens)
+    first, known = first_hit(ctx, o, d, t_min, t_max)
+    si = shown_hit(ctx, o, d, t_min, t_max, first)
+    to_p = ep.p - o
+    dist = ir.maximum(ir.sqrt(ir.dot(to_p, to_p)), 1e-30)
+    depth = dist * dist / ir.maximum(ir.dot(d, to_p), 1e-30)
+    valid = ok & (~si.hit | (si.t > depth * (1.0 - 1e-3)))
+    radiance = ir.cond(valid,
+                       lambda: integrator.trace(plain, s, integrator.start_ray(plain, o, d, t_min, t_max, known)),
+                       integrator.spectrum.zero)
+    x_point = ir.select(si.hit, si.p, d)
+
+    def velocity():
+        """(v_curve - v_point) . n_out, in pixels, as a function of the
+        camera (and of the geometry, as :func:`_sample`'s)."""
+        seen, on_edge = x_point, ep.p
+        if ctx.geometry_motion:
+            seen = Vec(*(ir.select(si.hit, a, c) for a, c in
+                         zip(point_on_surface(ctx, si.prim, *material_coords(ctx, si)), x_point)))
+            on_edge = vertex_of(ctx, ep.tri, ep.slot0) * (1.0 - ep.t) + vertex_of(ctx, ep.tri, ep.slot1) * ep.t
+            if ctx.structure.analytic:
+                on_line = on_edge
+                on_edge = ir.cond(valid & (ep.shape >= 0),
+                                  lambda: curve_point(ctx.geo, ir.maximum(ep.shape, 0), ep.which, origin, ep.t),
+                                  lambda: on_line)
+        sx, sy = motion.film_position(ctx, seen, si.hit, eye=eye)
+        cx, cy = motion.film_position(ctx, on_edge, True, eye=eye)
+        return ir.select(valid, -((cx - sx) * inward.x + (cy - sy) * inward.y), 0.0)
+
+    rows, weights = _footprint(ctx, sp)
+    scale = ir.select(valid, ep.weight * n_len / (ir.cast(b["spp"].value, "f32") * ir.cast(ir.launch_size(), "f32")),
+                      0.0)
+    return rows, weights, _film_value(integrator, ctx, radiance, valid, si.hit), velocity, scale
+
+
+def _film_ray(ctx: Context, fx, fy, lens=None):
     """The camera ray (traced: no derivatives) through film position (fx,
-    fy) in [0, 1]^2."""
-    return tuple(ir.detach(v) for v in SENSORS[ctx.structure.sensor].sample_ray(ctx, fx, fy))
+    fy) in [0, 1]^2 (a thin lens's from the aperture point of the
+    uniforms ``lens``)."""
+    return tuple(ir.detach(v) for v in SENSORS[ctx.structure.sensor].sample_ray(ctx, fx, fy, lens))
 
 
-def _seen(ctx: Context, cam, p: Vec):
-    """Whether the camera sees the point ``p``: nothing it shows lies
-    between the near plane and just before the point."""
-    o, d, t_min, dist = (ir.detach(v) for v in motion.ray_to(ctx, cam, p))
+def _seen(ctx: Context, cam, p: Vec, eye: Vec | None = None):
+    """Whether the camera (a thin lens's aperture point ``eye``) sees the
+    point ``p``: nothing it shows lies between the near plane and just
+    before the point."""
+    o, d, t_min, dist = (ir.detach(v) for v in motion.ray_to(ctx, cam, p, eye))
     return ~_hidden(ctx, o, d, t_min, dist * (1.0 - 1e-3))
 
 
@@ -241,8 +335,9 @@ def _pixel_edge_sample(integrator, ctx: Context, s):
     valid = ir.select(right, ix + 1 < width, iy + 1 < height) & (ctx.pixel < width * height)
     fx = ir.cast(ix, "f32") + ir.select(right, 1.0, along)
     fy = ir.cast(iy, "f32") + ir.select(right, along, 1.0)
+    lens, eye = _lens(ctx, perspective.CameraRow(b["camera"]), s)
     o, d, t_min, t_max = _film_ray(ctx, (fx + b["grid_x0"].value) / b["film_width"].value,
-                                   (fy + b["grid_y0"].value) / b["film_height"].value)
+                                   (fy + b["grid_y0"].value) / b["film_height"].value, lens)
     first, known = first_hit(ctx, o, d, t_min, t_max)
     si = shown_hit(ctx, o, d, t_min, t_max, first)
     radiance = ir.cond(valid,
@@ -256,7 +351,7 @@ def _pixel_edge_sample(integrator, ctx: Context, s):
         if ctx.geometry_motion:
             seen = Vec(*(ir.select(si.hit, a, c) for a, c in
                          zip(point_on_surface(ctx, si.prim, *material_coords(ctx, si)), x_point)))
-        sx, sy = motion.film_position(ctx, seen, si.hit)
+        sx, sy = motion.film_position(ctx, seen, si.hit, eye=eye)
         return -ir.select(right, sx, sy)
 
     cw = b["canvas_width"].value
@@ -277,21 +372,22 @@ def _shadow_sample(integrator, ctx: Context, s):
     max_depth = b["max_depth"].value
     edge = shadows.sample(ctx, ctx.rand(s, SHADOW_DIM))
     cam = perspective.CameraRow(b["camera"])
+    _, eye = _lens(ctx, cam, s)
     y = edge.hit.p
     c_y = motion.camera_space(cam, y, True, motion.orthographic(ctx))
-    sp = Vec(*motion.film_position(ctx, y, True, cam))
+    sp = Vec(*motion.film_position(ctx, y, True, cam, eye))
     ok = edge.ok & ((max_depth < 0) | (max_depth > 1)) & (c_y.z > ir.detach(cam.near)) & (sp.x >= 0.0) \
         & (sp.y >= 0.0) & (sp.x <= ir.cast(b["width"].value, "f32")) & (sp.y <= ir.cast(b["height"].value, "f32"))
-    ok = ok & ir.cond(ok, lambda: _seen(ctx, cam, y), lambda: ir.Bool(False))
+    ok = ok & ir.cond(ok, lambda: _seen(ctx, cam, y, eye), lambda: ir.Bool(False))
     if motion.orthographic(ctx):
         toward = ir.detach(-ir.normalize(motion.axis(cam)))
     else:
-        to_y = y - ir.detach(Vec(cam.m[3], cam.m[7], cam.m[11]))
+        to_y = y - ir.detach(motion.eye_point(cam, eye))
         toward = -to_y / ir.maximum(ir.sqrt(ir.dot(to_y, to_y)), 1e-30)
     jump = shadows.jump(ctx, edge, toward)
 
     def film_of(q: Vec) -> Vec:
-        return Vec(*motion.film_position(ctx, q, True, cam))
+        return Vec(*motion.film_position(ctx, q, True, cam, eye))
 
     spc, ds = ir.jvp(lambda t: film_of(shadows.traced_curve(edge, t)), (edge.at.tau,), (1.0,))
     normal = Vec(-ds.y, ds.x)
@@ -306,8 +402,8 @@ def _shadow_sample(integrator, ctx: Context, s):
         """(v_curve - v_point) . n_out of the lit side, in pixels, as a
         function of the camera and the geometry."""
         c, y_m = shadows.moving_points(ctx, edge.at)
-        cx, cy = motion.film_position(ctx, c, True)
-        sx, sy = motion.film_position(ctx, y_m, True)
+        cx, cy = motion.film_position(ctx, c, True, eye=eye)
+        sx, sy = motion.film_position(ctx, y_m, True, eye=eye)
         # (a sample without a term may have no finite point: its tangent is 0, not NaN)
         return ir.select(ok, -((cx - sx) * inward.x + (cy - sy) * inward.y), 0.0)
 
@@ -337,6 +433,8 @@ def _samples(integrator, ctx: Context, s) -> list:
     """The boundary samples an item draws as its sample ``s`` (``ctx``
     bound to its wavelengths: each sample's radiance as the film takes it)."""
     out = [_sample(integrator, ctx, s)]
+    if motion.thin_lens(ctx):
+        out.append(_lens_edge_sample(integrator, ctx, s))
     if ctx.structure.footprint == 1:
         out.append(_pixel_edge_sample(integrator, ctx, s))
     if ctx.geometry_motion and ctx.structure.delta_lights:

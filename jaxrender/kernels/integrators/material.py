@@ -102,18 +102,34 @@ def _outline(geo, shape, which, origin: Vec, phi):
     return ir.jvp(lambda a: curve_point(geo, shape, which, origin, a), (phi,), (1.0,))
 
 
-def edge_sample(ctx, si, u, valid, incident) -> EdgeSample:
-    """Sample a point on one of the scene's edges uniformly (a welded
-    triangle edge by length, or an analytic shape's outline: a sphere's
-    circle of tangency from ``si``'s point or a disk's rim by angle, a
-    cylinder's rims by angle and silhouette lines by height) and,
-    where it is a silhouette seen from ``si``'s point, the radiance
-    arriving from behind it (``incident(o, d)``: a path traced from there).
-    ``valid``: where the vertex continues (else no term)."""
-    from ..bsdfs.surface import SurfaceBsdf
+@dataclasses.dataclass
+class EdgePoint:
+    """A point sampled on one of the scene's edges (traced, no
+    derivatives), and whether it is a silhouette seen from a point x."""
+    tri: object        # a triangle edge: its triangle, the slots of its two ends, the other triangle
+    slot0: object
+    slot1: object
+    tri_b: object
+    t: object          # the sample along it (an outline's angle)
+    shape: object      # an analytic shape's outline instead (-1: a triangle edge), which one (curve_point's)
+    which: object
+    p: Vec
+    tangent: Vec       # dp per unit of the sample along it
+    inner: Vec         # a point of the surface it bounds
+    normal: Vec        # unit normal of the plane (x, edge), towards ``inner``
+    silhouette: object
+    weight: object     # 1 / the sample's density per unit along it (the edges' count, a cylinder's 4 curves)
+
+
+def edge_point(ctx, x: Vec, u, x_shape) -> EdgePoint:
+    """A point uniform on one of the scene's edges (an edge picked uniformly
+    by ``u[2]``: a welded triangle edge, uniform along it, or an analytic
+    shape's outline: a sphere's circle of tangency from ``x`` or a disk's
+    rim by angle, a cylinder's rims by angle and silhouette lines by
+    height) and whether it is a silhouette seen from ``x`` (which lies on
+    analytic shape ``x_shape``, -1: none)."""
     b = ctx.b
     plain = ctx.primal()
-    S = ctx.spectrum
     analytic = ctx.structure.analytic
     edges = b["edges"]
     n_edges = ir.cast(edges.len, "i32")
@@ -122,7 +138,6 @@ def edge_sample(ctx, si, u, valid, incident) -> EdgeSample:
     e = ir.minimum(pick, ir.maximum(n_edges - 1, 0))
     tri_a, s0, s1, s3 = (edges.read(e, k) for k in range(4))
     tri_b, s3b = edges.read(e, 4), edges.read(e, 5)
-    x = Vec(*(ir.select(si.hit, a, c) for a, c in zip(si.p, si.o + si.d)))     # (a miss: finite, unused)
     # a triangle edge, at t along it: a silhouette where both its triangles
     # lie on one side of the plane through x and the edge
     v0, v1 = vertex_of(plain, tri_a, s0), vertex_of(plain, tri_a, s1)
@@ -157,7 +172,7 @@ def edge_sample(ctx, si, u, valid, incident) -> EdgeSample:
                             (which < 4) | (local.x * local.x + local.y * local.y > 1.0))
         # (a point of a sphere, a disk or a tube's outside sees none of its
         # own outline; one inside a tube sees its rims)
-        own = si.hit & (shape_of(plain, si.prim) == shape) & ((which < 2) | (which >= 4))
+        own = (x_shape == shape) & ((which < 2) | (which >= 4))
         silhouette = silhouette | ((shape >= 0) & outside & ~own)
         curve = shape >= 0
         # a point of the surface the outline bounds: the centre of a sphere
@@ -169,6 +184,26 @@ def edge_sample(ctx, si, u, valid, incident) -> EdgeSample:
         inner = Vec(*(ir.select(curve, ir.select(kind == 2, a, b), c) for a, b, c in zip(tube, centre, inner)))
     normal, defined = _facing(x, p, tangent, inner)
     silhouette = silhouette & defined & (n_items > 0)
+    return EdgePoint(tri_a, s0, s1, tri_b, t, shape, which, p, tangent, inner, normal, silhouette,
+                     ir.cast(n_items, "f32") * share)
+
+
+def edge_sample(ctx, si, u, valid, incident) -> EdgeSample:
+    """Sample a point on one of the scene's edges uniformly
+    (:func:`edge_point`) and, where it is a silhouette seen from ``si``'s
+    point, the radiance arriving from behind it (``incident(o, d)``: a
+    path traced from there). ``valid``: where the vertex continues (else
+    no term)."""
+    from ..bsdfs.surface import SurfaceBsdf
+    plain = ctx.primal()
+    S = ctx.spectrum
+    analytic = ctx.structure.analytic
+    x = Vec(*(ir.select(si.hit, a, c) for a, c in zip(si.p, si.o + si.d)))     # (a miss: finite, unused)
+    ep = edge_point(ctx, x, u, ir.select(si.hit, shape_of(plain, si.prim), -1))
+    tri_a, s0, s1, tri_b, t = ep.tri, ep.slot0, ep.slot1, ep.tri_b, ep.t
+    shape, which, p, tangent, inner = ep.shape, ep.which, ep.p, ep.tangent, ep.inner
+    normal, silhouette = ep.normal, ep.silhouette
+    s = ir.maximum(shape, 0)
     to_p = p - x
     dist = ir.maximum(ir.sqrt(ir.dot(to_p, to_p)), 1e-30)
     w = to_p / dist
@@ -208,7 +243,7 @@ def edge_sample(ctx, si, u, valid, incident) -> EdgeSample:
     # the radiance arriving from behind the edge, and the BSDF towards it
     le = ir.cond(ok, lambda: incident(o, d_behind), S.zero)
     f, _, _ = SurfaceBsdf(plain, si).query(si.frame.to_local(w), ir.Float(0.5), Vec(ir.Float(0.5), ir.Float(0.5)))
-    weight = ir.cast(n_items, "f32") * share * per_sample
+    weight = ep.weight * per_sample
     coef = Vec(*(ir.select(ok, f[k] * le[k] * weight, 0.0) for k in range(S.channels)))
     return EdgeSample(tri_a, s0, s1, t, shape, which, normal, behind, c1, c2, d_behind, coef, ok)
 
@@ -351,8 +386,9 @@ def pair_factor(ctx, si, fixed, measure, prev) -> Vec:
     traced = intersect(ctx.primal(), o, d, ir.Float(0.0), INF, KnownHit(ir.Bool(True), t, prim, b1, b2, ir.Int(-1)))
     before = following(ctx, traced)
     # the vertex before that one: the camera, or a hit following its surface
+    cam = motion.CameraRow(ctx.b["camera"])
     back = ir.normalize(Vec(*(ir.select(prim2 < 0, a, c) for a, c in
-                              zip(motion.to_camera(ctx, before.p),
+                              zip(motion.to_camera(ctx, before.p, cam, motion.eye_of_ray(ctx, cam, o, d)),
                                   point_on_surface(ctx, prim2, b1_2, b2_2) - before.p))))
     before = dataclasses.replace(before, wi=before.frame.to_local(back))
     wo = ir.normalize(si.p - before.p)

@@ -27,6 +27,7 @@ from ..geometry import INF, occluded
 from ..interaction import KnownHit, followed, intersect, material_coords, point_on_surface
 from ..sampling import mis_weight
 from ..sensors import motion
+from ..sensors.perspective import CameraRow
 from . import material, shadows
 from .base import ReplayIntegrator
 
@@ -168,8 +169,10 @@ class PathIntegrator(ReplayIntegrator):
         if ctx.geometry_motion:
             fixed = si
             si, measure = followed(ctx, si)
+            cam = CameraRow(ctx.b["camera"])
+            eye = motion.eye_of_ray(ctx, cam, fixed.o, fixed.d)     # (depth 0: the ray's aperture point)
             toward = ir.normalize(Vec(*(ir.select(depth == 0, a, b) for a, b in
-                                        zip(motion.to_camera(ctx, si.p),
+                                        zip(motion.to_camera(ctx, si.p, cam, eye),
                                             point_on_surface(ctx, prev[0], prev[1], prev[2]) - si.p))))
             si = dataclasses.replace(si, wi=Vec(*(ir.select(si.hit, a, b)
                                                   for a, b in zip(si.frame.to_local(toward), si.wi))))

@@ -1,5 +1,5 @@
 """How a sample's estimate changes when the camera moves (its ``to_world``
-and field of view), for the perspective and orthographic sensors.
+and field of view), for the perspective, thinlens and orthographic sensors.
 
 Derivatives are taken in *material form*: the point x that a sample's
 camera ray met stays where it is while the camera moves, and what changes
@@ -27,6 +27,15 @@ An orthographic camera projects along its axis a = to_world (0, 0, 1)
 its motion turns but never moves on the film (a miss keeps its film
 position, and the radiance it sees is the environment's along the turned
 axis).
+
+A thin lens is a pinhole per point of its aperture: a sample's ray leaves
+the aperture point a (camera space, z = 0) towards the focal plane z = F,
+so x lands at film coordinate (a.x / F + (c.x - a.x) / c_z) / tx (and y
+likewise), the pinhole's projection seen from a shifted by a / F. Its film
+density is the pinhole's with the camera's position replaced by a's. The
+functions below take that point as ``eye`` (None: the pinhole's centre),
+fixed in camera space while the camera moves; :func:`eye_of_sample` and
+:func:`eye_of_ray` find it.
 """
 from __future__ import annotations
 
@@ -34,6 +43,7 @@ import dataclasses
 
 from ... import ir
 from ...ir import Vec
+from .. import layout
 from ..interaction import first_hit, followed, shown_hit
 from . import film
 from .perspective import CameraRow
@@ -66,24 +76,68 @@ def camera_space(cam: CameraRow, x: Vec, point, ortho: bool = False) -> Vec:
                m[2] * q.x + m[6] * q.y + m[10] * q.z)
 
 
+def thin_lens(ctx) -> bool:
+    """Whether the scene's camera is a thin lens (rays leave its aperture)."""
+    return ctx.structure.sensor == "thinlens"
+
+
+def eye_of_sample(ctx, cam: CameraRow, lens) -> Vec | None:
+    """The aperture point (camera space, fixed while the camera moves) of
+    the lens uniforms ``lens`` (the two 1D numbers a sample's ray takes),
+    or None for a camera without an aperture."""
+    if not thin_lens(ctx):
+        return None
+    from ..sampling import square_to_uniform_disk_concentric
+    radius = ir.detach(cam.row.read(0, layout.CAMERA_APERTURE))
+    disk = square_to_uniform_disk_concentric(Vec(lens[0], lens[1], 0.0))
+    return Vec(ir.detach(disk.x * radius), ir.detach(disk.y * radius), ir.Float(0.0))
+
+
+def eye_of_ray(ctx, cam: CameraRow, o: Vec, d: Vec) -> Vec | None:
+    """The aperture point a traced camera ray (o, d) left from: where its
+    line crosses the camera's z = 0 plane (also for a ray continued past a
+    hidden emitter), or None for a camera without an aperture."""
+    if not thin_lens(ctx):
+        return None
+    c = camera_space(cam, ir.detach(o), True)
+    dc = camera_space(cam, ir.detach(d), False)
+    t = c.z / ir.select(dc.z != 0.0, dc.z, 1.0)
+    return Vec(ir.detach(c.x - dc.x * t), ir.detach(c.y - dc.y * t), ir.Float(0.0))
+
+
+def eye_point(cam: CameraRow, eye: Vec | None) -> Vec:
+    """The world point rays leave from: the camera's position, or its
+    aperture point ``eye`` (moving with the camera)."""
+    if eye is None:
+        return Vec(cam.m[3], cam.m[7], cam.m[11])
+    return cam.point(eye)
+
+
 def axis(cam: CameraRow) -> Vec:
     """The camera's viewing axis, to_world (0, 0, 1) (an orthographic
     camera's scaled)."""
     return Vec(cam.m[2], cam.m[6], cam.m[10])
 
 
-def film_position(ctx, x: Vec, point=True, cam: CameraRow | None = None):
+def film_position(ctx, x: Vec, point=True, cam: CameraRow | None = None, eye: Vec | None = None):
     """Where ``x`` lands on the film, in pixels of the sample grid
     (continuous: grid item (i, j) covers [j, j + 1) x [i, i + 1)); ``cam``:
-    the camera row already read (default: read it here). (An orthographic
-    camera's film position of a direction is not defined.)"""
+    the camera row already read (default: read it here); ``eye``: seen
+    from this aperture point of a thin lens. (An orthographic camera's
+    film position of a direction is not defined.)"""
     cam = CameraRow(ctx.b["camera"]) if cam is None else cam
     ortho = orthographic(ctx)
     c = camera_space(cam, x, point, ortho)
     b = ctx.b
     z = 1.0 if ortho else c.z
-    fx = 0.5 * (1.0 - c.x / (z * cam.tan_x))
-    fy = 0.5 * (1.0 - c.y / (z * cam.tan_y))
+    if eye is None:
+        fx = 0.5 * (1.0 - c.x / (z * cam.tan_x))
+        fy = 0.5 * (1.0 - c.y / (z * cam.tan_y))
+    else:
+        focus = ir.detach(cam.row.read(0, layout.CAMERA_FOCUS))
+        at = ir.select(point, 1.0, 0.0) if not isinstance(point, bool) else (1.0 if point else 0.0)
+        fx = 0.5 * (1.0 - (eye.x / focus + (c.x - eye.x * at) / z) / cam.tan_x)
+        fy = 0.5 * (1.0 - (eye.y / focus + (c.y - eye.y * at) / z) / cam.tan_y)
     px, py = fx * b["film_width"].value - b["grid_x0"].value, fy * b["film_height"].value - b["grid_y0"].value
     if ortho and point is not True:
         # a direction does not move on an orthographic camera's film
@@ -91,56 +145,60 @@ def film_position(ctx, x: Vec, point=True, cam: CameraRow | None = None):
     return px, py
 
 
-def film_density(ctx, x: Vec, n: Vec, point) -> "ir.Var":
+def film_density(ctx, x: Vec, n: Vec, point, eye: Vec | None = None) -> "ir.Var":
     """Film area per unit area at point ``x`` with normal ``n`` (per unit
     solid angle where ``point`` is false: x is a direction; an
-    orthographic camera's, which sees one direction, is 1)."""
+    orthographic camera's, which sees one direction, is 1), seen from the
+    aperture point ``eye`` of a thin lens."""
     cam = CameraRow(ctx.b["camera"])
     if orthographic(ctx):
         a = axis(cam)
         det = ir.dot(a, ir.cross(Vec(cam.m[0], cam.m[4], cam.m[8]), Vec(cam.m[1], cam.m[5], cam.m[9])))
         return ir.select(point, ir.abs(ir.dot(n, a)) / (4.0 * cam.tan_x * cam.tan_y * ir.abs(det)), 1.0)
     z = camera_space(cam, x, point).z
-    cos = ir.select(point, ir.abs(ir.dot(n, Vec(cam.m[3], cam.m[7], cam.m[11]) - x)), 1.0)
+    cos = ir.select(point, ir.abs(ir.dot(n, eye_point(cam, eye) - x)), 1.0)
     return cos / (4.0 * cam.tan_x * cam.tan_y * z * z * z)
 
 
-def to_camera(ctx, p: Vec, cam: CameraRow | None = None) -> Vec:
+def to_camera(ctx, p: Vec, cam: CameraRow | None = None, eye: Vec | None = None) -> Vec:
     """A vector (not unit) from the point ``p`` towards the camera: to its
-    position, or against an orthographic camera's axis."""
+    position (a thin lens's aperture point ``eye``), or against an
+    orthographic camera's axis."""
     cam = CameraRow(ctx.b["camera"]) if cam is None else cam
     if orthographic(ctx):
         return -axis(cam)
-    return Vec(cam.m[3], cam.m[7], cam.m[11]) - p
+    return eye_point(cam, eye) - p
 
 
-def toward_camera(ctx, p: Vec, cam: CameraRow | None = None) -> Vec:
+def toward_camera(ctx, p: Vec, cam: CameraRow | None = None, eye: Vec | None = None) -> Vec:
     """The unit direction from the point ``p`` to the camera."""
-    return ir.normalize(to_camera(ctx, p, cam))
+    return ir.normalize(to_camera(ctx, p, cam, eye))
 
 
-def ray_to(ctx, cam: CameraRow, p: Vec):
+def ray_to(ctx, cam: CameraRow, p: Vec, eye: Vec | None = None):
     """The camera ray that meets the point ``p``: (origin, unit direction,
-    t_min, the distance to p along it), from the camera's position past
-    the near plane, or an orthographic camera's from the near plane."""
+    t_min, the distance to p along it), from the camera's position (a thin
+    lens's aperture point ``eye``) past the near plane, or an orthographic
+    camera's from the near plane."""
     if orthographic(ctx):
         c = camera_space(cam, p, True, True)
         a = axis(cam)
         length = ir.sqrt(ir.dot(a, a))
         return cam.point(Vec(c.x, c.y, cam.near)), a / length, ir.Float(0.0), (c.z - cam.near) * length
-    origin = Vec(cam.m[3], cam.m[7], cam.m[11])
+    origin = eye_point(cam, eye)
     to_p = p - origin
     dist = ir.maximum(ir.sqrt(ir.dot(to_p, to_p)), 1e-30)
     return origin, to_p / dist, cam.near * dist / ir.maximum(camera_space(cam, p, True).z, 1e-30), dist
 
 
-def silhouette_origin(ctx, cam: CameraRow, centre: Vec) -> Vec:
+def silhouette_origin(ctx, cam: CameraRow, centre: Vec, eye: Vec | None = None) -> Vec:
     """Where an analytic shape centred at ``centre`` is seen from, for its
-    outline (``shapes.curve_point``): the camera's position, or, for an
-    orthographic camera, a point far back along its axis."""
+    outline (``shapes.curve_point``): the camera's position (a thin lens's
+    aperture point ``eye``), or, for an orthographic camera, a point far
+    back along its axis."""
     if orthographic(ctx):
         return centre - ir.normalize(axis(cam)) * 1e6
-    return Vec(cam.m[3], cam.m[7], cam.m[11])
+    return eye_point(cam, eye)
 
 
 def relative(x):
@@ -180,7 +238,8 @@ def attached_weights(ctx, s, footprint: int, first=None) -> list:
     of the film density there: equal in value, carrying the camera's
     derivatives (``first``: as :func:`primary_point`'s)."""
     hit, x, n, measure = primary_point(ctx, s, first)
-    px, py = film_position(ctx, x, hit)
+    eye = eye_of_sample(ctx, CameraRow(ctx.b["camera"]), ctx.rand(s, film.POSITION_DIM)[2:])
+    px, py = film_position(ctx, x, hit, eye=eye)
     width = ctx.b["width"].value
     ux = px - ir.cast(ctx.pixel % width, "f32")
     uy = py - ir.cast(ctx.pixel // width, "f32")
@@ -188,14 +247,15 @@ def attached_weights(ctx, s, footprint: int, first=None) -> list:
         # (a miss: the direction the camera sees everywhere stays where it was sampled)
         ox, oy = film.sample_offset(ctx, s)
         ux, uy = ir.select(hit, ux, ox), ir.select(hit, uy, oy)
-    scale = relative(film_density(ctx, x, n, hit) * measure)
+    scale = relative(film_density(ctx, x, n, hit, eye) * measure)
     return [w * scale for w in film.weights_at(ctx, ux, uy, footprint)]
 
 
 def attach_primary_wi(ctx, si, first):
     """``si`` with its incident direction (towards the camera) a function of
     the camera where ``first`` (the camera ray's own hit)."""
-    wi = si.frame.to_local(toward_camera(ctx, ir.detach(si.p)))
+    cam = CameraRow(ctx.b["camera"])
+    wi = si.frame.to_local(toward_camera(ctx, ir.detach(si.p), cam, eye_of_ray(ctx, cam, si.o, si.d)))
     return dataclasses.replace(si, wi=Vec(*(ir.select(first, a, b) for a, b in zip(wi, si.wi))))
 
 
