@@ -432,10 +432,30 @@ def test_orthographic_camera_matches_finite_differences(front, motion, monkeypat
     assert abs(_z(interior, fd)) > 6.0, (interior.mean(), fd.mean())
 
 
-def _thin_lens(front="rectangle") -> dict:
+def _uv_sphere(path, n=32) -> str:
+    """An OBJ sphere of radius 0.6: n meridians, n / 2 bands, one vertex per pole (n (n - 2) triangles)."""
+    rings = [(t, p) for t in np.linspace(0, np.pi, n // 2 + 1)[1:-1] for p in np.linspace(0, 2 * np.pi, n + 1)[:-1]]
+    v = [(0.0, 0.6, 0.0)] + [(0.6 * np.sin(t) * np.cos(p), 0.6 * np.cos(t), 0.6 * np.sin(t) * np.sin(p))
+                             for t, p in rings] + [(0.0, -0.6, 0.0)]
+    ring = lambda i, j: 1 + i * n + j % n      # noqa: E731
+    f = [(0, ring(0, j + 1), ring(0, j)) for j in range(n)]
+    for i in range(n // 2 - 2):
+        for j in range(n):
+            f += [(ring(i, j), ring(i + 1, j + 1), ring(i + 1, j)), (ring(i, j), ring(i, j + 1), ring(i + 1, j + 1))]
+    f += [(len(v) - 1, ring(n // 2 - 2, j), ring(n // 2 - 2, j + 1)) for j in range(n)]
+    path.write_text("".join(f"v {x} {y} {z}\n" for x, y, z in v) + "".join(f"f {a + 1} {b + 1} {c + 1}\n"
+                                                                        for a, b, c in f))
+    return str(path)
+
+
+def _thin_lens(front="rectangle", tmp_path=None) -> dict:
     """The scene through a thin lens focused in front of the front shape,
-    whose silhouettes are blurred over several pixels."""
-    d = _scene(front)
+    whose silhouettes are blurred over several pixels (``front`` "mesh":
+    a sphere of 960 triangles)."""
+    d = _scene("rectangle" if front == "mesh" else front)
+    if front == "mesh":
+        d["front"] = {"type": "obj", "filename": _uv_sphere(tmp_path / "sphere.obj"), "face_normals": True,
+                      "bsdf": d["front"]["bsdf"]}
     d["sensor"] = dict(d["sensor"], type="thinlens", aperture_radius=0.4, focus_distance=2.0)
     return d
 
@@ -458,19 +478,20 @@ def _lens_from_its_centre(estimate, *args, **kwargs):
         boundary_kernels._KERNELS.clear()
 
 
-@pytest.mark.parametrize("front, key", [("rectangle", "to_world"), ("sphere", "to_world"), ("rectangle", "x_fov")])
-def test_thin_lens_camera_matches_finite_differences(front, key):
+@pytest.mark.parametrize("front, key", [("rectangle", "to_world"), ("sphere", "to_world"), ("mesh", "to_world"),
+                                        ("rectangle", "x_fov")])
+def test_thin_lens_camera_matches_finite_differences(front, key, tmp_path):
     """A thin lens is a pinhole per point of its aperture: samples move
     on the film as seen from their own aperture point, and each boundary
     sample takes an aperture point and the silhouettes seen from there
     (sampled on the scene's welded edges and outlines). The camera
-    translated (a rectangle, a sphere) and its field of view widened
+    translated (a rectangle, a sphere, a sphere mesh) and its field of view widened
     agree with finite differences, forward mode equals reverse mode, and
     the film boundary term matters: without it the rectangle's translation
     read -5.6 against finite differences of -42.0 +- 0.9 (reverse mode
     -41.9 +- 0.6); with the film boundary seen from the lens's centre,
     +11.0 +- 1.5."""
-    scene = jaxrender.load_dict(_thin_lens(front))
+    scene = jaxrender.load_dict(_thin_lens(front, tmp_path))
     name = scene.camera_key if key == "to_world" else "sensor.x_fov"
     value = jnp.asarray(scene.params[name])
     tangent = TRANSLATE_X if key == "to_world" else jnp.float32(1.0)
@@ -485,6 +506,35 @@ def test_thin_lens_camera_matches_finite_differences(front, key):
         assert abs(_z(interior, fd)) > 6.0, (interior.mean(), fd.mean())
         centred = _lens_from_its_centre(_reverse, scene, name, value, tangent, range(8), 64)
         assert abs(_z(centred, fd)) > 6.0, (centred.mean(), fd.mean())
+
+
+def test_thin_lens_edges_are_drawn_among_silhouettes(tmp_path):
+    """The thin lens's boundary samples pick edges by ``lens_edge_cdf``:
+    every edge of a 960-triangle sphere that is a silhouette from one of
+    4096 aperture points has a weight, and few others do (244 edges of
+    1445 have one, 186 are silhouettes). Uniform edge sampling gave that
+    sphere's camera derivative (-40.4 over 24 seeds) 100x the variance
+    (1247 against 12.5), in 0.85x the time."""
+    from jaxrender.primitives.boundary import lens_edge_cdf
+    scene = jaxrender.load_dict(_thin_lens("mesh", tmp_path))
+    tris = np.asarray(kernel_inputs(scene)["tris"], np.float64).reshape(-1, 9)
+    topo = edge_topology(tris)
+    camera = np.asarray(kernel_inputs(scene)["camera"]).reshape(-1)
+    weights = np.diff(np.asarray(lens_edge_cdf(tris, topo, camera)), prepend=0.0)
+    m = camera[layout.CAMERA_TO_WORLD:layout.CAMERA_TO_WORLD + 16].reshape(4, 4)
+    r = np.sqrt(np.random.default_rng(0).uniform(0, 1, 4096)) * camera[layout.CAMERA_APERTURE]
+    a = np.random.default_rng(1).uniform(0, 2 * np.pi, 4096)
+    eyes = m[:3, 3] + np.outer(r * np.cos(a), m[:3, 0]) + np.outer(r * np.sin(a), m[:3, 1])
+    v = lambda tri, slot: tris[tri].reshape(-1, 3, 3)[np.arange(len(tri)), slot]      # noqa: E731
+    v0, v1, a3, b3 = v(topo[:, 0], topo[:, 1]), v(topo[:, 0], topo[:, 2]), v(topo[:, 0], topo[:, 3]), \
+        v(np.maximum(topo[:, 4], 0), topo[:, 5])
+    seen = np.zeros(len(topo), bool)
+    for x in eyes:
+        mx = np.cross(v0 - x, v1 - x)
+        seen |= (topo[:, 4] < 0) | (np.sum(mx * (a3 - x), 1) * np.sum(mx * (b3 - x), 1) > 0)
+    assert seen.sum() > 20
+    assert np.all(weights[seen] > 0), np.flatnonzero(seen & (weights <= 0))
+    assert (weights > 0).sum() < 1.5 * seen.sum(), ((weights > 0).sum(), seen.sum())
 
 
 @pytest.mark.parametrize("change, message", [("instanced", "shared instances"), ("hidden light", "hide_emitters")])

@@ -165,6 +165,59 @@ def film_edges(grid: tuple):
     return rows, jnp.cumsum(jnp.array([gw, gh, gw, gh], f32))
 
 
+def lens_edge_cdf(tris, topology: np.ndarray, camera, shape_data=None):
+    """Cumulative weights (edges + shapes,) by which a thin lens's boundary
+    samples pick a welded edge (``topology`` rows) or an analytic shape's
+    outline (``shape_data`` rows, after the edges): 0 for an edge that is a
+    silhouette from no point of the aperture, else its length over its
+    distance from the lens (about the angle it spans). Both third
+    vertices' sides of the plane through the edge and an aperture point x
+    are linear in x, so over the aperture disk each side is an interval:
+    an edge whose two intervals keep opposite signs is never a silhouette.
+    Outlines are always candidates (2 pi times the shape's largest scale,
+    over its distance)."""
+    f32 = jnp.float32
+    cam = jax.lax.stop_gradient(jnp.asarray(camera, f32).reshape(-1))
+    tris = jax.lax.stop_gradient(jnp.asarray(tris, f32))
+    m = cam[layout.CAMERA_TO_WORLD:layout.CAMERA_TO_WORLD + 16].reshape(4, 4)
+    origin, ax, ay = m[:3, 3], m[:3, 0], m[:3, 1]
+    radius = cam[layout.CAMERA_APERTURE]
+    topo = jnp.asarray(topology).reshape(-1, 6)
+    v0 = _vertex(tris, topo[:, 0], topo[:, 1])
+    v1 = _vertex(tris, topo[:, 0], topo[:, 2])
+    a3 = _vertex(tris, topo[:, 0], topo[:, 3])
+    b3 = _vertex(tris, jnp.maximum(topo[:, 4], 0), topo[:, 5])
+    e = v1 - v0
+
+    def side(third):
+        """The interval over the aperture of the third vertex's side,
+        -n . (x - v0) with n = e x (third - v0), widened by float error
+        (an edge beside a degenerate triangle stays a candidate)."""
+        n = jnp.cross(e, third - v0)
+        centre = -jnp.sum(n * (origin - v0), axis=1)
+        spread = radius * jnp.sqrt(jnp.sum(n * ax, axis=1) ** 2 + jnp.sum(n * ay, axis=1) ** 2)
+        # (relative to the lengths, not to n: beside a degenerate triangle either side is rounding's)
+        slack = 1e-5 * jnp.linalg.norm(e, axis=1) * jnp.linalg.norm(third - v0, axis=1) \
+            * (jnp.linalg.norm(origin - v0, axis=1) + radius)
+        return centre - spread - slack, centre + spread + slack
+
+    a_lo, a_hi = side(a3)
+    b_lo, b_hi = side(b3)
+    apart = ((a_hi < 0) & (b_lo > 0)) | ((a_lo > 0) & (b_hi < 0))
+    candidate = (topo[:, 4] < 0) | ~apart
+    mid = 0.5 * (v0 + v1)
+    dist = jnp.maximum(jnp.linalg.norm(mid - origin, axis=1), 1e-6)
+    weights = [jnp.where(candidate, jnp.linalg.norm(e, axis=1) / dist, 0.0)]
+    if shape_data is not None and len(shape_data):
+        sd = jax.lax.stop_gradient(jnp.asarray(shape_data, f32))
+        m3 = _rows(sd[:, layout.SHAPE_TO_WORLD:layout.SHAPE_TO_WORLD + 12], len(sd))
+        scale = jnp.max(jnp.linalg.norm(m3[:, :, :3], axis=1), axis=1)
+        dist = jnp.maximum(jnp.linalg.norm(m3[:, :, 3] - origin, axis=1), 1e-6)
+        weights.append(2.0 * np.pi * scale / dist)
+    w = jnp.concatenate(weights + [jnp.zeros(0 if len(topo) or len(weights) > 1 else 1, f32)]).astype(f32)
+    return jnp.cumsum(jnp.where(jnp.isfinite(w), w, 0.0)).astype(f32)
+
+
 def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_origin: tuple, grid: tuple,
                   shape_data=None, hidden=None, prim_shape=None, orthographic: bool = False, instanced=None):
     """(segments (m, layout.SEGMENT_ROW), cumulative film lengths (m,)) of

@@ -67,7 +67,7 @@ def inputs(integrator, structure: Structure) -> dict:
                segment_cdf=ir.In("f32"), canvas_width=ir.Scalar("u32"))
     if structure.sensor == "thinlens":
         # (its silhouettes are sampled on the scene's welded edges: _lens_edge_sample)
-        out["edges"] = ir.In("i32", (6,))
+        out.update(edges=ir.In("i32", (6,)), lens_edge_cdf=ir.In("f32"))
     if structure.delta_lights:
         out.update(shadow_edges=ir.In("f32", (layout.SHADOW_ROW,)), shadow_cdf=ir.In("f32"))
     return out
@@ -233,15 +233,17 @@ def _lens_edge_sample(integrator, ctx: Context, s):
     from one aperture point a the film is a pinhole's (``sensors/
     motion.py``), and an edge of the scene that is a silhouette from a
     bounds a region of it: sample ``s`` takes its aperture point and a
-    point uniformly on the scene's edges (``material.edge_point``), whose
-    film curve is its projection from a, with the projection's speed as
-    the film length per unit of the sample."""
+    point on the scene's edges (``material.edge_point``: an edge by the
+    weights of ``primitives/boundary.lens_edge_cdf``, which leaves out
+    edges no aperture point sees as silhouettes, uniformly along it),
+    whose film curve is its projection from a, with the projection's
+    speed as the film length per unit of the sample."""
     b = ctx.b
     plain = ctx.primal()
     cam = perspective.CameraRow(b["camera"])
     lens, eye = _lens(ctx, cam, s)
     origin = ir.detach(motion.eye_point(cam, eye))
-    ep = material.edge_point(ctx, origin, ctx.rand(s, LENS_EDGE_DIM), ir.Int(-1))
+    ep = material.edge_point(ctx, origin, ctx.rand(s, LENS_EDGE_DIM), ir.Int(-1), b["lens_edge_cdf"])
 
     def film_of(q: Vec) -> Vec:
         return Vec(*motion.film_position(ctx, q, True, cam, eye))

@@ -37,6 +37,7 @@ from ..interaction import (KnownHit, following, intersect, material_coords, on_a
 from ..shapes import curve_point, triangle
 from ..sensors import motion
 from ..sensors.motion import relative
+from ..sampling import sample_lengths
 
 # Dimension group of the edge sample at the camera's point (beyond the path's).
 EDGE_GROUP = 97
@@ -121,20 +122,30 @@ class EdgePoint:
     weight: object     # 1 / the sample's density per unit along it (the edges' count, a cylinder's 4 curves)
 
 
-def edge_point(ctx, x: Vec, u, x_shape) -> EdgePoint:
-    """A point uniform on one of the scene's edges (an edge picked uniformly
-    by ``u[2]``: a welded triangle edge, uniform along it, or an analytic
+def edge_point(ctx, x: Vec, u, x_shape, cdf=None) -> EdgePoint:
+    """A point uniform on one of the scene's edges (an edge picked by
+    ``u[2]``: a welded triangle edge, uniform along it, or an analytic
     shape's outline: a sphere's circle of tangency from ``x`` or a disk's
     rim by angle, a cylinder's rims by angle and silhouette lines by
     height) and whether it is a silhouette seen from ``x`` (which lies on
-    analytic shape ``x_shape``, -1: none)."""
+    analytic shape ``x_shape``, -1: none). The edge is picked uniformly,
+    or by the cumulative weights ``cdf`` (a buffer over the edges, then
+    the shapes: ``sampling.sample_lengths``; an edge of weight 0 is
+    never one)."""
     b = ctx.b
     plain = ctx.primal()
     analytic = ctx.structure.analytic
     edges = b["edges"]
     n_edges = ir.cast(edges.len, "i32")
     n_items = n_edges + (ir.cast(b["shape_data"].len, "i32") if analytic else 0)
-    pick = ir.minimum(ir.cast(u[2] * ir.cast(n_items, "f32"), "i32"), ir.maximum(n_items - 1, 0))
+    if cdf is None:
+        pick = ir.minimum(ir.cast(u[2] * ir.cast(n_items, "f32"), "i32"), ir.maximum(n_items - 1, 0))
+        items, picked = ir.cast(n_items, "f32"), n_items > 0
+    else:
+        pick, _, weight, total = sample_lengths(cdf, u[2])
+        pick = ir.minimum(pick, ir.maximum(n_items - 1, 0))
+        picked = (weight > 0.0) & (n_items > 0)
+        items = ir.select(picked, total / ir.select(weight > 0.0, weight, 1.0), 0.0)
     e = ir.minimum(pick, ir.maximum(n_edges - 1, 0))
     tri_a, s0, s1, s3 = (edges.read(e, k) for k in range(4))
     tri_b, s3b = edges.read(e, 4), edges.read(e, 5)
@@ -183,9 +194,8 @@ def edge_point(ctx, x: Vec, u, x_shape) -> EdgePoint:
         tangent = Vec(*(ir.select(curve, a * (2.0 * 3.141592653589793), c) for a, c in zip(dq, tangent)))
         inner = Vec(*(ir.select(curve, ir.select(kind == 2, a, b), c) for a, b, c in zip(tube, centre, inner)))
     normal, defined = _facing(x, p, tangent, inner)
-    silhouette = silhouette & defined & (n_items > 0)
-    return EdgePoint(tri_a, s0, s1, tri_b, t, shape, which, p, tangent, inner, normal, silhouette,
-                     ir.cast(n_items, "f32") * share)
+    silhouette = silhouette & defined & picked
+    return EdgePoint(tri_a, s0, s1, tri_b, t, shape, which, p, tangent, inner, normal, silhouette, items * share)
 
 
 def edge_sample(ctx, si, u, valid, incident) -> EdgeSample:
