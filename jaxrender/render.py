@@ -405,19 +405,16 @@ def _moving_why(what: str, moves: str, scene, settings, structure, instances: bo
     return None
 
 
-def _lens_why(what: str, scene, cam, settings, structure) -> str | None:
+def _lens_why(what: str, cam, structure) -> str | None:
     """What a thin lens's derivatives cannot follow yet, or None: its
     silhouettes are sampled per aperture point on the scene's own welded
-    edges (``kernels/integrators/boundary.py``), which neither hold the
-    copies of shared instances nor leave out emitters camera rays pass."""
+    edges (``kernels/integrators/boundary.py``), which do not hold the
+    copies of shared instances."""
     if cam.kind != "thinlens":
         return None
     if structure.instanced:
         return (f"{what} derivatives of a thinlens camera in scenes with shared instances (shapegroups) are not "
                 "supported yet: load the scene with expand_instances=True")
-    if settings.get("hide_emitters") and np.any(np.asarray(scene.tri_attr)[:, 1] >= 0):
-        return (f"{what} derivatives of a thinlens camera with hide_emitters and emitting shapes are not "
-                "supported yet")
     return None
 
 
@@ -426,7 +423,7 @@ def _camera_why(scene, cam, integrator, settings, structure) -> str | None:
     if "camera" not in integrator.differentiable:
         return (f"camera derivatives are implemented for the path and direct integrators, not "
                 f"{scene.integrator['type']!r}")
-    return (_lens_why("camera", scene, cam, settings, structure)
+    return (_lens_why("camera", cam, structure)
             or _moving_why("camera", "the camera", scene, settings, structure, instances=True))
 
 
@@ -462,7 +459,7 @@ def _followed_why(what: str, moves: str, scene, cam, settings, structure) -> str
     derivatives run in) in this render, or None."""
     if cam.kind not in ("perspective", "orthographic", "thinlens"):
         return f"{what} derivatives are implemented for the perspective, thinlens and orthographic sensors only"
-    return _lens_why(what, scene, cam, settings, structure) or _moving_why(what, moves, scene, settings, structure)
+    return _lens_why(what, cam, structure) or _moving_why(what, moves, scene, settings, structure)
 
 
 def _texcoords_why(scene, cam, integrator, settings, structure) -> str | None:

@@ -165,7 +165,7 @@ def film_edges(grid: tuple):
     return rows, jnp.cumsum(jnp.array([gw, gh, gw, gh], f32))
 
 
-def lens_edge_cdf(tris, topology: np.ndarray, camera, shape_data=None):
+def lens_edge_cdf(tris, topology: np.ndarray, camera, shape_data=None, hidden=None, prim_shape=None):
     """Cumulative weights (edges + shapes,) by which a thin lens's boundary
     samples pick a welded edge (``topology`` rows) or an analytic shape's
     outline (``shape_data`` rows, after the edges): 0 for an edge that is a
@@ -175,7 +175,10 @@ def lens_edge_cdf(tris, topology: np.ndarray, camera, shape_data=None):
     are linear in x, so over the aperture disk each side is an interval:
     an edge whose two intervals keep opposite signs is never a silhouette.
     Outlines are always candidates (2 pi times the shape's largest scale,
-    over its distance)."""
+    over its distance). ``hidden``, ``prim_shape``: as
+    :func:`film_segments` has them (emitters camera rays pass through):
+    an edge whose first triangle is hidden and a hidden shape's outline
+    are none; the kernel takes a hidden second triangle for no triangle."""
     f32 = jnp.float32
     cam = jax.lax.stop_gradient(jnp.asarray(camera, f32).reshape(-1))
     tris = jax.lax.stop_gradient(jnp.asarray(tris, f32))
@@ -205,6 +208,10 @@ def lens_edge_cdf(tris, topology: np.ndarray, camera, shape_data=None):
     b_lo, b_hi = side(b3)
     apart = ((a_hi < 0) & (b_lo > 0)) | ((a_lo > 0) & (b_hi < 0))
     candidate = (topo[:, 4] < 0) | ~apart
+    shown = None
+    if hidden is not None:
+        hidden = jnp.asarray(hidden, bool)
+        candidate = (candidate | hidden[jnp.maximum(topo[:, 4], 0)]) & ~hidden[topo[:, 0]]
     mid = 0.5 * (v0 + v1)
     dist = jnp.maximum(jnp.linalg.norm(mid - origin, axis=1), 1e-6)
     weights = [jnp.where(candidate, jnp.linalg.norm(e, axis=1) / dist, 0.0)]
@@ -213,7 +220,11 @@ def lens_edge_cdf(tris, topology: np.ndarray, camera, shape_data=None):
         m3 = _rows(sd[:, layout.SHAPE_TO_WORLD:layout.SHAPE_TO_WORLD + 12], len(sd))
         scale = jnp.max(jnp.linalg.norm(m3[:, :, :3], axis=1), axis=1)
         dist = jnp.maximum(jnp.linalg.norm(m3[:, :, 3] - origin, axis=1), 1e-6)
-        weights.append(2.0 * np.pi * scale / dist)
+        if hidden is not None:
+            ps = jnp.asarray(prim_shape, jnp.int32)
+            shown = jnp.ones(len(sd), bool).at[jnp.where(ps >= 0, ps, len(sd))].set(~hidden, mode="drop")
+        weights.append(jnp.where(shown, 2.0 * np.pi * scale / dist, 0.0) if shown is not None
+                       else 2.0 * np.pi * scale / dist)
     w = jnp.concatenate(weights + [jnp.zeros(0 if len(topo) or len(weights) > 1 else 1, f32)]).astype(f32)
     return jnp.cumsum(jnp.where(jnp.isfinite(w), w, 0.0)).astype(f32)
 

@@ -353,7 +353,7 @@ def _film_boundary(config: RenderConfig, inputs, prim, tangents: dict):
         # (its silhouettes depend on the aperture point: the kernel samples them per point)
         segments, cdf = film_edges(config.film.grid)
         lens["lens_edge_cdf"] = lens_edge_cdf(prim["tris"], inputs["edge_topology"], prim["camera"],
-                                              prim.get("shape_data"))
+                                              prim.get("shape_data"), hidden, prim.get("prim_shape"))
     else:
         segments, cdf = film_segments(prim["tris"], inputs["edge_topology"], prim["camera"],
                                       (prim["film_width"], prim["film_height"]), (prim["grid_x0"], prim["grid_y0"]),

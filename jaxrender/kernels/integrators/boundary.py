@@ -243,7 +243,11 @@ def _lens_edge_sample(integrator, ctx: Context, s):
     cam = perspective.CameraRow(b["camera"])
     lens, eye = _lens(ctx, cam, s)
     origin = ir.detach(motion.eye_point(cam, eye))
-    ep = material.edge_point(ctx, origin, ctx.rand(s, LENS_EDGE_DIM), ir.Int(-1), b["lens_edge_cdf"])
+    def passes(prim):
+        """Whether camera rays pass through triangle ``prim`` (an emitter's, under hide_emitters)."""
+        return (b["hide_emitters"].value != 0) & (b["tri_attr"].read(prim, layout.ATTR_EMITTER) >= 0)
+    ep = material.edge_point(ctx, origin, ctx.rand(s, LENS_EDGE_DIM), ir.Int(-1), b["lens_edge_cdf"],
+                             passes if "hide_emitters" in b else None)
 
     def film_of(q: Vec) -> Vec:
         return Vec(*motion.film_position(ctx, q, True, cam, eye))

@@ -122,7 +122,7 @@ class EdgePoint:
     weight: object     # 1 / the sample's density per unit along it (the edges' count, a cylinder's 4 curves)
 
 
-def edge_point(ctx, x: Vec, u, x_shape, cdf=None) -> EdgePoint:
+def edge_point(ctx, x: Vec, u, x_shape, cdf=None, passes=None) -> EdgePoint:
     """A point uniform on one of the scene's edges (an edge picked by
     ``u[2]``: a welded triangle edge, uniform along it, or an analytic
     shape's outline: a sphere's circle of tangency from ``x`` or a disk's
@@ -131,7 +131,9 @@ def edge_point(ctx, x: Vec, u, x_shape, cdf=None) -> EdgePoint:
     analytic shape ``x_shape``, -1: none). The edge is picked uniformly,
     or by the cumulative weights ``cdf`` (a buffer over the edges, then
     the shapes: ``sampling.sample_lengths``; an edge of weight 0 is
-    never one)."""
+    never one). ``passes(prim)``: whether the rays from ``x`` pass
+    through a triangle (a second triangle that does leaves a boundary
+    edge)."""
     b = ctx.b
     plain = ctx.primal()
     analytic = ctx.structure.analytic
@@ -159,7 +161,10 @@ def edge_point(ctx, x: Vec, u, x_shape, cdf=None) -> EdgePoint:
     tangent, inner = v1 - v0, a3
     m = ir.cross(v0 - x, v1 - x)
     sa, sb = ir.dot(m, a3 - x), ir.dot(m, b3 - x)
-    silhouette = (pick < n_edges) & ((tri_b < 0) | (sa * sb > 0.0))
+    alone = tri_b < 0
+    if passes is not None:
+        alone = alone | ir.cond(alone, lambda: ir.Bool(False), lambda: passes(tri_b))
+    silhouette = (pick < n_edges) & (alone | (sa * sb > 0.0))
     shape = which = ir.Int(-1)
     share = ir.Float(1.0)
     if analytic:
