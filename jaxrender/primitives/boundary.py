@@ -104,6 +104,21 @@ def _vertex(tris, tri, slot):
     return jnp.take_along_axis(tris[tri], cols, axis=1)
 
 
+def _edge_vertices(tris, topo):
+    """(the two ends, the first triangle's third vertex, the second's) of
+    the welded edges ``topo`` (:func:`edge_topology` rows; a boundary edge's
+    second triangle reads triangle 0)."""
+    return (_vertex(tris, topo[:, 0], topo[:, 1]), _vertex(tris, topo[:, 0], topo[:, 2]),
+            _vertex(tris, topo[:, 0], topo[:, 3]), _vertex(tris, jnp.maximum(topo[:, 4], 0), topo[:, 5]))
+
+
+def _shown_shapes(n: int, hidden, prim_shape):
+    """Per analytic shape (of ``n``), whether camera rays meet it: not where
+    its leaf primitive is ``hidden`` (``prim_shape``: each leaf's shape row, -1 none)."""
+    ps = jnp.asarray(prim_shape, jnp.int32)
+    return jnp.ones(n, bool).at[jnp.where(ps >= 0, ps, n)].set(~jnp.asarray(hidden, bool), mode="drop")
+
+
 def _rows(matrix_block, n):
     """A (shapes, 12) block of 3x4 matrices as (shapes, 3, 4)."""
     return matrix_block.reshape(n, 3, 4)
@@ -186,10 +201,7 @@ def lens_edge_cdf(tris, topology: np.ndarray, camera, shape_data=None, hidden=No
     origin, ax, ay = m[:3, 3], m[:3, 0], m[:3, 1]
     radius = cam[layout.CAMERA_APERTURE]
     topo = jnp.asarray(topology).reshape(-1, 6)
-    v0 = _vertex(tris, topo[:, 0], topo[:, 1])
-    v1 = _vertex(tris, topo[:, 0], topo[:, 2])
-    a3 = _vertex(tris, topo[:, 0], topo[:, 3])
-    b3 = _vertex(tris, jnp.maximum(topo[:, 4], 0), topo[:, 5])
+    v0, v1, a3, b3 = _edge_vertices(tris, topo)
     e = v1 - v0
 
     def side(third):
@@ -208,7 +220,6 @@ def lens_edge_cdf(tris, topology: np.ndarray, camera, shape_data=None, hidden=No
     b_lo, b_hi = side(b3)
     apart = ((a_hi < 0) & (b_lo > 0)) | ((a_lo > 0) & (b_hi < 0))
     candidate = (topo[:, 4] < 0) | ~apart
-    shown = None
     if hidden is not None:
         hidden = jnp.asarray(hidden, bool)
         candidate = (candidate | hidden[jnp.maximum(topo[:, 4], 0)]) & ~hidden[topo[:, 0]]
@@ -220,12 +231,11 @@ def lens_edge_cdf(tris, topology: np.ndarray, camera, shape_data=None, hidden=No
         m3 = _rows(sd[:, layout.SHAPE_TO_WORLD:layout.SHAPE_TO_WORLD + 12], len(sd))
         scale = jnp.max(jnp.linalg.norm(m3[:, :, :3], axis=1), axis=1)
         dist = jnp.maximum(jnp.linalg.norm(m3[:, :, 3] - origin, axis=1), 1e-6)
-        if hidden is not None:
-            ps = jnp.asarray(prim_shape, jnp.int32)
-            shown = jnp.ones(len(sd), bool).at[jnp.where(ps >= 0, ps, len(sd))].set(~hidden, mode="drop")
-        weights.append(jnp.where(shown, 2.0 * np.pi * scale / dist, 0.0) if shown is not None
-                       else 2.0 * np.pi * scale / dist)
-    w = jnp.concatenate(weights + [jnp.zeros(0 if len(topo) or len(weights) > 1 else 1, f32)]).astype(f32)
+        shown = jnp.ones(len(sd), bool) if hidden is None else _shown_shapes(len(sd), hidden, prim_shape)
+        weights.append(jnp.where(shown, 2.0 * np.pi * scale / dist, 0.0))
+    w = jnp.concatenate(weights).astype(f32)
+    if w.shape[0] == 0:     # (the kernel reads the last entry: at least one, a total of 0)
+        w = jnp.zeros(1, f32)
     return jnp.cumsum(jnp.where(jnp.isfinite(w), w, 0.0)).astype(f32)
 
 
@@ -273,10 +283,7 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
 
     # straight edges: the triangles' welded edges
     topo = jnp.asarray(topology).reshape(-1, 6)
-    v0 = _vertex(tris, topo[:, 0], topo[:, 1])
-    v1 = _vertex(tris, topo[:, 0], topo[:, 2])
-    a3 = _vertex(tris, topo[:, 0], topo[:, 3])
-    b3 = _vertex(tris, jnp.maximum(topo[:, 4], 0), topo[:, 5])
+    v0, v1, a3, b3 = _edge_vertices(tris, topo)
     boundary = topo[:, 4] < 0
     usable = jnp.ones(len(topology), bool)
     if hidden is not None:
@@ -306,10 +313,7 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
         shape_data = jax.lax.stop_gradient(jnp.asarray(shape_data, f32))
         kind = shape_data[:, layout.SHAPE_KIND].astype(jnp.int32)
         idx = jnp.arange(len(kind))
-        shown = jnp.ones(len(kind), bool)
-        if hidden is not None:
-            ps = jnp.asarray(prim_shape, jnp.int32)
-            shown = shown.at[jnp.where(ps >= 0, ps, len(kind))].set(~hidden, mode="drop")
+        shown = jnp.ones(len(kind), bool) if hidden is None else _shown_shapes(len(kind), hidden, prim_shape)
         # curve records: (shape row, which curve) for each sphere, disk, a
         # cylinder's rims and silhouette lines
         for which, wanted in ((0, "sphere"), (1, "disk"), (2, "cylinder"), (3, "cylinder"), (4, "cylinder"),
@@ -421,10 +425,7 @@ def shadow_edges(tris, topology: np.ndarray, emitter_geom, lights: tuple, shape_
     tris = jax.lax.stop_gradient(jnp.asarray(tris, f32))
     geom = jax.lax.stop_gradient(jnp.asarray(emitter_geom, f32))
     topo = jnp.asarray(topology).reshape(-1, 6)
-    v0 = _vertex(tris, topo[:, 0], topo[:, 1])
-    v1 = _vertex(tris, topo[:, 0], topo[:, 2])
-    a3 = _vertex(tris, topo[:, 0], topo[:, 3])
-    b3 = _vertex(tris, jnp.maximum(topo[:, 4], 0), topo[:, 5])
+    v0, v1, a3, b3 = _edge_vertices(tris, topo)
     length = jnp.linalg.norm(v1 - v0, axis=1)
     rows, lengths = [], []
     for row, directional in lights:

@@ -174,12 +174,7 @@ def _sample(integrator, ctx: Context, s):
     seen = ir.cond(moving & inside_grid, lambda: _seen(ctx, cam, p, eye), lambda: inside_grid)
 
     # The region's side: a camera ray through a point just inside it.
-    q = sp + inward * INSIDE
-    fx = (q.x + b["grid_x0"].value) / b["film_width"].value
-    fy = (q.y + b["grid_y0"].value) / b["film_height"].value
-    o, d, t_min, t_max = _film_ray(ctx, fx, fy, lens)
-    first, known = first_hit(ctx, o, d, t_min, t_max)
-    si = shown_hit(ctx, o, d, t_min, t_max, first)
+    o, d, t_min, t_max, known, si = _inside(ctx, sp, inward, lens)
     # (the hit lies beyond the edge's point: its distance along the ray
     # past that of p's depth, from the camera or along the axis)
     if ortho:
@@ -201,8 +196,7 @@ def _sample(integrator, ctx: Context, s):
         shapes: the edge's point and the point behind it follow theirs)."""
         seen, on_edge = x_point, p
         if ctx.geometry_motion:
-            seen = Vec(*(ir.select(si.hit, a, c) for a, c in
-                         zip(point_on_surface(ctx, si.prim, *material_coords(ctx, si)), x_point)))
+            seen = _following_seen(ctx, si, x_point)
             tri = ir.cast(segs.read(i, layout.SEG_TRI), "i32")
             lo, hi = segs.read(i, layout.SEG_LO), segs.read(i, layout.SEG_HI)
             slot0 = ir.cast(segs.read(i, layout.SEG_SLOT0), "i32")
@@ -265,11 +259,7 @@ def _lens_edge_sample(integrator, ctx: Context, s):
     ok = ok & ir.cond(ok, lambda: _seen(ctx, cam, ep.p, eye), lambda: ir.Bool(False))
 
     # what lies behind: the ray from the same aperture point through a film point just past the curve
-    q = sp + inward * INSIDE
-    o, d, t_min, t_max = _film_ray(ctx, (q.x + b["grid_x0"].value) / b["film_width"].value,
-                                   (q.y + b["grid_y0"].value) / b["film_height"].value, lens)
-    first, known = first_hit(ctx, o, d, t_min, t_max)
-    si = shown_hit(ctx, o, d, t_min, t_max, first)
+    o, d, t_min, t_max, known, si = _inside(ctx, sp, inward, lens)
     to_p = ep.p - o
     dist = ir.maximum(ir.sqrt(ir.dot(to_p, to_p)), 1e-30)
     depth = dist * dist / ir.maximum(ir.dot(d, to_p), 1e-30)
@@ -284,8 +274,7 @@ def _lens_edge_sample(integrator, ctx: Context, s):
         camera (and of the geometry, as :func:`_sample`'s)."""
         seen, on_edge = x_point, ep.p
         if ctx.geometry_motion:
-            seen = Vec(*(ir.select(si.hit, a, c) for a, c in
-                         zip(point_on_surface(ctx, si.prim, *material_coords(ctx, si)), x_point)))
+            seen = _following_seen(ctx, si, x_point)
             on_edge = vertex_of(ctx, ep.tri, ep.slot0) * (1.0 - ep.t) + vertex_of(ctx, ep.tri, ep.slot1) * ep.t
             if ctx.structure.analytic:
                 on_line = on_edge
@@ -300,6 +289,27 @@ def _lens_edge_sample(integrator, ctx: Context, s):
     scale = ir.select(valid, ep.weight * n_len / (ir.cast(b["spp"].value, "f32") * ir.cast(ir.launch_size(), "f32")),
                       0.0)
     return rows, weights, _film_value(integrator, ctx, radiance, valid, si.hit), velocity, scale
+
+
+def _inside(ctx: Context, sp: Vec, inward: Vec, lens):
+    """The camera ray (traced, from the aperture point of ``lens``)
+    through the film point just inside a region, past ``sp`` along
+    ``inward``, and what it shows: (o, d, t_min, t_max, its first hit as a
+    ``KnownHit`` for the path, the shown hit)."""
+    b = ctx.b
+    q = sp + inward * INSIDE
+    fx = (q.x + b["grid_x0"].value) / b["film_width"].value
+    fy = (q.y + b["grid_y0"].value) / b["film_height"].value
+    o, d, t_min, t_max = _film_ray(ctx, fx, fy, lens)
+    first, known = first_hit(ctx, o, d, t_min, t_max)
+    return o, d, t_min, t_max, known, shown_hit(ctx, o, d, t_min, t_max, first)
+
+
+def _following_seen(ctx: Context, si, x_point: Vec) -> Vec:
+    """What a boundary sample saw (``x_point``: the hit's point, or a miss's
+    direction), a hit following its surface at its material coordinates."""
+    return Vec(*(ir.select(si.hit, a, c) for a, c in
+                 zip(point_on_surface(ctx, si.prim, *material_coords(ctx, si)), x_point)))
 
 
 def _film_ray(ctx: Context, fx, fy, lens=None):
@@ -355,8 +365,7 @@ def _pixel_edge_sample(integrator, ctx: Context, s):
         """Minus the seen point's film velocity along the edge's normal out of the item's pixel."""
         seen = x_point
         if ctx.geometry_motion:
-            seen = Vec(*(ir.select(si.hit, a, c) for a, c in
-                         zip(point_on_surface(ctx, si.prim, *material_coords(ctx, si)), x_point)))
+            seen = _following_seen(ctx, si, x_point)
         sx, sy = motion.film_position(ctx, seen, si.hit, eye=eye)
         return -ir.select(right, sx, sy)
 
