@@ -14,9 +14,11 @@ derivative has no terms from sampling. What this misses is where
 visibility moves, boundary terms: on the film (``boundary.py``) and, at
 each point of the path, in the directions it sees (:func:`edge_sample` /
 :func:`edge_term`): an edge of the scene seen from there, with what lies
-behind it, sampled uniformly among the welded triangle edges (``edges``:
+behind it, drawn among the welded triangle edges (``edges``:
 ``primitives/boundary.edge_topology``) and the analytic shapes' outlines
-(a sphere's circle of tangency, a disk's rim).
+(a sphere's circle of tangency, a disk's rim): uniformly, then resampled
+among a few such candidates by the angle each spans where it is a
+silhouette.
 
 Example (inside a kernel traced with ``ctx.geometry_motion``)::
 
@@ -43,6 +45,11 @@ from ..sampling import sample_lengths
 EDGE_GROUP = 97
 # Angle (radians) past an edge at which what lies behind it is traced.
 BEHIND = 1e-4
+# Candidates per edge sample of a path vertex, resampled by the angle they
+# span where they are silhouettes (edge_sample), and their offsets: each a
+# Kronecker (R3) step from the last in the sample's dimensions 0, 2 and 3.
+EDGE_CANDIDATES = 8
+_CANDIDATE_STEP = (0.8191725133961645, 0.6710436067037893, 0.5497004779019703)
 
 
 def area_jacobian(x: Vec, y: Vec, ny: Vec, area_y):
@@ -203,6 +210,58 @@ def edge_point(ctx, x: Vec, u, x_shape, cdf=None, passes=None) -> EdgePoint:
     return EdgePoint(tri_a, s0, s1, tri_b, t, shape, which, p, tangent, inner, normal, silhouette, items * share)
 
 
+def _angle_rate(x: Vec, p: Vec, tangent: Vec):
+    """(the unit direction from ``x`` to edge point ``p``, the angle that
+    direction turns per unit of the sample along the edge: the tangent's
+    part across the view over the distance)."""
+    to_p = p - x
+    dist = ir.maximum(ir.sqrt(ir.dot(to_p, to_p)), 1e-30)
+    w = to_p / dist
+    across = tangent - w * ir.dot(tangent, w)
+    return w, ir.sqrt(ir.dot(across, across)) / dist
+
+
+def _resampled_edge_point(ctx, x: Vec, u, x_shape):
+    """An edge point for the vertex at ``x`` by resampled importance
+    sampling, and what its BSDF times radiance is weighted by: of
+    :data:`EDGE_CANDIDATES` points drawn as :func:`edge_point` draws one
+    (``u`` rotated by steps of ``_CANDIDATE_STEP``), one picked with
+    probability proportional to the angle it spans per unit along its
+    edge where it is a silhouette seen from ``x``, 0 elsewhere (``u[1]``
+    picks, streaming). Only silhouettes contribute, so the estimate stays
+    unbiased; most of a large mesh's edges are none from a given point, and
+    a uniform pick among them found one rarely."""
+    def candidate(i):
+        steps = ir.cast(i, "f32")
+
+        def rotated(v, step):
+            v = v + steps * step
+            return v - ir.floor(v)
+        return (rotated(u[0], _CANDIDATE_STEP[0]), u[1], rotated(u[2], _CANDIDATE_STEP[1]),
+                rotated(u[3], _CANDIDATE_STEP[2]))
+
+    def importance(ep):
+        _, rate = _angle_rate(x, ep.p, ep.tangent)
+        return ir.select(ep.silhouette, rate * ep.weight, 0.0)
+
+    def step(i, carry):
+        total, picked, xi = carry
+        w = importance(edge_point(ctx, x, candidate(i), x_shape))
+        total = total + w
+        share = ir.select(total > 0.0, w / ir.select(total > 0.0, total, 1.0), 0.0)
+        take = xi < share
+        # (the one uniform, rescaled to what is left of its interval)
+        xi = ir.select(take, xi / ir.select(share > 0.0, share, 1.0),
+                       (xi - share) / ir.select(share < 1.0, 1.0 - share, 1.0))
+        return total, ir.select(take, i, picked), ir.minimum(xi, 0.99999994)
+
+    total, picked, _ = ir.fori_loop(0, EDGE_CANDIDATES, step, (ir.Float(0.0), ir.Int(0), u[1]))
+    # (the picked point's contribution per unit along its edge, the BSDF
+    # times the radiance times its rate, over its importance, the rate,
+    # times the candidates' mean importance over density: the rates cancel)
+    return edge_point(ctx, x, candidate(picked), x_shape), total * (1.0 / EDGE_CANDIDATES)
+
+
 def edge_sample(ctx, si, u, valid, incident) -> EdgeSample:
     """Sample a point on one of the scene's edges uniformly
     (:func:`edge_point`) and, where it is a silhouette seen from ``si``'s
@@ -214,17 +273,13 @@ def edge_sample(ctx, si, u, valid, incident) -> EdgeSample:
     S = ctx.spectrum
     analytic = ctx.structure.analytic
     x = Vec(*(ir.select(si.hit, a, c) for a, c in zip(si.p, si.o + si.d)))     # (a miss: finite, unused)
-    ep = edge_point(ctx, x, u, ir.select(si.hit, shape_of(plain, si.prim), -1))
+    x_shape = ir.select(si.hit, shape_of(plain, si.prim), -1)
+    ep, weight = _resampled_edge_point(ctx, x, u, x_shape)
     tri_a, s0, s1, tri_b, t = ep.tri, ep.slot0, ep.slot1, ep.tri_b, ep.t
     shape, which, p, tangent, inner = ep.shape, ep.which, ep.p, ep.tangent, ep.inner
     normal, silhouette = ep.normal, ep.silhouette
     s = ir.maximum(shape, 0)
-    to_p = p - x
-    dist = ir.maximum(ir.sqrt(ir.dot(to_p, to_p)), 1e-30)
-    w = to_p / dist
-    # directions per unit of the sample along the edge: its part across the view, over the distance
-    across = tangent - w * ir.dot(tangent, w)
-    per_sample = ir.sqrt(ir.dot(across, across)) / dist
+    w, _ = _angle_rate(x, p, tangent)
     # The rays start just off the surface: the edge's direction and the side
     # past it are taken from there (the offset turns the view of the edge
     # by more than the step past it); a sphere's outline is the one seen from there.
@@ -258,7 +313,6 @@ def edge_sample(ctx, si, u, valid, incident) -> EdgeSample:
     # the radiance arriving from behind the edge, and the BSDF towards it
     le = ir.cond(ok, lambda: incident(o, d_behind), S.zero)
     f, _, _ = SurfaceBsdf(plain, si).query(si.frame.to_local(w), ir.Float(0.5), Vec(ir.Float(0.5), ir.Float(0.5)))
-    weight = ep.weight * per_sample
     coef = Vec(*(ir.select(ok, f[k] * le[k] * weight, 0.0) for k in range(S.channels)))
     return EdgeSample(tri_a, s0, s1, t, shape, which, normal, behind, c1, c2, d_behind, coef, ok)
 
