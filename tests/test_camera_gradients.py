@@ -432,19 +432,25 @@ def test_orthographic_camera_matches_finite_differences(front, motion, monkeypat
     assert abs(_z(interior, fd)) > 6.0, (interior.mean(), fd.mean())
 
 
-def _uv_sphere(path, n=32) -> str:
-    """An OBJ sphere of radius 0.6: n meridians, n / 2 bands, one vertex per pole (n (n - 2) triangles)."""
+def uv_sphere_obj(n: int = 32, radius: float = 0.6, centre=(0.0, 0.0, 0.0)) -> str:
+    """OBJ text of a UV sphere: n meridians, n / 2 bands, one vertex per pole (n (n - 2) triangles)."""
+    cx, cy, cz = centre
     rings = [(t, p) for t in np.linspace(0, np.pi, n // 2 + 1)[1:-1] for p in np.linspace(0, 2 * np.pi, n + 1)[:-1]]
-    v = [(0.0, 0.6, 0.0)] + [(0.6 * np.sin(t) * np.cos(p), 0.6 * np.cos(t), 0.6 * np.sin(t) * np.sin(p))
-                             for t, p in rings] + [(0.0, -0.6, 0.0)]
+    v = [(0.0, radius, 0.0)] + [(radius * np.sin(t) * np.cos(p), radius * np.cos(t), radius * np.sin(t) * np.sin(p))
+                                for t, p in rings] + [(0.0, -radius, 0.0)]
+    v = [(x + cx, y + cy, z + cz) for x, y, z in v]
     ring = lambda i, j: 1 + i * n + j % n      # noqa: E731
     f = [(0, ring(0, j + 1), ring(0, j)) for j in range(n)]
     for i in range(n // 2 - 2):
         for j in range(n):
             f += [(ring(i, j), ring(i + 1, j + 1), ring(i + 1, j)), (ring(i, j), ring(i, j + 1), ring(i + 1, j + 1))]
     f += [(len(v) - 1, ring(n // 2 - 2, j), ring(n // 2 - 2, j + 1)) for j in range(n)]
-    path.write_text("".join(f"v {x} {y} {z}\n" for x, y, z in v) + "".join(f"f {a + 1} {b + 1} {c + 1}\n"
-                                                                        for a, b, c in f))
+    return "".join(f"v {x} {y} {z}\n" for x, y, z in v) + "".join(f"f {a + 1} {b + 1} {c + 1}\n" for a, b, c in f)
+
+
+def _uv_sphere(path, n=32) -> str:
+    """An OBJ sphere of radius 0.6 (:func:`uv_sphere_obj`) written to ``path``; the path."""
+    path.write_text(uv_sphere_obj(n))
     return str(path)
 
 

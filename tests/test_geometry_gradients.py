@@ -23,7 +23,7 @@ from jaxrender.kernels.integrators import base as integrator_base
 from jaxrender.kernels import integrators
 from jaxrender.kernels.integrators import PathIntegrator, material
 
-from test_camera_gradients import WEIGHTS, _look_at, _z
+from test_camera_gradients import WEIGHTS, _look_at, _z, uv_sphere_obj
 
 
 def _placed(sx, sy, sz, t, facing=None):
@@ -158,21 +158,6 @@ def test_one_vertex_moved_alone(tmp_path):
     assert abs(_z(rev, fd)) < 4.0, (rev.mean(), fd.mean())
 
 
-def _sphere_obj(n: int, radius: float, centre) -> str:
-    """OBJ text of a UV sphere: n meridians, n / 2 bands, one vertex per pole."""
-    rings = [(t, q) for t in np.linspace(0, np.pi, n // 2 + 1)[1:-1] for q in np.linspace(0, 2 * np.pi, n + 1)[:-1]]
-    v = [(0.0, 1.0, 0.0)] + [(np.sin(t) * np.cos(q), np.cos(t), np.sin(t) * np.sin(q)) for t, q in rings] + [
-        (0.0, -1.0, 0.0)]
-    v = np.asarray(v) * radius + np.asarray(centre)
-    ring = lambda i, j: 2 + i * n + j % n      # noqa: E731 - OBJ indices count from 1
-    f = [(1, ring(0, j + 1), ring(0, j)) for j in range(n)]
-    for i in range(n // 2 - 2):
-        for j in range(n):
-            f += [(ring(i, j), ring(i + 1, j + 1), ring(i + 1, j)), (ring(i, j), ring(i, j + 1), ring(i + 1, j + 1))]
-    f += [(len(v), ring(n // 2 - 2, j), ring(n // 2 - 2, j + 1)) for j in range(n)]
-    return "".join(f"v {x} {y} {z}\n" for x, y, z in v) + "".join(f"f {a} {b} {c}\n" for a, b, c in f)
-
-
 def test_vertex_edges_are_resampled_among_silhouettes(tmp_path, monkeypatch):
     """A sphere mesh of 224 triangles casting a shadow: from a floor point
     few of its 336 edges are silhouettes, and each vertex's edge sample
@@ -180,7 +165,7 @@ def test_vertex_edges_are_resampled_among_silhouettes(tmp_path, monkeypatch):
     where they are. Within noise of finite differences, and at well under
     the variance of one edge picked uniformly (EDGE_CANDIDATES = 1, the
     estimator it replaced: 0.24x over 512 seeds)."""
-    scene = _with_obj_occluder(tmp_path, _sphere_obj(16, 0.3, (0.0, 0.8, 0.0)))
+    scene = _with_obj_occluder(tmp_path, uv_sphere_obj(16, 0.3, (0.0, 0.8, 0.0)))
     key = "occluder.vertex_positions"
     value = jnp.asarray(scene.params[key])
     tangent = _translate_x(value)

@@ -263,8 +263,8 @@ def _resampled_edge_point(ctx, x: Vec, u, x_shape):
 
 
 def edge_sample(ctx, si, u, valid, incident) -> EdgeSample:
-    """Sample a point on one of the scene's edges uniformly
-    (:func:`edge_point`) and, where it is a silhouette seen from ``si``'s
+    """Sample a point on one of the scene's edges (resampled among
+    candidates, :func:`_resampled_edge_point`) and, where it is a silhouette seen from ``si``'s
     point, the radiance arriving from behind it (``incident(o, d)``: a
     path traced from there). ``valid``: where the vertex continues (else
     no term)."""
