@@ -175,10 +175,10 @@ def edge_point(ctx, x: Vec, u, x_shape, cdf=None, passes=None) -> EdgePoint:
     shape = which = ir.Int(-1)
     share = ir.Float(1.0)
     if analytic:
-        # an analytic shape's outline, at angle t: a sphere's circle of
+        # an analytic shape's outline, at an angle: a sphere's circle of
         # tangency from x (a silhouette from outside it), a disk's rim, one
         # of a cylinder's two rims and two silhouette lines (picked by u[0];
-        # a line's height is t / 2 pi)
+        # a line's height is the angle / 2 pi)
         geo = plain.geo
         shape = ir.select(pick >= n_edges, pick - n_edges, -1)
         s = ir.maximum(shape, 0)
@@ -186,8 +186,8 @@ def edge_point(ctx, x: Vec, u, x_shape, cdf=None, passes=None) -> EdgePoint:
         part = ir.minimum(ir.cast(u[0] * 4.0, "i32"), 3)
         which = ir.select(kind == 0, 0, ir.select(kind == 1, 1, 2 + part))
         share = ir.select(kind == 2, 4.0, 1.0)
-        t = u[3] * (2.0 * 3.141592653589793)
-        q, dq = _outline(geo, s, which, x, t)
+        angle = u[3] * (2.0 * 3.141592653589793)
+        q, dq = _outline(geo, s, which, x, angle)
         centre = geo.center(s)
         r = geo.shape_value(s, layout.SHAPE_RADIUS)
         local = geo.to_object(s, x)
@@ -200,11 +200,15 @@ def edge_point(ctx, x: Vec, u, x_shape, cdf=None, passes=None) -> EdgePoint:
         curve = shape >= 0
         # a point of the surface the outline bounds: the centre of a sphere
         # or disk, along a tube's side from a rim, its axis beside a line
-        tube = geo.to_world_point(s, Vec(ir.select(which < 4, ir.cos(t), 0.0), ir.select(which < 4, ir.sin(t), 0.0),
-                                         ir.select(which < 4, 0.5, t * (0.5 / 3.141592653589793))))
+        tube = geo.to_world_point(s, Vec(ir.select(which < 4, ir.cos(angle), 0.0),
+                                         ir.select(which < 4, ir.sin(angle), 0.0),
+                                         ir.select(which < 4, 0.5, angle * (0.5 / 3.141592653589793))))
         p = Vec(*(ir.select(curve, a, c) for a, c in zip(q, p)))
         tangent = Vec(*(ir.select(curve, a * (2.0 * 3.141592653589793), c) for a, c in zip(dq, tangent)))
         inner = Vec(*(ir.select(curve, ir.select(kind == 2, a, b), c) for a, b, c in zip(tube, centre, inner)))
+        # (a triangle edge keeps its fraction along it: edge_term and the
+        # thin lens's boundary rebuild the point from it)
+        t = ir.select(curve, angle, t)
     normal, defined = _facing(x, p, tangent, inner)
     silhouette = silhouette & defined & picked
     return EdgePoint(tri_a, s0, s1, tri_b, t, shape, which, p, tangent, inner, normal, silhouette, items * share)
