@@ -50,6 +50,17 @@ BEHIND = 1e-4
 # Kronecker (R3) step from the last in the sample's dimensions 0, 2 and 3.
 EDGE_CANDIDATES = 8
 _CANDIDATE_STEP = (0.8191725133961645, 0.6710436067037893, 0.5497004779019703)
+# The candidates also weigh what may lie behind them (_emission_guide): in
+# scenes of up to GUIDE_EMITTERS emitters and no environment, whether the
+# ray past the edge can meet an emitting surface (a mesh emitter of up to
+# GUIDE_TRIANGLES triangles tested exactly, within GUIDE_SLACK radians; an
+# analytic one by its bounding sphere). Where the path ends behind the edge
+# that is the only radiance there; where it goes on, candidates with no
+# emitter behind keep INDIRECT_SHARE of their importance.
+GUIDE_EMITTERS = 8
+GUIDE_TRIANGLES = 8
+GUIDE_SLACK = 1e-3
+INDIRECT_SHARE = 0.1
 
 
 def area_jacobian(x: Vec, y: Vec, ny: Vec, area_y):
@@ -225,16 +236,114 @@ def _angle_rate(x: Vec, p: Vec, tangent: Vec):
     return w, ir.sqrt(ir.dot(across, across)) / dist
 
 
-def _resampled_edge_point(ctx, x: Vec, u, x_shape):
+def _seen_in_cone(x: Vec, w: Vec, rho, centre: Vec, radius):
+    """Whether a ray along ``w`` from within ``rho`` of ``x`` may meet the
+    ball (``centre``, ``radius``), give or take GUIDE_SLACK radians."""
+    v = centre - x
+    dist = ir.sqrt(ir.dot(v, v))
+    r = radius * (1.0 + GUIDE_SLACK) + 4.0 * rho
+    sin_max = ir.minimum(r / ir.maximum(dist, 1e-30), 1.0)
+    cos_max = ir.sqrt(ir.maximum(1.0 - sin_max * sin_max, 0.0))
+    # (cos(a + s) >= cos a - s sin a - s^2: the cone widened by the slack)
+    return (dist <= r) | (ir.dot(v, w) >= dist * (cos_max - GUIDE_SLACK * sin_max - GUIDE_SLACK * GUIDE_SLACK))
+
+
+def _seen_in_triangle(x: Vec, w: Vec, rho, v0: Vec, v1: Vec, v2: Vec):
+    """Whether a ray along ``w`` from within ``rho`` of ``x`` may meet the
+    triangle (v0, v1, v2): ``w`` within the three planes through ``x`` and
+    its edges, each widened by GUIDE_SLACK radians and by the angle ``rho``
+    spans at the triangle's plane (a point near that plane: yes)."""
+    a, b, c = v0 - x, v1 - x, v2 - x
+    n_tri = ir.cross(v1 - v0, v2 - v0)
+    volume = ir.dot(a, ir.cross(b, c))
+    plane = ir.abs(volume) * ir.rsqrt(ir.maximum(ir.dot(n_tri, n_tri), 1e-30))
+    near = plane <= 8.0 * rho
+    slack = GUIDE_SLACK + 4.0 * rho / ir.maximum(plane, 1e-30)
+    within = ir.Bool(True)
+    for p, q in ((a, b), (b, c), (c, a)):
+        m = ir.cross(p, q)
+        within = within & (ir.copysign(1.0, volume) * ir.dot(m, w) >= -slack * ir.sqrt(ir.dot(m, m)))
+    return near | within
+
+
+def _emitter_along(ctx, x: Vec, w: Vec, rho, count):
+    """Whether the ray along ``w`` from within ``rho`` of ``x`` may meet an
+    emitting surface of the first ``count`` emitters, occlusion aside
+    (conservative: a large mesh emitter, an environment or a type not
+    known here, always)."""
+    from .. import emitters
+    from ..emitters import TYPE_ID
+    from ..shapes import cylinder
+    b, geo = ctx.b, ctx.geo
+    meta = b["emitter_meta"]
+    used = {t.name for t in emitters.TYPES if t.used(ctx.structure)}
+
+    def one(e, seen):
+        kind = meta.read(e, layout.META_TYPE)
+        known = ir.Bool(False)
+        hit = ir.Bool(False)
+        for name in ("point", "spot", "directional"):     # (nothing a ray meets)
+            known = known | (kind == TYPE_ID[name])
+        if "area" in used:
+            first, n_tris = meta.read(e, layout.META_FIRST), meta.read(e, layout.META_COUNT)
+            mesh = kind == TYPE_ID["area"]
+
+            def triangles():
+                def tri(j, acc):
+                    v0, v1, v2 = geo.triangle(b["light_tris"][first + j])
+                    return acc | _seen_in_triangle(x, w, rho, v0, v1, v2)
+                return ir.select(n_tris > GUIDE_TRIANGLES, ir.Bool(True),
+                                 ir.fori_loop(0, ir.minimum(n_tris, GUIDE_TRIANGLES), tri, ir.Bool(False)))
+            known = known | mesh
+            hit = hit | (mesh & ir.cond(mesh & ~seen, triangles, lambda: ir.Bool(False)))
+        for name, shape in (("area_sphere", "sphere"), ("area_disk", "disk"), ("area_cylinder", "cylinder")):
+            if name not in used:
+                continue
+            mine = kind == TYPE_ID[name]
+            s = ir.maximum(meta.read(e, layout.META_FIRST), 0)
+            axes = [Vec(*(geo.shape_value(s, layout.SHAPE_TO_WORLD + 4 * i + k) for i in range(3))) for k in range(3)]
+            spread = ir.sqrt(ir.dot(axes[0], axes[0]) + ir.dot(axes[1], axes[1]))
+            if shape == "sphere":
+                centre, radius = geo.center(s), geo.shape_value(s, layout.SHAPE_RADIUS)
+            elif shape == "disk":
+                centre, radius = geo.center(s), spread
+            else:   # (object space: the unit disk times z in [0, 1])
+                centre = cylinder.point(geo, s, ir.Float(0.0), ir.Float(0.0), ir.Float(0.5))
+                radius = spread + 0.5 * ir.sqrt(ir.dot(axes[2], axes[2]))
+            known = known | mine
+            hit = hit | (mine & _seen_in_cone(x, w, rho, centre, radius))
+        return seen | hit | ~known
+    return ir.fori_loop(0, count, one, ir.Bool(False))
+
+
+def _emission_guide(ctx, x: Vec, rho, emission_only):
+    """The factor ``g(w)`` by which an edge candidate seen from ``x`` along
+    ``w`` is favoured: 1 where an emitting surface may lie behind it (or
+    in scenes with an environment or many emitters, everywhere), else 0
+    where the path ends behind the edge (``emission_only``: what lies
+    there counts only if it emits) and INDIRECT_SHARE where it goes on."""
+    n = ctx.n_emitters
+    unguided = (ctx.b["env_emitter"].value >= 0) | (n > GUIDE_EMITTERS)
+    rest = ir.select(unguided, 1.0, ir.select(emission_only, 0.0, INDIRECT_SHARE))
+    count = ir.select(unguided, 0, n)
+
+    def guide(w: Vec):
+        return ir.select(_emitter_along(ctx, x, w, rho, count), 1.0, rest)
+    return guide
+
+
+def _resampled_edge_point(ctx, x: Vec, u, x_shape, guide):
     """An edge point for the vertex at ``x`` by resampled importance
     sampling, and what its BSDF times radiance is weighted by: of
     :data:`EDGE_CANDIDATES` points drawn as :func:`edge_point` draws one
     (``u`` rotated by steps of ``_CANDIDATE_STEP``), one picked with
     probability proportional to the angle it spans per unit along its
-    edge where it is a silhouette seen from ``x``, 0 elsewhere (``u[1]``
-    picks, streaming). Only silhouettes contribute, so the estimate stays
-    unbiased; most of a large mesh's edges are none from a given point, and
-    a uniform pick among them found one rarely."""
+    edge where it is a silhouette seen from ``x``, 0 elsewhere, times
+    ``guide`` of its direction (``_emission_guide``; ``u[1]`` picks,
+    streaming). Only silhouettes contribute, and the guide is 0 only where
+    nothing emitting lies behind a candidate whose path ends there, so the
+    estimate stays unbiased; most of a large mesh's edges are none from a
+    given point, and a uniform pick among them found one rarely."""
     def candidate(i):
         steps = ir.cast(i, "f32")
 
@@ -245,8 +354,8 @@ def _resampled_edge_point(ctx, x: Vec, u, x_shape):
                 rotated(u[3], _CANDIDATE_STEP[2]))
 
     def importance(ep):
-        _, rate = _angle_rate(x, ep.p, ep.tangent)
-        return ir.select(ep.silhouette, rate * ep.weight, 0.0)
+        w, rate = _angle_rate(x, ep.p, ep.tangent)
+        return ir.select(ep.silhouette, rate * ep.weight * guide(w), 0.0)
 
     def step(i, carry):
         total, picked, xi = carry
@@ -261,24 +370,27 @@ def _resampled_edge_point(ctx, x: Vec, u, x_shape):
 
     total, picked, _ = ir.fori_loop(0, EDGE_CANDIDATES, step, (ir.Float(0.0), ir.Int(0), u[1]))
     # (the picked point's contribution per unit along its edge, the BSDF
-    # times the radiance times its rate, over its importance, the rate,
-    # times the candidates' mean importance over density: the rates cancel)
-    return edge_point(ctx, x, candidate(picked), x_shape), total * (1.0 / EDGE_CANDIDATES)
+    # times the radiance times its rate, over its importance, the rate times
+    # its guide, times the candidates' mean importance over density)
+    ep = edge_point(ctx, x, candidate(picked), x_shape)
+    g = guide(_angle_rate(x, ep.p, ep.tangent)[0])
+    return ep, ir.select(g > 0.0, total * (1.0 / EDGE_CANDIDATES) / ir.select(g > 0.0, g, 1.0), 0.0)
 
 
-def edge_sample(ctx, si, u, valid, incident) -> EdgeSample:
+def edge_sample(ctx, si, u, valid, incident, emission_only) -> EdgeSample:
     """Sample a point on one of the scene's edges (resampled among
     candidates, :func:`_resampled_edge_point`) and, where it is a silhouette seen from ``si``'s
     point, the radiance arriving from behind it (``incident(o, d)``: a
     path traced from there). ``valid``: where the vertex continues (else
-    no term)."""
+    no term); ``emission_only``: where that path ends at its first hit
+    (then only an emitter there counts)."""
     from ..bsdfs.surface import SurfaceBsdf
     plain = ctx.primal()
     S = ctx.spectrum
     analytic = ctx.structure.analytic
     x = Vec(*(ir.select(si.hit, a, c) for a, c in zip(si.p, si.o + si.d)))     # (a miss: finite, unused)
     x_shape = ir.select(si.hit, shape_of(plain, si.prim), -1)
-    ep, weight = _resampled_edge_point(ctx, x, u, x_shape)
+    ep, weight = _resampled_edge_point(ctx, x, u, x_shape, _emission_guide(plain, x, si.scale, emission_only))
     tri_a, s0, s1, tri_b, t = ep.tri, ep.slot0, ep.slot1, ep.tri_b, ep.t
     shape, which, p, tangent, inner = ep.shape, ep.which, ep.p, ep.tangent, ep.inner
     normal, silhouette = ep.normal, ep.silhouette

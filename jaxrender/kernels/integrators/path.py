@@ -251,7 +251,9 @@ class PathIntegrator(ReplayIntegrator):
 
             def incident(o, d):
                 return self._incident(ctx.primal(), s, st.depth + 1, o, d)
-            edge = material.edge_sample(ctx, si, edge_u, continues, incident)
+            # (where the path traced behind an edge ends at its first hit, only emitters there count)
+            last = (max_d >= 0) & (st.depth + 2 >= max_d)
+            edge = material.edge_sample(ctx, si, edge_u, continues, incident, last)
             horizon = shadow = None
             if ctx.structure.shading_normals or any(t.frame for t in ctx.structure.bsdf_types):
                 # smooth shading, normal and bump maps: the horizon of the point's own triangle
