@@ -196,7 +196,7 @@ def edge_point(ctx, x: Vec, u, x_shape, cdf=None, passes=None) -> EdgePoint:
         kind = geo.shape_kind(s)
         part = ir.minimum(ir.cast(u[0] * 4.0, "i32"), 3)
         which = ir.select(kind == 0, 0, ir.select(kind == 1, 1, 2 + part))
-        share = ir.select(kind == 2, 4.0, 1.0)
+        share = ir.select((shape >= 0) & (kind == 2), 4.0, 1.0)     # (a triangle edge: 1, whatever shape 0 is)
         angle = u[3] * (2.0 * 3.141592653589793)
         q, dq = _outline(geo, s, which, x, angle)
         centre = geo.center(s)
