@@ -239,6 +239,30 @@ def lens_edge_cdf(tris, topology: np.ndarray, camera, shape_data=None, hidden=No
     return jnp.cumsum(jnp.where(jnp.isfinite(w), w, 0.0)).astype(f32)
 
 
+def _silhouettes(v0, v1, a3, b3, boundary, normal, rays):
+    """Which welded edges (ends v0, v1; third vertices a3, b3 of their two
+    triangles, ``boundary``: one triangle) are silhouettes seen along
+    ``rays`` (per edge, towards it), ``normal`` the normal of the plane
+    through the edge and the rays: both triangles on one side of it. And
+    per edge the side value of the occluding triangle (its sign: where it
+    lies) and whether that is the second one: a triangle seen edge-on (its
+    third vertex in the plane: an axis-aligned box under rays along a
+    diagonal) has no side, and of its two edges along the rays the one
+    nearer their source bounds the outline, on its other triangle's side."""
+    sa = jnp.sum(normal * (a3 - v0), axis=1)
+    sb = jnp.sum(normal * (b3 - v0), axis=1)
+    scale = jnp.linalg.norm(normal, axis=1)
+    on_a = jnp.abs(sa) <= 1e-6 * scale * jnp.linalg.norm(a3 - v0, axis=1)
+    on_b = ~boundary & (jnp.abs(sb) <= 1e-6 * scale * jnp.linalg.norm(b3 - v0, axis=1))
+    along = (v1 - v0) / jnp.maximum(jnp.linalg.norm(v1 - v0, axis=1, keepdims=True), 1e-30)
+    across = rays - along * jnp.sum(rays * along, axis=1, keepdims=True)    # (in the edge-on triangle's plane)
+    nearer = jnp.sum(jnp.where(on_a[:, None], a3 - v0, b3 - v0) * across, axis=1) > 0
+    crossing = jnp.where(on_a | on_b, (on_a != on_b) & nearer, sa * sb > 0)
+    flip = on_a & ~on_b & ~boundary
+    side = jnp.where(flip, sb, sa)
+    return (side != 0) & ~(on_a & boundary) & (boundary | crossing), side, flip
+
+
 def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_origin: tuple, grid: tuple,
                   shape_data=None, hidden=None, prim_shape=None, orthographic: bool = False, instanced=None):
     """(segments (m, layout.SEGMENT_ROW), cumulative film lengths (m,)) of
@@ -324,10 +348,9 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     # the plane of the edge and the rays that graze it
     normal = jnp.cross(v1 - v0, jnp.broadcast_to(view, v0.shape)) if orthographic else jnp.cross(v0 - origin,
                                                                                                   v1 - origin)
-    ref = v0 if orthographic else origin
-    sa = jnp.sum(normal * (a3 - ref), axis=1)
-    sb = jnp.sum(normal * (b3 - ref), axis=1)
-    silhouette = usable & (sa != 0) & (boundary | (sa * sb > 0))
+    silhouette, sa, _ = _silhouettes(v0, v1, a3, b3, boundary, normal,
+                                     jnp.broadcast_to(view, v0.shape) if orthographic else v0 - origin)
+    silhouette = usable & silhouette
     c0, c1 = to_cam(v0), to_cam(v1)
     # clip to the near plane
     z0, z1 = c0[:, 2], c1[:, 2]
@@ -427,17 +450,19 @@ def shadow_edges(tris, topology: np.ndarray, emitter_geom, lights: tuple, shape_
     topo = jnp.asarray(topology).reshape(-1, 6)
     v0, v1, a3, b3 = _edge_vertices(tris, topo)
     length = jnp.linalg.norm(v1 - v0, axis=1)
+    # the record from the second triangle (its slots of the ends, its third
+    # vertex's), where the first is seen edge-on: the kernel takes the side
+    # of the occluding surface from the third vertex
+    flipped = jnp.stack([topo[:, 4], (topo[:, 5] + 1) % 3, (topo[:, 5] + 2) % 3, topo[:, 5], topo[:, 0]], axis=1)
     rows, lengths = [], []
     for row, directional in lights:
         g = geom[row, :3]
         # the plane through the edge and the light's rays: both triangles on
         # one side of it (or one triangle) make the edge a shadow's edge
         travel = jnp.broadcast_to(g, v0.shape) if directional else v0 - g
-        normal = jnp.cross(v1 - v0, travel)
-        sa = jnp.sum(normal * (a3 - v0), axis=1)
-        sb = jnp.sum(normal * (b3 - v0), axis=1)
-        casts = (sa != 0) & ((topo[:, 4] < 0) | (sa * sb > 0))
-        rows.append(jnp.concatenate([topo[:, :5].astype(f32), jnp.full((len(topo), 1), float(row), f32)], axis=1))
+        casts, _, flip = _silhouettes(v0, v1, a3, b3, topo[:, 4] < 0, jnp.cross(v1 - v0, travel), travel)
+        rows.append(jnp.concatenate([jnp.where(flip[:, None], flipped, topo[:, :5]).astype(f32),
+                                     jnp.full((len(topo), 1), float(row), f32)], axis=1))
         lengths.append(jnp.where(casts, length, 0.0))
         if shape_data is not None and shape_data.shape[0] > 0:
             origin = -g * 1e6 if directional else g
