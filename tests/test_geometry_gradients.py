@@ -158,16 +158,25 @@ def test_one_vertex_moved_alone(tmp_path):
     assert abs(_z(rev, fd)) < 4.0, (rev.mean(), fd.mean())
 
 
+def _matches_finite_differences(scene, key, seeds=range(128), fd_seeds=range(1000, 1256)):
+    """Reverse mode along x within noise of finite differences: (the
+    finite differences, the reverse-mode estimates)."""
+    value = jnp.asarray(scene.params[key])
+    tangent = _translate_x(value)
+    fd = _fd(scene, key, value, tangent, seeds=fd_seeds)
+    rev = _reverse(scene, key, value, tangent, seeds)
+    assert abs(_z(rev, fd)) < 4.0, (rev.mean(), fd.mean())
+    return fd, rev
+
+
 def _beats_the_setting(monkeypatch, scene, key, seeds, setting: str, setting_value, bound: float):
     """Reverse mode along x (``seeds``) within noise of finite
     differences, with ``material.<setting>`` at ``setting_value`` as well (its
     kernels traced anew, and again after), and at under ``bound`` times
     that setting's variance."""
+    fd, rev = _matches_finite_differences(scene, key, seeds)
     value = jnp.asarray(scene.params[key])
     tangent = _translate_x(value)
-    fd = _fd(scene, key, value, tangent)
-    rev = _reverse(scene, key, value, tangent, seeds)
-    assert abs(_z(rev, fd)) < 4.0, (rev.mean(), fd.mean())
     monkeypatch.setattr(material, setting, setting_value)
     integrator_base._KERNELS.clear()
     try:
@@ -215,15 +224,6 @@ def test_edges_with_an_emitter_behind_them_are_favoured(light, monkeypatch):
     0.6)."""
     scene = jaxrender.load_dict(shadow_scene("rectangle", light=_SMALL_LIGHTS[light]))
     _beats_the_setting(monkeypatch, scene, "occluder.to_world", range(128), "GUIDE_EMITTERS", -1, 0.65)
-
-
-def _matches_finite_differences(scene, key, seeds=range(128), fd_seeds=range(1000, 1256)):
-    """Reverse mode along x within noise of finite differences."""
-    value = jnp.asarray(scene.params[key])
-    tangent = _translate_x(value)
-    fd = _fd(scene, key, value, tangent, seeds=fd_seeds)
-    rev = _reverse(scene, key, value, tangent, seeds)
-    assert abs(_z(rev, fd)) < 4.0, (rev.mean(), fd.mean())
 
 
 @pytest.mark.parametrize("light", ["disk", "cylinder"])

@@ -353,28 +353,27 @@ def _resampled_edge_point(ctx, x: Vec, u, x_shape, guide):
         return (rotated(u[0], _CANDIDATE_STEP[0]), u[1], rotated(u[2], _CANDIDATE_STEP[1]),
                 rotated(u[3], _CANDIDATE_STEP[2]))
 
-    def importance(ep):
-        w, rate = _angle_rate(x, ep.p, ep.tangent)
-        return ir.select(ep.silhouette, rate * ep.weight * guide(w), 0.0)
-
     def step(i, carry):
-        total, picked, xi = carry
-        w = importance(edge_point(ctx, x, candidate(i), x_shape))
-        total = total + w
-        share = ir.select(total > 0.0, w / ir.select(total > 0.0, total, 1.0), 0.0)
+        total, picked, picked_guide, xi = carry
+        ep = edge_point(ctx, x, candidate(i), x_shape)
+        w, rate = _angle_rate(x, ep.p, ep.tangent)
+        g = guide(w)
+        weight = ir.select(ep.silhouette, rate * ep.weight * g, 0.0)
+        total = total + weight
+        share = ir.select(total > 0.0, weight / ir.select(total > 0.0, total, 1.0), 0.0)
         take = xi < share
         # (the one uniform, rescaled to what is left of its interval)
         xi = ir.select(take, xi / ir.select(share > 0.0, share, 1.0),
                        (xi - share) / ir.select(share < 1.0, 1.0 - share, 1.0))
-        return total, ir.select(take, i, picked), ir.minimum(xi, 0.99999994)
+        return total, ir.select(take, i, picked), ir.select(take, g, picked_guide), ir.minimum(xi, 0.99999994)
 
-    total, picked, _ = ir.fori_loop(0, EDGE_CANDIDATES, step, (ir.Float(0.0), ir.Int(0), u[1]))
+    total, picked, g, _ = ir.fori_loop(0, EDGE_CANDIDATES, step,
+                                       (ir.Float(0.0), ir.Int(0), ir.Float(0.0), u[1]))
     # (the picked point's contribution per unit along its edge, the BSDF
     # times the radiance times its rate, over its importance, the rate times
     # its guide, times the candidates' mean importance over density)
-    ep = edge_point(ctx, x, candidate(picked), x_shape)
-    g = guide(_angle_rate(x, ep.p, ep.tangent)[0])
-    return ep, ir.select(g > 0.0, total * (1.0 / EDGE_CANDIDATES) / ir.select(g > 0.0, g, 1.0), 0.0)
+    weight = ir.select(g > 0.0, total * (1.0 / EDGE_CANDIDATES) / ir.select(g > 0.0, g, 1.0), 0.0)
+    return edge_point(ctx, x, candidate(picked), x_shape), weight
 
 
 def edge_sample(ctx, si, u, valid, incident, emission_only) -> EdgeSample:

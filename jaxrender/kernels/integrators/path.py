@@ -251,7 +251,8 @@ class PathIntegrator(ReplayIntegrator):
 
             def incident(o, d):
                 return self._incident(ctx.primal(), s, st.depth + 1, o, d)
-            # (where the path traced behind an edge ends at its first hit, only emitters there count)
+            # where the next vertex is the last (no emitter sample there), a path
+            # traced behind an edge ends at its first hit: only emitters there count
             last = (max_d >= 0) & (st.depth + 2 >= max_d)
             edge = material.edge_sample(ctx, si, edge_u, continues, incident, last)
             horizon = shadow = None
@@ -260,8 +261,7 @@ class PathIntegrator(ReplayIntegrator):
                 horizon = material.horizon_sample(ctx, si, edge_u[1], continues, incident)
             if ctx.structure.delta_lights:
                 # the hard shadows seen from here: the next vertex must sample emitters
-                lit = continues & ((max_d < 0) | (st.depth + 2 < max_d))
-                shadow = shadows.vertex_sample(ctx, si, ctx.rand(s, shadows.GROUP + st.depth), lit)
+                shadow = shadows.vertex_sample(ctx, si, ctx.rand(s, shadows.GROUP + st.depth), continues & ~last)
             edge = ctx.detach((edge, horizon, shadow))
             sh = shade(si, es, u, st.depth, st.prev_pdf, st.prev_delta, show_emitters, st.prev, edge, es_u)
             beta = S.mul(beta, sh.pair)  # 1, carrying the derivative of reaching this point
