@@ -405,26 +405,12 @@ def _moving_why(what: str, moves: str, scene, settings, structure, instances: bo
     return None
 
 
-def _lens_why(what: str, cam, structure) -> str | None:
-    """What a thin lens's derivatives cannot follow yet, or None: its
-    silhouettes are sampled per aperture point on the scene's own welded
-    edges (``kernels/integrators/boundary.py``), which do not hold the
-    copies of shared instances."""
-    if cam.kind != "thinlens":
-        return None
-    if structure.instanced:
-        return (f"{what} derivatives of a thinlens camera in scenes with shared instances (shapegroups) are not "
-                "supported yet: load the scene with expand_instances=True")
-    return None
-
-
 def _camera_why(scene, cam, integrator, settings, structure) -> str | None:
     """Why this render cannot differentiate its camera, or None."""
     if "camera" not in integrator.differentiable:
         return (f"camera derivatives are implemented for the path and direct integrators, not "
                 f"{scene.integrator['type']!r}")
-    return (_lens_why("camera", cam, structure)
-            or _moving_why("camera", "the camera", scene, settings, structure, instances=True))
+    return _moving_why("camera", "the camera", scene, settings, structure, instances=True)
 
 
 def _geometry_keys(scene) -> list:
@@ -459,7 +445,7 @@ def _followed_why(what: str, moves: str, scene, cam, settings, structure) -> str
     derivatives run in) in this render, or None."""
     if cam.kind not in ("perspective", "orthographic", "thinlens"):
         return f"{what} derivatives are implemented for the perspective, thinlens and orthographic sensors only"
-    return _lens_why(what, cam, structure) or _moving_why(what, moves, scene, settings, structure)
+    return _moving_why(what, moves, scene, settings, structure)
 
 
 def _texcoords_why(scene, cam, integrator, settings, structure) -> str | None:

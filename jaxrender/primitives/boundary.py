@@ -98,6 +98,25 @@ def instance_edges(tris: np.ndarray, groups: np.ndarray, instance_group: np.ndar
     return np.concatenate(topology), np.concatenate(owner)
 
 
+def instance_edge_rows(topology, owner) -> np.ndarray:
+    """The kernels' ``instance_edges`` buffer: :func:`instance_edges`'s
+    rows (P, 6) with each one's instance appended (P, 7)."""
+    return np.concatenate([np.asarray(topology, np.int32).reshape(-1, 6),
+                           np.asarray(owner, np.int32).reshape(-1, 1)], axis=1)
+
+
+def _placed_copies(tris, instanced):
+    """(the two ends, the first triangle's third vertex, the second's) of
+    the shared shapegroups' edge copies ``instanced`` (((topology, owner),
+    the ``instances`` buffer), :func:`film_segments`'), in world space."""
+    (itopo, owner), rows = instanced
+    itopo = jnp.asarray(itopo)
+    to_world = jax.lax.stop_gradient(jnp.asarray(rows, jnp.float32))[:, layout.INSTANCE_TO_WORLD:
+                                                                     layout.INSTANCE_TO_WORLD + 12]
+    m_inst = _rows(to_world, len(to_world))[jnp.asarray(owner)]
+    return tuple(_apply(m_inst, v) for v in _edge_vertices(tris, itopo))
+
+
 def _vertex(tris, tri, slot):
     """The vertex in ``slot`` (0..2) of triangles ``tri``: (n, 3)."""
     cols = slot[:, None] * 3 + jnp.arange(3)[None, :]
@@ -180,7 +199,8 @@ def film_edges(grid: tuple):
     return rows, jnp.cumsum(jnp.array([gw, gh, gw, gh], f32))
 
 
-def lens_edge_cdf(tris, topology: np.ndarray, camera, shape_data=None, hidden=None, prim_shape=None):
+def lens_edge_cdf(tris, topology: np.ndarray, camera, shape_data=None, hidden=None, prim_shape=None,
+                  instanced=None):
     """Cumulative weights (edges + shapes,) by which a thin lens's boundary
     samples pick a welded edge (``topology`` rows) or an analytic shape's
     outline (``shape_data`` rows, after the edges): 0 for an edge that is a
@@ -193,7 +213,9 @@ def lens_edge_cdf(tris, topology: np.ndarray, camera, shape_data=None, hidden=No
     over its distance). ``hidden``, ``prim_shape``: as
     :func:`film_segments` has them (emitters camera rays pass through):
     an edge whose first triangle is hidden and a hidden shape's outline
-    are none; the kernel takes a hidden second triangle for no triangle."""
+    are none; the kernel takes a hidden second triangle for no triangle.
+    ``instanced``: as :func:`film_segments` has it: the shared shapegroups'
+    edge copies, weighed as the edges are, after them (before the shapes)."""
     f32 = jnp.float32
     cam = jax.lax.stop_gradient(jnp.asarray(camera, f32).reshape(-1))
     tris = jax.lax.stop_gradient(jnp.asarray(tris, f32))
@@ -202,6 +224,12 @@ def lens_edge_cdf(tris, topology: np.ndarray, camera, shape_data=None, hidden=No
     radius = cam[layout.CAMERA_APERTURE]
     topo = jnp.asarray(topology).reshape(-1, 6)
     v0, v1, a3, b3 = _edge_vertices(tris, topo)
+    alone = topo[:, 4] < 0
+    own = len(topo)
+    if instanced is not None and len(instanced[0][0]):
+        # (shapegroups hold no emitters: no copy is hidden)
+        v0, v1, a3, b3 = (jnp.concatenate([a, c]) for a, c in zip((v0, v1, a3, b3), _placed_copies(tris, instanced)))
+        alone = jnp.concatenate([alone, jnp.asarray(instanced[0][0])[:, 4] < 0])
     e = v1 - v0
 
     def side(third):
@@ -219,10 +247,11 @@ def lens_edge_cdf(tris, topology: np.ndarray, camera, shape_data=None, hidden=No
     a_lo, a_hi = side(a3)
     b_lo, b_hi = side(b3)
     apart = ((a_hi < 0) & (b_lo > 0)) | ((a_lo > 0) & (b_hi < 0))
-    candidate = (topo[:, 4] < 0) | ~apart
+    candidate = alone | ~apart
     if hidden is not None:
         hidden = jnp.asarray(hidden, bool)
-        candidate = (candidate | hidden[jnp.maximum(topo[:, 4], 0)]) & ~hidden[topo[:, 0]]
+        candidate = candidate.at[:own].set((candidate[:own] | hidden[jnp.maximum(topo[:, 4], 0)])
+                                           & ~hidden[topo[:, 0]])
     mid = 0.5 * (v0 + v1)
     dist = jnp.maximum(jnp.linalg.norm(mid - origin, axis=1), 1e-6)
     weights = [jnp.where(candidate, jnp.linalg.norm(e, axis=1) / dist, 0.0)]
@@ -316,18 +345,8 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
         boundary = boundary | hidden[jnp.maximum(topo[:, 4], 0)]
     refs = jnp.stack([topo[:, 0], topo[:, 1], topo[:, 2]], axis=1).astype(f32)     # triangle, slots of the ends
     if instanced is not None and len(instanced[0][0]):
-        (itopo, owner), rows = instanced
-        itopo = jnp.asarray(itopo)
-        to_world = jax.lax.stop_gradient(jnp.asarray(rows, f32))[:, layout.INSTANCE_TO_WORLD:
-                                                                 layout.INSTANCE_TO_WORLD + 12]
-        m_inst = _rows(to_world, len(to_world))[jnp.asarray(owner)]
-
-        def placed(tri, slot):
-            return _apply(m_inst, _vertex(tris, tri, slot))
-        v0, v1 = jnp.concatenate([v0, placed(itopo[:, 0], itopo[:, 1])]), \
-            jnp.concatenate([v1, placed(itopo[:, 0], itopo[:, 2])])
-        a3 = jnp.concatenate([a3, placed(itopo[:, 0], itopo[:, 3])])
-        b3 = jnp.concatenate([b3, placed(jnp.maximum(itopo[:, 4], 0), itopo[:, 5])])
+        itopo = jnp.asarray(instanced[0][0])
+        v0, v1, a3, b3 = (jnp.concatenate([a, c]) for a, c in zip((v0, v1, a3, b3), _placed_copies(tris, instanced)))
         boundary = jnp.concatenate([boundary, itopo[:, 4] < 0])
         usable = jnp.concatenate([usable, jnp.ones(len(itopo), bool)])
         refs = jnp.concatenate([refs, jnp.stack([jnp.full(len(itopo), -1.0, f32), itopo[:, 1].astype(f32),

@@ -42,7 +42,8 @@ from ..kernels import layout
 from ..kernels.context import MOVING, Structure, moves_geometry
 from ..kernels.integrators import Integrator, PathIntegrator
 from ..ir.graph import NUMPY_DTYPE
-from .boundary import boundary_tangent, canvas_shape, film_edges, film_segments, lens_edge_cdf, shadow_edges
+from .boundary import (boundary_tangent, canvas_shape, film_edges, film_segments, instance_edge_rows, lens_edge_cdf,
+                       shadow_edges)
 from .film import FilmGeometry, crop_canvas, develop, normalize, prefetch_kernels, splat_canvas
 from .film import canvas_shape as film_canvas_shape
 from .kernel_call import launch, prefetch
@@ -349,18 +350,20 @@ def _film_boundary(config: RenderConfig, inputs, prim, tangents: dict):
         # (camera rays pass through emitters under hide_emitters: they have no silhouettes)
         hidden = (jnp.asarray(prim["tri_attr"])[:, layout.ATTR_EMITTER] >= 0) & (jnp.asarray(prim["hide_emitters"]) != 0)
     lens = {}
+    instanced = (((inputs["instance_topology"], inputs["instance_owner"]), prim["instances"])
+                 if "instance_topology" in inputs else None)
     if config.structure.sensor == "thinlens":
         # (its silhouettes depend on the aperture point: the kernel samples them per point)
         segments, cdf = film_edges(config.film.grid)
         lens["lens_edge_cdf"] = lens_edge_cdf(prim["tris"], inputs["edge_topology"], prim["camera"],
-                                              prim.get("shape_data"), hidden, prim.get("prim_shape"))
+                                              prim.get("shape_data"), hidden, prim.get("prim_shape"), instanced)
+        if config.structure.instanced:
+            lens["instance_edges"] = instance_edge_rows(inputs["instance_topology"], inputs["instance_owner"])
     else:
         segments, cdf = film_segments(prim["tris"], inputs["edge_topology"], prim["camera"],
                                       (prim["film_width"], prim["film_height"]), (prim["grid_x0"], prim["grid_y0"]),
                                       config.film.grid, prim.get("shape_data"), hidden, prim.get("prim_shape"),
-                                      config.structure.sensor == "orthographic",
-                                      ((inputs["instance_topology"], inputs["instance_owner"]), prim["instances"])
-                                      if "instance_topology" in inputs else None)
+                                      config.structure.sensor == "orthographic", instanced)
     seed = (jnp.asarray(prim["seed"], jnp.uint32) * jnp.uint32(747796405) + jnp.uint32(2891336453)).astype(jnp.uint32)
     # (its own sample count: its estimates are normalised by it, then scaled as the image kernels' sums are)
     kw = dict(prim, segments=segments, segment_cdf=cdf, canvas_width=np.uint32(canvas_shape(config)[1]), seed=seed,

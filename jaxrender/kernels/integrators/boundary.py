@@ -66,8 +66,11 @@ def inputs(integrator, structure: Structure) -> dict:
     out = dict(integrator.inputs(structure), segments=ir.In("f32", (layout.SEGMENT_ROW,)),
                segment_cdf=ir.In("f32"), canvas_width=ir.Scalar("u32"))
     if structure.sensor == "thinlens":
-        # (its silhouettes are sampled on the scene's welded edges: _lens_edge_sample)
+        # (its silhouettes are sampled on the scene's welded edges: _lens_edge_sample; and
+        # on the copies of shared shapegroups' edges, each with its instance)
         out.update(edges=ir.In("i32", (6,)), lens_edge_cdf=ir.In("f32"))
+        if structure.instanced:
+            out.update(instance_edges=ir.In("i32", (7,)))
     if structure.delta_lights:
         out.update(shadow_edges=ir.In("f32", (layout.SHADOW_ROW,)), shadow_cdf=ir.In("f32"))
     return out

@@ -100,6 +100,17 @@ def vertex_of(ctx, tri, slot):
     return Vec(*(ir.select(slot == 0, a, ir.select(slot == 1, b, c)) for a, b, c in zip(p0, p1, p2)))
 
 
+def placed_vertex(ctx, tri, slot, instance=None):
+    """:func:`vertex_of`, in world space: where ``instance`` >= 0 the
+    triangle is a shared shapegroup's (group space), placed by that
+    instance's to_world."""
+    v = vertex_of(ctx, tri, slot)
+    if instance is None:
+        return v
+    placed = ctx.geo.instances.to_world(ir.maximum(instance, 0), v)
+    return Vec(*(ir.select(instance >= 0, a, c) for a, c in zip(placed, v)))
+
+
 def _facing(origin: Vec, p: Vec, tangent: Vec, inner: Vec):
     """The unit normal of the plane through ``origin``, the edge point
     ``p`` and the edge's direction ``tangent``, on the side of ``inner``
@@ -138,6 +149,8 @@ class EdgePoint:
     normal: Vec        # unit normal of the plane (x, edge), towards ``inner``
     silhouette: object
     weight: object     # 1 / the sample's density per unit along it (the edges' count, a cylinder's 4 curves)
+    instance: object = None  # where the buffer ``instance_edges`` is an input: the instance (row of
+                             # ``instances``) whose copy of a shared shapegroup's edge this is, -1: none
 
 
 def edge_point(ctx, x: Vec, u, x_shape, cdf=None, passes=None) -> EdgePoint:
@@ -151,13 +164,19 @@ def edge_point(ctx, x: Vec, u, x_shape, cdf=None, passes=None) -> EdgePoint:
     the shapes: ``sampling.sample_lengths``; an edge of weight 0 is
     never one). ``passes(prim)``: whether the rays from ``x`` pass
     through a triangle (a second triangle that does leaves a boundary
-    edge)."""
+    edge). Where the kernel has the input ``instance_edges`` (the welded
+    edges of shared shapegroups, one copy per instance, and its instance:
+    ``primitives/boundary.instance_edges``), those are items too, after
+    the scene's own edges and before the shapes: the group-space edge
+    placed by its instance's to_world (static: no derivatives)."""
     b = ctx.b
     plain = ctx.primal()
     analytic = ctx.structure.analytic
     edges = b["edges"]
     n_edges = ir.cast(edges.len, "i32")
-    n_items = n_edges + (ir.cast(b["shape_data"].len, "i32") if analytic else 0)
+    copies = b["instance_edges"] if "instance_edges" in b else None
+    n_lines = n_edges + (ir.cast(copies.len, "i32") if copies is not None else 0)
+    n_items = n_lines + (ir.cast(b["shape_data"].len, "i32") if analytic else 0)
     if cdf is None:
         pick = ir.minimum(ir.cast(u[2] * ir.cast(n_items, "f32"), "i32"), ir.maximum(n_items - 1, 0))
         items, picked = ir.cast(n_items, "f32"), n_items > 0
@@ -167,13 +186,18 @@ def edge_point(ctx, x: Vec, u, x_shape, cdf=None, passes=None) -> EdgePoint:
         picked = (weight > 0.0) & (n_items > 0)
         items = ir.select(picked, total / ir.select(weight > 0.0, weight, 1.0), 0.0)
     e = ir.minimum(pick, ir.maximum(n_edges - 1, 0))
-    tri_a, s0, s1, s3 = (edges.read(e, k) for k in range(4))
-    tri_b, s3b = edges.read(e, 4), edges.read(e, 5)
+    row = tuple(edges.read(e, k) for k in range(6))
+    instance = None
+    if copies is not None:
+        # (a copy's row only for a pick among them: the buffer may be empty)
+        row = ir.cond((pick >= n_edges) & (pick < n_lines),
+                      lambda: tuple(copies.read(pick - n_edges, k) for k in range(7)), lambda: (*row, ir.Int(-1)))
+        row, instance = row[:6], row[6]
+    tri_a, s0, s1, s3, tri_b, s3b = row
     # a triangle edge, at t along it: a silhouette where both its triangles
     # lie on one side of the plane through x and the edge
-    v0, v1 = vertex_of(plain, tri_a, s0), vertex_of(plain, tri_a, s1)
-    a3 = vertex_of(plain, tri_a, s3)
-    b3 = vertex_of(plain, tri_b, s3b)
+    v0, v1, a3, b3 = (placed_vertex(plain, tri, slot, instance)
+                      for tri, slot in ((tri_a, s0), (tri_a, s1), (tri_a, s3), (tri_b, s3b)))
     t = u[3]
     p = v0 + (v1 - v0) * t
     tangent, inner = v1 - v0, a3
@@ -182,7 +206,7 @@ def edge_point(ctx, x: Vec, u, x_shape, cdf=None, passes=None) -> EdgePoint:
     alone = tri_b < 0
     if passes is not None:
         alone = alone | ir.cond(alone, lambda: ir.Bool(False), lambda: passes(tri_b))
-    silhouette = (pick < n_edges) & (alone | (sa * sb > 0.0))
+    silhouette = (pick < n_lines) & (alone | (sa * sb > 0.0))
     shape = which = ir.Int(-1)
     share = ir.Float(1.0)
     if analytic:
@@ -191,7 +215,7 @@ def edge_point(ctx, x: Vec, u, x_shape, cdf=None, passes=None) -> EdgePoint:
         # of a cylinder's two rims and two silhouette lines (picked by u[0];
         # a line's height is the angle / 2 pi)
         geo = plain.geo
-        shape = ir.select(pick >= n_edges, pick - n_edges, -1)
+        shape = ir.select(pick >= n_lines, pick - n_lines, -1)
         s = ir.maximum(shape, 0)
         kind = geo.shape_kind(s)
         part = ir.minimum(ir.cast(u[0] * 4.0, "i32"), 3)
@@ -222,7 +246,8 @@ def edge_point(ctx, x: Vec, u, x_shape, cdf=None, passes=None) -> EdgePoint:
         t = ir.select(curve, angle, t)
     normal, defined = _facing(x, p, tangent, inner)
     silhouette = silhouette & defined & picked
-    return EdgePoint(tri_a, s0, s1, tri_b, t, shape, which, p, tangent, inner, normal, silhouette, items * share)
+    return EdgePoint(tri_a, s0, s1, tri_b, t, shape, which, p, tangent, inner, normal, silhouette, items * share,
+                     instance)
 
 
 def _angle_rate(x: Vec, p: Vec, tangent: Vec):
