@@ -385,23 +385,19 @@ def _decide(nondiff: dict, keys: list, why: str | None) -> None:
             nondiff[k] = f"{k}: {why}"
 
 
-def _moving_why(what: str, moves: str, scene, settings, structure, instances: bool = False) -> str | None:
+def _moving_why(what: str, moves: str, scene, settings, structure) -> str | None:
     """What stops derivatives of ``what`` (the camera's, the meshes') in
     every form this renderer takes them (``moves``: what a reflection moves
-    with), or None. ``instances``: they follow shared instances (the
-    camera's: their silhouettes are the groups' edges per instance)."""
+    with), or None. Shared instances' silhouettes are their groups' edges
+    per instance, up to ``MAX_INSTANCE_EDGES`` copies."""
     if any(t.delta for t in structure.bsdf_types):
         return ("the scene has BSDFs with Dirac lobes (" + ", ".join(t.name for t in structure.bsdf_types if t.delta)
                 + f"): what they reflect moves with {moves}, a derivative detached sampling cannot take")
-    if instances and structure.instanced and instance_topology(scene) is None:
-        return (f"{what} derivatives project every instance's copy of its shapegroup's edges, more than "
+    if structure.instanced and instance_topology(scene) is None:
+        return (f"{what} derivatives sample every instance's copy of its shapegroup's edges, more than "
                 f"{MAX_INSTANCE_EDGES} here: load the scene with expand_instances=True")
-    for bad, why in ((structure.instanced and not instances,
-                      "scenes with shared instances (shapegroups) are not supported yet: load the scene with "
-                      "expand_instances=True, which copies each instance's meshes into the scene"),
-                     (samples_null(structure), "scenes with pass-through (null, mask) BSDFs are not supported yet")):
-        if bad:
-            return f"{what} derivatives of {why}"
+    if samples_null(structure):
+        return f"{what} derivatives of scenes with pass-through (null, mask) BSDFs are not supported yet"
     return None
 
 
@@ -410,7 +406,7 @@ def _camera_why(scene, cam, integrator, settings, structure) -> str | None:
     if "camera" not in integrator.differentiable:
         return (f"camera derivatives are implemented for the path and direct integrators, not "
                 f"{scene.integrator['type']!r}")
-    return _moving_why("camera", "the camera", scene, settings, structure, instances=True)
+    return _moving_why("camera", "the camera", scene, settings, structure)
 
 
 def _geometry_keys(scene) -> list:

@@ -714,6 +714,64 @@ def test_expanded_instance_to_world_matches_finite_differences():
     _agrees_along_a_ramp(scene, key, value, _translate_x(value))
 
 
+def _shared_instance_scene(moving: str) -> tuple[dict, str]:
+    """A shadow scene with shared instances of a shapegroup's cube (one of
+    them mirrored) and what moves (its parameter): a light over an
+    instanced cube, a sphere behind one, a rectangle under one's point-light
+    shadow."""
+    d = shadow_scene("sphere")
+    d["g"] = {"type": "shapegroup", "box": {"type": "cube", "bsdf": {
+        "type": "diffuse", "reflectance": {"type": "rgb", "value": [0.3, 0.6, 0.3]}}}}
+    d["above"] = {"type": "instance", "shapegroup": {"type": "ref", "id": "g"},
+                  "to_world": _placed(0.12, 0.05, 0.12, (0.1, 1.55, 0.05))}
+    d["front"] = {"type": "instance", "shapegroup": {"type": "ref", "id": "g"},
+                  "to_world": _placed(-0.1, 0.1, 0.1, (0.25, 1.2, 0.8))}
+    if moving == "light":
+        del d["occluder"], d["front"]
+        d["above"]["to_world"] = _placed(0.3, 0.3, 0.3, (0.0, 0.8, 0.0))
+        return d, "light.to_world"
+    if moving == "point":
+        del d["front"]
+        d["light"] = dict(_DELTA["point"])
+        d["occluder"] = shadow_scene()["occluder"]
+        d["occluder"]["to_world"] = _placed(0.6, 0.6, 1, (0.0, 0.5, 0.0), "up")
+        d["above"]["to_world"] = _placed(-0.15, 0.05, 0.15, (0.1, 1.2, 0.05))
+    return d, "occluder.to_world"
+
+
+@pytest.mark.parametrize("moving, copies_off, missed", [("light", "instance_edge_rows", (30.4, 45.7)),
+                                                        ("sphere", None, None),
+                                                        ("point", "shadow_edges", (-6.95, -4.46))])
+def test_shared_instances_beside_moving_geometry(moving, copies_off, missed):
+    """Shared instances do not move, but what moves is seen past their
+    edges: a light moved above an instanced cube sweeps its shadow over the
+    floor (the floor's points sample the instances' copies of the group's
+    edges), a sphere moved behind an instanced cube slides along its
+    silhouette on the film, a rectangle moved under an instanced cube's
+    point-light shadow slides under the shadow's edge. Against finite
+    differences along a ramp (forward mode equal to reverse mode). Without
+    the copies among the vertices' edges, or among the shadows' edges, the
+    light's and the rectangle's gradients read ``missed`` (against finite
+    differences, when written: z -29 and -12)."""
+    d, key = _shared_instance_scene(moving)
+    scene = jaxrender.load_dict(d)
+    assert scene.structure.instanced
+    value = jnp.asarray(scene.params[key])
+    tangent = _translate_x(value)
+    fd, ramp = _agrees_along_a_ramp(scene, key, value, tangent)
+    if copies_off is not None:
+        from jaxrender.primitives import render_rules
+        original = getattr(render_rules, copies_off)
+        off = {"instance_edge_rows": lambda *a: np.zeros((0, 7), np.int32),
+               "shadow_edges": lambda *a: original(*a[:5])}[copies_off]
+        setattr(render_rules, copies_off, off)
+        try:
+            without = _reverse(scene, key, value, tangent, range(16), weights=ramp)
+        finally:
+            setattr(render_rules, copies_off, original)
+        assert abs(_z(without, fd)) > 6.0, (without.mean(), fd.mean())
+
+
 @pytest.mark.parametrize("front, light", [("sphere", None), ("cube", None), ("rectangle", "point")])
 def test_orthographic_views_of_moving_geometry(front, light):
     """Geometry seen by an orthographic camera (its silhouettes and a

@@ -216,13 +216,21 @@ def _on_shape(geo, s, c1, c2):
     return p, n * (1.0 / ir.select(size > 0.0, size, 1.0)), size
 
 
-def surface_point(ctx, prim, c1, c2):
+def surface_point(ctx, prim, c1, c2, instance=None):
     """(point, unit normal up to orientation, measure of the material
     coordinates: a triangle's doubled area, an analytic shape's area per unit
     object area) of primitive ``prim`` at material coordinates (c1, c2),
-    following the geometry (derivatives included)."""
+    following the geometry (derivatives included). ``instance``: in scenes
+    with shared instances, the instance a shapegroup's triangle is seen
+    through (-1: the scene's own primitive); the point is then placed by
+    its to_world."""
     def on_triangle():
         p0, p1, p2 = triangle.vertices(ctx.b["tris"], ir.maximum(prim, 0))
+        if ctx.structure.instanced and instance is not None:
+            inst = ctx.geo.instances
+            placed = tuple(inst.to_world(ir.maximum(instance, 0), v) for v in (p0, p1, p2))
+            p0, p1, p2 = (Vec(*(ir.select(instance >= 0, a, c) for a, c in zip(w, v)))
+                          for w, v in zip(placed, (p0, p1, p2)))
         c = ir.cross(p1 - p0, p2 - p0)
         size = ir.sqrt(ir.dot(c, c))
         return p0 * (1.0 - c1 - c2) + p1 * c1 + p2 * c2, c * (1.0 / ir.select(size > 0.0, size, 1.0)), size
@@ -233,9 +241,10 @@ def surface_point(ctx, prim, c1, c2):
     return ir.cond(s >= 0, lambda: _on_shape(ctx.geo, s, c1, c2), on_triangle)
 
 
-def point_on_surface(ctx, prim, c1, c2) -> Vec:
-    """The point at material coordinates (c1, c2) of primitive ``prim``, following it."""
-    return surface_point(ctx, prim, c1, c2)[0]
+def point_on_surface(ctx, prim, c1, c2, instance=None) -> Vec:
+    """The point at material coordinates (c1, c2) of primitive ``prim``
+    (seen through ``instance``: :func:`surface_point`), following it."""
+    return surface_point(ctx, prim, c1, c2, instance)[0]
 
 
 def on_analytic_shape(ctx, s, point: Vec):
@@ -259,7 +268,7 @@ def followed(ctx, si: SurfaceInteraction):
     """(:func:`following`'s interaction, the measure of its material
     coordinates as ``surface_point`` gives it: 1 for a miss)."""
     c1, c2 = material_coords(ctx, si)
-    p, n, measure = surface_point(ctx, si.prim, c1, c2)
+    p, n, measure = surface_point(ctx, si.prim, c1, c2, si.instance)
     n = n * ir.copysign(1.0, ir.dot(ir.detach(n), ir.detach(si.ng)))
 
     def keep(a: Vec, b: Vec) -> Vec:
@@ -268,6 +277,10 @@ def followed(ctx, si: SurfaceInteraction):
     ns = ng
     if ctx.structure.shading_normals:
         smooth = triangle.shading_normal(ctx.b["tri_normals"], ir.maximum(si.prim, 0), c1, c2, ng)
+        if ctx.structure.instanced and si.instance is not None:
+            # (a shapegroup's normals are in group space: the instance's
+            # are placed, and shared instances do not move, as traced)
+            smooth = Vec(*(ir.select(si.instance >= 0, ir.detach(a), b) for a, b in zip(si.frame.n, smooth)))
         ns = Vec(*(ir.select(si.hit & (shape_of(ctx, si.prim) < 0), a, b) for a, b in zip(smooth, ng)))
     p = keep(p, ir.detach(si.o + si.d))
     if ctx.structure.tangents:
@@ -277,8 +290,11 @@ def followed(ctx, si: SurfaceInteraction):
         # a NaN in the branch not taken would still reach the derivatives.
         up, across = Vec(0.0, 0.0, 1.0), Vec(1.0, 0.0, 0.0)
         du, dv = _moving_tangents(ctx, si, keep(ng, up), p)
-        frame = ir.select(si.hit, Frame.along(keep(ns, up), keep(du, across)), si.frame)
-        dp_du, dp_dv = ir.select(si.hit, (du, dv), (si.dp_du, si.dp_dv))
+        moves = si.hit
+        if ctx.structure.instanced and si.instance is not None:
+            moves = moves & (si.instance < 0)     # (a shared instance's frame stays as traced)
+        frame = ir.select(moves, Frame.along(keep(ns, up), keep(du, across)), si.frame)
+        dp_du, dp_dv = ir.select(moves, (du, dv), (si.dp_du, si.dp_dv))
     else:
         frame, dp_du, dp_dv = Frame(ns), si.dp_du, si.dp_dv
     # (a miss's point is at infinity: a finite stand-in, so that nothing

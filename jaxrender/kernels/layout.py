@@ -101,11 +101,12 @@ SEG_SHAPE, SEG_CURVE = 4, 5    # a curve's shape_data row and which curve (integ
 SEG_TRI, SEG_SLOT0, SEG_SLOT1, SEG_LO, SEG_HI = 12, 13, 14, 15, 16   # SEG_TRI -1: not a mesh edge
 # Hard shadows' edges (geometry derivatives under point, spot and directional lights): a
 # welded edge that is a silhouette seen from a delta light, with that light.
-SHADOW_ROW = 6                 # shadow_edges: the edge's first triangle, the slots of its ends and of that
-                               # triangle's third vertex, its second triangle (-1: none), the light (emitter row);
+SHADOW_ROW = 7                 # shadow_edges: the edge's first triangle, the slots of its ends and of that
+                               # triangle's third vertex, its second triangle (-1: none), the light (emitter row),
+                               # the instance whose copy of a shared shapegroup's edge it is (-1: none);
                                # an analytic shape's outline: triangle -1, its shape_data row and which curve
                                # (shapes.curve_point's) in the slots' places
-SHADOW_TRI, SHADOW_SLOT0, SHADOW_SLOT1, SHADOW_INNER, SHADOW_TRI_B, SHADOW_LIGHT = 0, 1, 2, 3, 4, 5
+SHADOW_TRI, SHADOW_SLOT0, SHADOW_SLOT1, SHADOW_INNER, SHADOW_TRI_B, SHADOW_LIGHT, SHADOW_INSTANCE = 0, 1, 2, 3, 4, 5, 6
 
 # --- participating media (read by volumetric integrators only: media_inputs) ------------
 MEDIUM_ROW = 9                 # medium_data: sigma_t (scale applied), albedo, phase parameter, sample_emitters,

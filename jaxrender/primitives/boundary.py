@@ -453,7 +453,7 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     return segments, jnp.cumsum(lengths).astype(f32)
 
 
-def shadow_edges(tris, topology: np.ndarray, emitter_geom, lights: tuple, shape_data=None):
+def shadow_edges(tris, topology: np.ndarray, emitter_geom, lights: tuple, shape_data=None, instanced=None):
     """(records (m, layout.SHADOW_ROW), cumulative lengths (m,)) of the
     welded edges that are silhouettes seen from each of ``lights`` ((emitter
     row, whether directional) of the scene's point, spot and directional
@@ -462,12 +462,20 @@ def shadow_edges(tris, topology: np.ndarray, emitter_geom, lights: tuple, shape_
     them (``shape_data``'s rows; a record with triangle -1, the shape's row
     and which curve, ``shapes.curve_point``'s): the edges of the hard
     shadows they cast, each weighted by its length (the kernels sample
-    them by it). At least one record: a zero-length one where there is none."""
+    them by it). ``instanced``: as :func:`film_segments` has it: the shared
+    shapegroups' edge copies, after the scene's edges, each record with
+    its instance. At least one record: a zero-length one where there is none."""
     f32 = jnp.float32
     tris = jax.lax.stop_gradient(jnp.asarray(tris, f32))
     geom = jax.lax.stop_gradient(jnp.asarray(emitter_geom, f32))
     topo = jnp.asarray(topology).reshape(-1, 6)
     v0, v1, a3, b3 = _edge_vertices(tris, topo)
+    instance = jnp.full(len(topo), -1.0, f32)
+    if instanced is not None and len(instanced[0][0]):
+        (itopo, owner), _ = instanced
+        topo = jnp.concatenate([topo, jnp.asarray(itopo).reshape(-1, 6)])
+        v0, v1, a3, b3 = (jnp.concatenate([a, c]) for a, c in zip((v0, v1, a3, b3), _placed_copies(tris, instanced)))
+        instance = jnp.concatenate([instance, jnp.asarray(owner, f32)])
     length = jnp.linalg.norm(v1 - v0, axis=1)
     # the record from the second triangle (its slots of the ends, its third
     # vertex's), where the first is seen edge-on: the kernel takes the side
@@ -481,14 +489,15 @@ def shadow_edges(tris, topology: np.ndarray, emitter_geom, lights: tuple, shape_
         travel = jnp.broadcast_to(g, v0.shape) if directional else v0 - g
         casts, _, flip = _silhouettes(v0, v1, a3, b3, topo[:, 4] < 0, jnp.cross(v1 - v0, travel), travel)
         rows.append(jnp.concatenate([jnp.where(flip[:, None], flipped, topo[:, :5]).astype(f32),
-                                     jnp.full((len(topo), 1), float(row), f32)], axis=1))
+                                     jnp.full((len(topo), 1), float(row), f32), instance[:, None]], axis=1))
         lengths.append(jnp.where(casts, length, 0.0))
         if shape_data is not None and shape_data.shape[0] > 0:
             origin = -g * 1e6 if directional else g
             curve_rows, curve_lengths = _shadow_curves(shape_data, origin, row)
             rows.append(curve_rows)
             lengths.append(curve_lengths)
-    rows.append(jnp.zeros((1, layout.SHADOW_ROW), f32).at[0, layout.SHADOW_TRI_B].set(-1.0))
+    rows.append(jnp.zeros((1, layout.SHADOW_ROW), f32).at[0, layout.SHADOW_TRI_B].set(-1.0)
+                .at[0, layout.SHADOW_INSTANCE].set(-1.0))
     lengths.append(jnp.zeros(1, f32))
     return jnp.concatenate(rows), jnp.cumsum(jnp.concatenate(lengths)).astype(f32)
 
@@ -518,7 +527,8 @@ def _shadow_curves(shape_data, origin, light: int):
             ok &= o[:, 0] ** 2 + o[:, 1] ** 2 > 1.0 + 1e-4
         record = jnp.zeros((n, layout.SHADOW_ROW), f32).at[:, layout.SHADOW_TRI].set(-1.0)
         record = record.at[:, layout.SHADOW_SLOT0].set(jnp.arange(n, dtype=f32)).at[:, layout.SHADOW_SLOT1].set(
-            float(which)).at[:, layout.SHADOW_TRI_B].set(-1.0).at[:, layout.SHADOW_LIGHT].set(float(light))
+            float(which)).at[:, layout.SHADOW_TRI_B].set(-1.0).at[:, layout.SHADOW_LIGHT].set(float(light)).at[
+            :, layout.SHADOW_INSTANCE].set(-1.0)
         rows.append(record)
         lengths.append(jnp.where(ok, length, 0.0))
     return jnp.concatenate(rows), jnp.concatenate(lengths)

@@ -319,6 +319,8 @@ def _render_jvp(config: RenderConfig, primals, tangents):
     prim["seed"], prim["spp"] = inputs["seed_grad"], inputs["spp_grad"]
     if moves_geometry(active, config.structure):
         prim["edges"] = inputs["edges"]
+        if config.structure.instanced:
+            prim["instance_edges"] = instance_edge_rows(inputs["instance_topology"], inputs["instance_owner"])
         if config.structure.delta_lights:
             prim["shadow_edges"], prim["shadow_cdf"] = _shadow_edges(config, inputs, prim)
     args = [jnp.asarray(prim[k]) for k in config.derivative_input_names(active)] + [tin[n] for n in active]
@@ -335,7 +337,15 @@ def _shadow_edges(config: RenderConfig, inputs, prim):
     """The edges of the hard shadows of the scene's delta lights
     (``primitives/boundary.shadow_edges``)."""
     return shadow_edges(prim["tris"], inputs["edge_topology"], prim["emitter_geom"], config.delta_lights,
-                        prim.get("shape_data"))
+                        prim.get("shape_data"), _instanced(inputs, prim))
+
+
+def _instanced(inputs, prim):
+    """(the shared shapegroups' edge copies and their instances, the
+    ``instances`` buffer) where the render passes them, else None."""
+    if "instance_topology" not in inputs:
+        return None
+    return (inputs["instance_topology"], inputs["instance_owner"]), prim["instances"]
 
 
 def _film_boundary(config: RenderConfig, inputs, prim, tangents: dict):
@@ -350,8 +360,7 @@ def _film_boundary(config: RenderConfig, inputs, prim, tangents: dict):
         # (camera rays pass through emitters under hide_emitters: they have no silhouettes)
         hidden = (jnp.asarray(prim["tri_attr"])[:, layout.ATTR_EMITTER] >= 0) & (jnp.asarray(prim["hide_emitters"]) != 0)
     lens = {}
-    instanced = (((inputs["instance_topology"], inputs["instance_owner"]), prim["instances"])
-                 if "instance_topology" in inputs else None)
+    instanced = _instanced(inputs, prim)
     if config.structure.sensor == "thinlens":
         # (its silhouettes depend on the aperture point: the kernel samples them per point)
         segments, cdf = film_edges(config.film.grid)

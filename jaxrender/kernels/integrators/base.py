@@ -277,14 +277,18 @@ class Integrator:
     def kernel_inputs(self, active: tuple, structure: Structure) -> dict:
         """The inputs of the derivative kernels for ``active``: with moving
         triangles, also the scene's welded ``edges`` (``primitives/boundary
-        .edge_topology`` rows) and, with delta lights, the edges of their
-        shadows (``shadow_edges``, ``shadow_cdf``)."""
+        .edge_topology`` rows), with shared instances the copies of their
+        shapegroups' edges (``instance_edges``) and, with delta lights, the
+        edges of their shadows (``shadow_edges``, ``shadow_cdf``)."""
         inputs = self.inputs(structure)
         if not moves_geometry(active, structure):
             return inputs
         if structure.delta_lights:
             # (the edges of their hard shadows: integrators/shadows.py)
             inputs = dict(inputs, shadow_edges=ir.In("f32", (layout.SHADOW_ROW,)), shadow_cdf=ir.In("f32"))
+        if structure.instanced:
+            # (the copies of shared shapegroups' edges, each with its instance)
+            inputs = dict(inputs, instance_edges=ir.In("i32", (7,)))
         return dict(inputs, edges=ir.In("i32", (6,)))
 
     def check_active(self, active: tuple) -> tuple:

@@ -49,7 +49,7 @@ from ..sampling import sample_lengths
 from ..sensors import TYPES as SENSORS, film, motion, perspective
 from .base import _KERNELS
 from . import material, shadows
-from .material import vertex_of
+from .material import placed_vertex, vertex_of
 
 # Film distance (pixels) inside the region at which its radiance is traced.
 INSIDE = 1e-3
@@ -278,7 +278,8 @@ def _lens_edge_sample(integrator, ctx: Context, s):
         seen, on_edge = x_point, ep.p
         if ctx.geometry_motion:
             seen = _following_seen(ctx, si, x_point)
-            on_edge = vertex_of(ctx, ep.tri, ep.slot0) * (1.0 - ep.t) + vertex_of(ctx, ep.tri, ep.slot1) * ep.t
+            on_edge = placed_vertex(ctx, ep.tri, ep.slot0, ep.instance) * (1.0 - ep.t) \
+                + placed_vertex(ctx, ep.tri, ep.slot1, ep.instance) * ep.t
             if ctx.structure.analytic:
                 on_line = on_edge
                 on_edge = ir.cond(valid & (ep.shape >= 0),
@@ -312,7 +313,7 @@ def _following_seen(ctx: Context, si, x_point: Vec) -> Vec:
     """What a boundary sample saw (``x_point``: the hit's point, or a miss's
     direction), a hit following its surface at its material coordinates."""
     return Vec(*(ir.select(si.hit, a, c) for a, c in
-                 zip(point_on_surface(ctx, si.prim, *material_coords(ctx, si)), x_point)))
+                 zip(point_on_surface(ctx, si.prim, *material_coords(ctx, si), si.instance), x_point)))
 
 
 def _film_ray(ctx: Context, fx, fy, lens=None):

@@ -92,6 +92,8 @@ class EdgeSample:
     direction: Vec
     coef: Vec          # f cos L_behind / pdf, 0 where there is no term
     valid: object      # where there is one
+    instance: object = None         # in scenes with shared instances: the edge's instance (-1: the scene's
+    behind_instance: object = None  # own edge) and that of what lies past it
 
 
 def vertex_of(ctx, tri, slot):
@@ -442,19 +444,27 @@ def edge_sample(ctx, si, u, valid, incident, emission_only) -> EdgeSample:
         hit = intersect(plain, o, d_behind, ir.Float(0.0))
         along = hit.t * ir.dot(d_behind, w_o)
         own = ir.select(shape >= 0, shape_of(plain, hit.prim) == shape, (hit.prim == tri_a) | (hit.prim == tri_b))
+        if ep.instance is not None:
+            own = own & (hit.instance == ep.instance)
         # (its own surface only where the ray grazes it at the edge: beyond,
         # e.g. a tube's inside past its rim, it is what lies behind)
         past = ~hit.hit | ((along > dist_o * (1.0 - 1e-3)) & ~(own & (along < dist_o * (1.0 + 1e-2))))
-        return (seen & past, hit.prim, *material_coords(plain, hit))
+        return (seen & past, hit.prim, *material_coords(plain, hit), _instance(hit))
 
     # (the rays only for a silhouette: most sampled edges are none)
-    ok, behind, c1, c2 = ir.cond(valid & silhouette, trace,
-                                 lambda: (ir.Bool(False), ir.Int(-1), ir.Float(0.0), ir.Float(0.0)))
+    ok, behind, c1, c2, behind_instance = ir.cond(
+        valid & silhouette, trace, lambda: (ir.Bool(False), ir.Int(-1), ir.Float(0.0), ir.Float(0.0), ir.Int(-1)))
     # the radiance arriving from behind the edge, and the BSDF towards it
     le = ir.cond(ok, lambda: incident(o, d_behind), S.zero)
     f, _, _ = SurfaceBsdf(plain, si).query(si.frame.to_local(w), ir.Float(0.5), Vec(ir.Float(0.5), ir.Float(0.5)))
     coef = Vec(*(ir.select(ok, f[k] * le[k] * weight, 0.0) for k in range(S.channels)))
-    return EdgeSample(tri_a, s0, s1, t, shape, which, normal, behind, c1, c2, d_behind, coef, ok)
+    return EdgeSample(tri_a, s0, s1, t, shape, which, normal, behind, c1, c2, d_behind, coef, ok, ep.instance,
+                      None if ep.instance is None else behind_instance)
+
+
+def _instance(si):
+    """The instance a hit was found through (-1: none, in scenes without them too)."""
+    return si.instance if si.instance is not None else ir.Int(-1)
 
 
 def _apart(x: Vec, a: Vec, ok) -> Vec:
@@ -463,12 +473,12 @@ def _apart(x: Vec, a: Vec, ok) -> Vec:
     return Vec(*(ir.select(ok, c, e) for c, e in zip(a, ir.detach(x) + Vec(1.0, 0.0, 0.0))))
 
 
-def _seen_direction(ctx, x: Vec, prim, c1, c2, traced: Vec, valid) -> Vec:
+def _seen_direction(ctx, x: Vec, prim, c1, c2, traced: Vec, valid, instance=None) -> Vec:
     """The direction from the (moving) point ``x`` to what a boundary
     sample saw past its edge: a surface point following its surface at
-    material coordinates (c1, c2), or, where the ray missed (prim -1), the
-    ``traced`` direction."""
-    seen = point_on_surface(ctx, prim, c1, c2)
+    material coordinates (c1, c2) (seen through ``instance``), or, where
+    the ray missed (prim -1), the ``traced`` direction."""
+    seen = point_on_surface(ctx, prim, c1, c2, instance)
     w = ir.normalize(_apart(x, seen, valid & (prim >= 0)) - x)
     return Vec(*(ir.select(prim >= 0, a, ir.detach(c)) for a, c in zip(w, traced)))
 
@@ -482,13 +492,14 @@ def edge_term(ctx, rec: EdgeSample, x: Vec):
     """The boundary term of ``rec`` as seen from the (moving) point ``x``:
     0 in value, its derivative the coefficient times the rate at which the
     edge sweeps over what lies behind it (normal velocity in directions)."""
-    p = vertex_of(ctx, rec.tri, rec.slot0) * (1.0 - rec.t) + vertex_of(ctx, rec.tri, rec.slot1) * rec.t
+    p = placed_vertex(ctx, rec.tri, rec.slot0, rec.instance) * (1.0 - rec.t) \
+        + placed_vertex(ctx, rec.tri, rec.slot1, rec.instance) * rec.t
     if ctx.structure.analytic:
         on_edge = p
         p = ir.cond(rec.valid & (rec.shape >= 0),
                     lambda: curve_point(ctx.geo, ir.maximum(rec.shape, 0), rec.which, x, rec.t), lambda: on_edge)
     w_edge = ir.normalize(_apart(x, p, rec.valid) - x)
-    w_behind = _seen_direction(ctx, x, rec.behind, rec.b1, rec.b2, rec.direction, rec.valid)
+    w_behind = _seen_direction(ctx, x, rec.behind, rec.b1, rec.b2, rec.direction, rec.valid, rec.behind_instance)
     return rec.coef * _sweep(ir.dot(w_edge - w_behind, rec.normal), rec.valid)
 
 
@@ -502,7 +513,8 @@ class HorizonSample:
     boundary term's coefficients."""
     direction: Vec     # on the plane, traced
     normal: Vec        # the plane's normal towards the side below, traced
-    sides: tuple       # per side (above, below): prim (-1: a miss), material coordinates, the direction, coef
+    sides: tuple       # per side (above, below): prim (-1: a miss), material coordinates, the direction, coef,
+                       # the instance of the hit (None in scenes without shared instances)
     valid: object
 
 
@@ -528,10 +540,11 @@ def horizon_sample(ctx, si, u, valid, incident) -> HorizonSample:
 
         def trace(o=o, d=d):
             hit = intersect(plain, o, d, ir.Float(0.0))
-            return (hit.prim, *material_coords(plain, hit), incident(o, d))
-        prim, c1, c2, le = ir.cond(smooth, trace, lambda: (ir.Int(-1), ir.Float(0.0), ir.Float(0.0), S.zero()))
+            return (hit.prim, *material_coords(plain, hit), _instance(hit), incident(o, d))
+        prim, c1, c2, inst, le = ir.cond(smooth, trace, lambda: (ir.Int(-1), ir.Float(0.0), ir.Float(0.0),
+                                                                 ir.Int(-1), S.zero()))
         coef = Vec(*(ir.select(smooth, f[k] * le[k] * (2.0 * 3.141592653589793), 0.0) for k in range(S.channels)))
-        sides.append((prim, c1, c2, d, coef))
+        sides.append((prim, c1, c2, d, coef, inst if ctx.structure.instanced else None))
     return HorizonSample(w, -si.ng, tuple(sides), smooth)
 
 
@@ -542,8 +555,8 @@ def horizon_term(ctx, rec: HorizonSample, x: Vec, ng: Vec):
     side above loses what the side below gains)."""
     w_edge = ir.normalize(rec.direction - ng * ir.dot(ng, rec.direction))
     out = None
-    for (prim, c1, c2, d, coef), sign in zip(rec.sides, (1.0, -1.0)):
-        w_seen = _seen_direction(ctx, x, prim, c1, c2, d, rec.valid)
+    for (prim, c1, c2, d, coef, inst), sign in zip(rec.sides, (1.0, -1.0)):
+        w_seen = _seen_direction(ctx, x, prim, c1, c2, d, rec.valid, inst)
         term = coef * (_sweep(ir.dot(w_edge - w_seen, rec.normal), rec.valid) * sign)
         out = term if out is None else out + term
     return out
@@ -584,6 +597,13 @@ def followed_emitter_sample(ctx, fixed, si, es, es_u):
     return dataclasses.replace(es, w=w), relative(ir.select(follows, j, 1.0))
 
 
+def instances_of(prev) -> tuple:
+    """The instances (-1: none) of a path state's last hit and the one
+    before (``path.PathState.prev``), (None, None) in scenes without shared
+    instances."""
+    return tuple(prev[9:11]) if len(prev) > 9 else (None, None)
+
+
 def pair_factor(ctx, si, fixed, measure, prev) -> Vec:
     """1, with the derivative of reaching ``si`` (``followed``'s, with the
     ``measure`` of its coordinates) from the previous vertex (``prev``: its
@@ -591,14 +611,16 @@ def pair_factor(ctx, si, fixed, measure, prev) -> Vec:
     (times cosine) towards this point and the area this point's solid
     angle covers there; a miss keeps its direction."""
     from ..bsdfs.surface import SurfaceBsdf
-    prim, b1, b2, o, d, t, prim2, b1_2, b2_2 = prev
-    traced = intersect(ctx.primal(), o, d, ir.Float(0.0), INF, KnownHit(ir.Bool(True), t, prim, b1, b2, ir.Int(-1)))
+    prim, b1, b2, o, d, t, prim2, b1_2, b2_2 = prev[:9]
+    inst, inst2 = instances_of(prev)
+    traced = intersect(ctx.primal(), o, d, ir.Float(0.0), INF,
+                       KnownHit(ir.Bool(True), t, prim, b1, b2, ir.Int(-1) if inst is None else inst))
     before = following(ctx, traced)
     # the vertex before that one: the camera, or a hit following its surface
     cam = motion.CameraRow(ctx.b["camera"])
     back = ir.normalize(Vec(*(ir.select(prim2 < 0, a, c) for a, c in
                               zip(motion.to_camera(ctx, before.p, cam, motion.eye_of_ray(ctx, cam, o, d)),
-                                  point_on_surface(ctx, prim2, b1_2, b2_2) - before.p))))
+                                  point_on_surface(ctx, prim2, b1_2, b2_2, inst2) - before.p))))
     before = dataclasses.replace(before, wi=before.frame.to_local(back))
     wo = ir.normalize(si.p - before.p)
     wo = Vec(*(ir.select(si.hit, a, c) for a, c in zip(wo, fixed.d)))

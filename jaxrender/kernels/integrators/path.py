@@ -52,7 +52,8 @@ class PathState:
     rr_prefix: Any = None  # polarized adjoints: the throughput before this state's, which Russian
                            # roulette multiplies in (the rest of a path traced from identity throughput)
     prev: Any = None    # kernels for moving geometry: the last hit (prim and its material coordinates), the ray
-                        # that found it (o, d, t) and the hit before it (the same three; prim -1: the camera)
+                        # that found it (o, d, t) and the hit before it (the same three; prim -1: the camera);
+                        # in scenes with shared instances, then the instances of the two hits
     known: Any = None   # the next ray's first hit where a kernel already found it (interaction.KnownHit: a
                         # camera ray's, traced once for the film as well), else None
 
@@ -129,7 +130,9 @@ class PathIntegrator(ReplayIntegrator):
         S = self.spectrum
         valid = self.camera_sees_environment(ctx) if samples_null(ctx.structure) else None
         none = (ir.Int(-1), ir.Float(0.0), ir.Float(0.0))
-        prev = (*none, o, d, ir.Float(0.0), *none) if ctx.geometry_motion else None
+        prev = None
+        if ctx.geometry_motion:
+            prev = (*none, o, d, ir.Float(0.0), *none) + ((ir.Int(-1), ir.Int(-1)) if ctx.structure.instanced else ())
         single = ir.Bool(False) if ctx.structure.dispersion else None
         return PathState(ir.Int(0), o, d, t_min, t_max, S.one(), S.no_radiance(), ir.Float(1.0), ir.Bool(True),
                          ir.Bool(True), ir.Float(1.0), valid=valid, single=single, prev=prev, known=known)
@@ -173,7 +176,8 @@ class PathIntegrator(ReplayIntegrator):
             eye = motion.eye_of_ray(ctx, cam, fixed.o, fixed.d)     # (depth 0: the ray's aperture point)
             toward = ir.normalize(Vec(*(ir.select(depth == 0, a, b) for a, b in
                                         zip(motion.to_camera(ctx, si.p, cam, eye),
-                                            point_on_surface(ctx, prev[0], prev[1], prev[2]) - si.p))))
+                                            point_on_surface(ctx, *prev[:3], material.instances_of(prev)[0])
+                                            - si.p))))
             si = dataclasses.replace(si, wi=Vec(*(ir.select(si.hit, a, b)
                                                   for a, b in zip(si.frame.to_local(toward), si.wi))))
             es, nee = material.followed_emitter_sample(ctx, fixed, si, es, es_u)
@@ -316,7 +320,10 @@ class PathIntegrator(ReplayIntegrator):
         prev = None
         if st.prev is not None:
             # (what a pass-through step meets is no vertex: the next one's predecessor stays the camera)
-            prev = ir.select(pass_through, st.prev, (si.prim, *material_coords(ctx, si), st.o, st.d, si.t, *st.prev[:3]))
+            found = (si.prim, *material_coords(ctx, si), st.o, st.d, si.t, *st.prev[:3])
+            if ctx.structure.instanced:
+                found = found + (si.instance, st.prev[9])
+            prev = ir.select(pass_through, st.prev, found)
         new = PathState(ir.select(pass_through, st.depth, st.depth + 1),
                         ir.select(pass_through, passed, si.spawn(sh.wo)), ir.select(pass_through, st.d, sh.wo),
                         ir.Float(0.0), ir.select(pass_through, st.t_max - si.t - si.scale, INF),

@@ -36,7 +36,7 @@ from ..geometry import occluded
 from ..interaction import KnownHit, SurfaceInteraction, intersect, material_coords, shape_of, surface_point
 from ..shapes import curve_point
 from ..sampling import sample_lengths
-from .material import BEHIND, _apart, _sweep, vertex_of
+from .material import BEHIND, _apart, _sweep, placed_vertex
 
 # Dimension group of the vertex samples (plus the vertex's depth).
 GROUP = 4096
@@ -55,6 +55,8 @@ class CurveAt:
     prim: Any          # y's primitive and material coordinates
     c1: Any
     c2: Any
+    instance: Any = None    # in scenes with shared instances: the edge's instance (-1: the scene's own
+    y_instance: Any = None  # edge) and y's
 
 
 @dataclasses.dataclass
@@ -81,8 +83,9 @@ def sample(ctx, u) -> ShadowEdge:
     tri, slot0, slot1, inner, tri_b, light = (ir.cast(recs.read(i, k), "i32") for k in (
         layout.SHADOW_TRI, layout.SHADOW_SLOT0, layout.SHADOW_SLOT1, layout.SHADOW_INNER, layout.SHADOW_TRI_B,
         layout.SHADOW_LIGHT))
-    v0, v1 = vertex_of(plain, tri, slot0), vertex_of(plain, tri, slot1)
-    e, de, inside = v0 + (v1 - v0) * tau, v1 - v0, vertex_of(plain, tri, inner)
+    instance = ir.cast(recs.read(i, layout.SHADOW_INSTANCE), "i32") if ctx.structure.instanced else None
+    v0, v1 = placed_vertex(plain, tri, slot0, instance), placed_vertex(plain, tri, slot1, instance)
+    e, de, inside = v0 + (v1 - v0) * tau, v1 - v0, placed_vertex(plain, tri, inner, instance)
     g = Vec(*(b["emitter_geom"].read(light, k) for k in range(3)))
     directional = b["emitter_meta"].read(light, layout.META_TYPE) == TYPE_ID["directional"]
     if ctx.structure.analytic:
@@ -107,6 +110,8 @@ def sample(ctx, u) -> ShadowEdge:
         lit = ~occluded(ctx.geo, lit_side, -w, ir.Float(0.0), to_light)
         hit = intersect(plain, lit_side, ir.normalize(w - m * BEHIND), ir.Float(0.0))
         own = (hit.prim == tri) | (hit.prim == tri_b)
+        if instance is not None:
+            own = own & (hit.instance == instance)
         if ctx.structure.analytic:
             own = ir.select(tri < 0, shape_of(plain, hit.prim) == slot0, own)
         return lit & hit.hit & ~own, hit
@@ -114,7 +119,8 @@ def sample(ctx, u) -> ShadowEdge:
     none = intersect(plain, lit_side, w, ir.Float(0.0), ir.Float(0.0),
                      KnownHit(ir.Bool(True), ir.Float(0.0), ir.Int(-1), ir.Float(0.0), ir.Float(0.0), ir.Int(-1)))
     ok, hit = ir.cond((length > 0.0) & (total > 0.0) & (m_len > 0.0), trace, lambda: (ir.Bool(False), none))
-    at = CurveAt(tri, slot0, slot1, tau, directional, g, hit.prim, *material_coords(plain, hit))
+    at = CurveAt(tri, slot0, slot1, tau, directional, g, hit.prim, *material_coords(plain, hit), instance,
+                 None if instance is None else hit.instance)
     return ShadowEdge(at, e, de, light, m, offset, hit, ok, total / ir.select(length > 0.0, length, 1.0))
 
 
@@ -151,13 +157,14 @@ def moving_points(ctx, at: CurveAt) -> tuple[Vec, Vec]:
     """(the curve's point, y's material point), following the geometry:
     the moving edge point, the light's ray through it and the plane of
     the moving surface at y."""
-    e = vertex_of(ctx, at.tri, at.slot0) * (1.0 - at.tau) + vertex_of(ctx, at.tri, at.slot1) * at.tau
+    e = placed_vertex(ctx, at.tri, at.slot0, at.instance) * (1.0 - at.tau) \
+        + placed_vertex(ctx, at.tri, at.slot1, at.instance) * at.tau
     if ctx.structure.analytic:
         geo, shape = ctx.geo, ir.maximum(at.slot0, 0)
         on_edge = e
         e = ir.cond(at.tri < 0, lambda: curve_point(geo, shape, at.slot1, _origin(geo, shape, at.directional, at.g),
                                                     at.tau * (2.0 * math.pi)), lambda: on_edge)
-    y, n, _ = surface_point(ctx, at.prim, at.c1, at.c2)
+    y, n, _ = surface_point(ctx, at.prim, at.c1, at.c2, at.y_instance)
     return _on_plane(at, e, y, n), y
 
 
