@@ -318,7 +318,8 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
             inputs["instance_topology"], inputs["instance_owner"] = instance_topology(scene)
     # The camera's reason is the scene's, for its to_world parameter.
     why = (("camera", scene.nondifferentiable.get(cam_key, "")), ("tris", _GEOMETRY_WHY),
-           ("shape_data", _GEOMETRY_WHY), ("tri_normals", _GEOMETRY_WHY), ("tri_uv", _GEOMETRY_WHY))
+           ("shape_data", _GEOMETRY_WHY), ("tri_normals", _GEOMETRY_WHY), ("tri_uv", _GEOMETRY_WHY),
+           ("instances", _GEOMETRY_WHY))
     film = FilmGeometry(grid=cam.grid_size[::-1], border=cam.border, footprint=cam.footprint)
     config = RenderConfig(film, method, why, structure, integrator, split, scene.delta_lights)
     image = render_image(config, inputs)
@@ -412,12 +413,14 @@ def _camera_why(scene, cam, integrator, settings, structure) -> str | None:
 def _geometry_keys(scene) -> list:
     """The parameters that move geometry the kernels can follow: a mesh's
     triangles (``vertex_positions``, a rectangle's ``to_world``) and
-    ``vertex_normals``, an analytic shape's ``to_world``."""
+    ``vertex_normals``, an analytic shape's ``to_world``, a shared
+    instance's ``to_world``."""
     g = scene.moving
     if g is None:
         return []
     return ([k for p in g.placements if p is not None for k in (p.key, p.normals_key) if k is not None]
-            + [s.param for s in g.shapes if s.param is not None])
+            + [s.param for s in g.shapes if s.param is not None]
+            + list(g.instances.keys if g.instances is not None else ()))
 
 
 def _surface_why(what: str, buffer: str, integrator) -> str | None:

@@ -697,18 +697,21 @@ def test_geometry_seen_through_a_thin_lens(case):
         assert abs(_z(centred, fd)) > 6.0, (centred.mean(), fd.mean())
 
 
-def test_expanded_instance_to_world_matches_finite_differences():
+@pytest.mark.parametrize("expand", [True, False])
+def test_instance_to_world_matches_finite_differences(expand):
     """An instance of a shapegroup (a cube, split at its edges) as the
-    occluder, loaded with expand_instances: its to_world translated moves
-    its copy of the group's mesh, its silhouettes and its shadow (finite
-    differences, forward mode equal to reverse mode)."""
+    occluder, shared or loaded with expand_instances: its to_world
+    translated moves its copy of the group's mesh (a shared one: the
+    points seen through it, its edges' copies), its silhouettes and its
+    shadow (finite differences, forward mode equal to reverse mode)."""
     d = shadow_scene()
     bsdf = d["occluder"]["bsdf"]
     d["g"] = {"type": "shapegroup", "box": {"type": "cube", "bsdf": bsdf,
                                             "to_world": _placed(0.6, 0.6, 0.6, (0.0, 0.0, 0.0))}}
     d["occluder"] = {"type": "instance", "shapegroup": {"type": "ref", "id": "g"},
                      "to_world": _placed(0.5, 0.5, 0.5, (0.1, 0.8, 0.0))}
-    scene = jaxrender.load_dict(d, expand_instances=True)
+    scene = jaxrender.load_dict(d, expand_instances=expand)
+    assert scene.structure.instanced != expand
     key = "occluder.to_world"
     value = jnp.asarray(scene.params[key])
     _agrees_along_a_ramp(scene, key, value, _translate_x(value))

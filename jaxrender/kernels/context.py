@@ -127,10 +127,10 @@ class Structure:
 
 
 # The buffers whose derivatives move the scene's geometry (the triangles'
-# vertices and vertex normals, the analytic shapes' transforms:
-# integrators/material.py) and, with the camera's, every buffer whose
-# motion derivative kernels follow.
-GEOMETRY = ("tris", "shape_data", "tri_normals")
+# vertices and vertex normals, the analytic shapes' transforms, shared
+# instances' transforms: integrators/material.py) and, with the camera's,
+# every buffer whose motion derivative kernels follow.
+GEOMETRY = ("tris", "shape_data", "tri_normals", "instances")
 MOVING = ("camera",) + GEOMETRY
 
 

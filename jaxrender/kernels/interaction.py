@@ -277,10 +277,10 @@ def followed(ctx, si: SurfaceInteraction):
     ns = ng
     if ctx.structure.shading_normals:
         smooth = triangle.shading_normal(ctx.b["tri_normals"], ir.maximum(si.prim, 0), c1, c2, ng)
-        if ctx.structure.instanced and si.instance is not None:
-            # (a shapegroup's normals are in group space: the instance's
-            # are placed, and shared instances do not move, as traced)
-            smooth = Vec(*(ir.select(si.instance >= 0, ir.detach(a), b) for a, b in zip(si.frame.n, smooth)))
+        if _through_instance(ctx, si):
+            # (a shapegroup's vertex normals are in group space: placed by the instance)
+            placed = _placed_shading_normal(ctx, si, c1, c2, ng)
+            smooth = Vec(*(ir.select(si.instance >= 0, a, b) for a, b in zip(placed, smooth)))
         ns = Vec(*(ir.select(si.hit & (shape_of(ctx, si.prim) < 0), a, b) for a, b in zip(smooth, ng)))
     p = keep(p, ir.detach(si.o + si.d))
     if ctx.structure.tangents:
@@ -290,11 +290,8 @@ def followed(ctx, si: SurfaceInteraction):
         # a NaN in the branch not taken would still reach the derivatives.
         up, across = Vec(0.0, 0.0, 1.0), Vec(1.0, 0.0, 0.0)
         du, dv = _moving_tangents(ctx, si, keep(ng, up), p)
-        moves = si.hit
-        if ctx.structure.instanced and si.instance is not None:
-            moves = moves & (si.instance < 0)     # (a shared instance's frame stays as traced)
-        frame = ir.select(moves, Frame.along(keep(ns, up), keep(du, across)), si.frame)
-        dp_du, dp_dv = ir.select(moves, (du, dv), (si.dp_du, si.dp_dv))
+        frame = ir.select(si.hit, Frame.along(keep(ns, up), keep(du, across)), si.frame)
+        dp_du, dp_dv = ir.select(si.hit, (du, dv), (si.dp_du, si.dp_dv))
     else:
         frame, dp_du, dp_dv = Frame(ns), si.dp_du, si.dp_dv
     # (a miss's point is at infinity: a finite stand-in, so that nothing
@@ -304,13 +301,43 @@ def followed(ctx, si: SurfaceInteraction):
             ir.select(si.hit, measure, 1.0))
 
 
+def _through_instance(ctx, si: SurfaceInteraction) -> bool:
+    """Whether ``si`` may be a hit on a shapegroup's triangle through an instance."""
+    return ctx.structure.instanced and si.instance is not None
+
+
+def _to_group_normal(ctx, instance, n: Vec) -> Vec:
+    """A world normal in the group space of ``instance`` (by the transpose
+    of its to_world's linear part), normalised."""
+    m = ctx.geo.instances._matrix(ir.maximum(instance, 0), layout.INSTANCE_TO_WORLD)
+    return ir.normalize(Vec(*(m[c] * n.x + m[4 + c] * n.y + m[8 + c] * n.z for c in range(3))))
+
+
+def _placed_shading_normal(ctx, si: SurfaceInteraction, c1, c2, ng: Vec) -> Vec:
+    """The vertex normals of a shapegroup's triangle hit through an
+    instance, interpolated and placed by it (``ng`` where it has none)."""
+    inst = ctx.geo.instances
+    n = triangle.shading_normal(ctx.b["tri_normals"], ir.maximum(si.prim, 0), c1, c2, _to_group_normal(
+        ctx, si.instance, ng))
+    return inst.normal_to_world(ir.maximum(si.instance, 0), n)
+
+
 def _moving_tangents(ctx, si: SurfaceInteraction, ng: Vec, p: Vec) -> tuple[Vec, Vec]:
     """``intersect``'s (dp_du, dp_dv) of the hit, from the moving
-    triangle (its normal ``ng``) or analytic shape (its point ``p``)."""
+    triangle (its normal ``ng``) or analytic shape (its point ``p``); a
+    shapegroup's triangle in group space, placed by its instance."""
     def on_triangle():
         return triangle.tangents(ctx.b["tris"], ctx.b["tri_uv"], ir.maximum(si.prim, 0), ng)
 
+    def on_mesh():
+        if not _through_instance(ctx, si):
+            return on_triangle()
+        inst, i = ctx.geo.instances, ir.maximum(si.instance, 0)
+        placed = tuple(inst.to_world_dir(i, v) for v in triangle.tangents(
+            ctx.b["tris"], ctx.b["tri_uv"], ir.maximum(si.prim, 0), _to_group_normal(ctx, si.instance, ng)))
+        return ir.select(si.instance >= 0, placed, on_triangle())
+
     if not ctx.structure.analytic:
-        return on_triangle()
+        return on_mesh()
     s = shape_of(ctx, si.prim)
-    return ir.cond(s >= 0, lambda: shapes.tangents(ctx.geo, s, p), on_triangle)
+    return ir.cond(s >= 0, lambda: shapes.tangents(ctx.geo, s, p), on_mesh)

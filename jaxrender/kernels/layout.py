@@ -89,9 +89,10 @@ CAMERA_ROW = 22                # camera: to_world (16, row-major), tan_x, tan_y,
 CAMERA_TO_WORLD, CAMERA_TAN_X, CAMERA_TAN_Y, CAMERA_NEAR_CLIP, CAMERA_FAR_CLIP = 0, 16, 17, 18, 19
 CAMERA_APERTURE, CAMERA_FOCUS = 20, 21
 # --- film segments of the camera's boundary term (integrators/boundary.py) ------------------
-SEGMENT_ROW = 17               # segments: ends on the film (grid pixels), their world points, side, kind,
+SEGMENT_ROW = 18               # segments: ends on the film (grid pixels), their world points, side, kind,
                                # and a mesh edge's triangle, the slots of its ends and where the segment's
-                               # ends lie along it (0..1), so that its points can follow moving triangles
+                               # ends lie along it (0..1), so that its points can follow moving triangles,
+                               # and the instance whose copy of a shapegroup's edge it is (-1: none)
 SEG_S0, SEG_S1, SEG_P0, SEG_P1 = 0, 2, 4, 7
 SEG_SIDE = 10                  # +1 / -1: the region lies towards side * (-e.y, e.x), e = s1 - s0
 SEG_KIND = 11                  # SEG_SILHOUETTE: moves with its world points; SEG_FILM_EDGE: fixed on the film;
@@ -99,6 +100,7 @@ SEG_KIND = 11                  # SEG_SILHOUETTE: moves with its world points; SE
 SEG_SILHOUETTE, SEG_FILM_EDGE, SEG_CURVE_KIND = 0.0, 1.0, 2.0
 SEG_SHAPE, SEG_CURVE = 4, 5    # a curve's shape_data row and which curve (integrators/boundary.curve_point)
 SEG_TRI, SEG_SLOT0, SEG_SLOT1, SEG_LO, SEG_HI = 12, 13, 14, 15, 16   # SEG_TRI -1: not a mesh edge
+SEG_INSTANCE = 17
 # Hard shadows' edges (geometry derivatives under point, spot and directional lights): a
 # welded edge that is a silhouette seen from a delta light, with that light.
 SHADOW_ROW = 7                 # shadow_edges: the edge's first triangle, the slots of its ends and of that

@@ -195,7 +195,7 @@ def film_edges(grid: tuple):
     sides = jnp.array([[0, 0, gw, 0], [gw, 0, gw, gh], [gw, gh, 0, gh], [0, gh, 0, 0]], f32)
     rows = jnp.concatenate([sides, jnp.zeros((4, 6), f32), jnp.ones((4, 1), f32),
                             jnp.full((4, 1), layout.SEG_FILM_EDGE, f32), jnp.full((4, 1), -1.0, f32),
-                            jnp.zeros((4, 4), f32)], axis=1)
+                            jnp.zeros((4, 4), f32), jnp.full((4, 1), -1.0, f32)], axis=1)
     return rows, jnp.cumsum(jnp.array([gw, gh, gw, gh], f32))
 
 
@@ -310,8 +310,8 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     to_world may scale, and silhouettes are those seen along the axis.
     ``instanced``: (the shared shapegroups' edges per instance and their
     instances, :func:`instance_edges`; the ``instances`` buffer), whose
-    group-space edges are placed by each instance's to_world; their
-    segments follow no triangle (camera derivatives only)."""
+    group-space edges are placed by each instance's to_world (their
+    segments follow the group's triangle placed by the instance)."""
     f32 = jnp.float32
     cam = jax.lax.stop_gradient(jnp.asarray(camera, f32).reshape(-1))
     tris = jax.lax.stop_gradient(jnp.asarray(tris, f32))
@@ -344,13 +344,15 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
         usable = ~hidden[topo[:, 0]]
         boundary = boundary | hidden[jnp.maximum(topo[:, 4], 0)]
     refs = jnp.stack([topo[:, 0], topo[:, 1], topo[:, 2]], axis=1).astype(f32)     # triangle, slots of the ends
+    instance = jnp.full(len(topo), -1.0, f32)
     if instanced is not None and len(instanced[0][0]):
-        itopo = jnp.asarray(instanced[0][0])
+        (itopo, owner), _ = instanced
+        itopo = jnp.asarray(itopo)
         v0, v1, a3, b3 = (jnp.concatenate([a, c]) for a, c in zip((v0, v1, a3, b3), _placed_copies(tris, instanced)))
         boundary = jnp.concatenate([boundary, itopo[:, 4] < 0])
         usable = jnp.concatenate([usable, jnp.ones(len(itopo), bool)])
-        refs = jnp.concatenate([refs, jnp.stack([jnp.full(len(itopo), -1.0, f32), itopo[:, 1].astype(f32),
-                                                 itopo[:, 2].astype(f32)], axis=1)])
+        refs = jnp.concatenate([refs, itopo[:, :3].astype(f32)])
+        instance = jnp.concatenate([instance, jnp.asarray(owner, f32)])
     curves = []
     if shape_data is not None and shape_data.shape[0] > 0:
         shape_data = jax.lax.stop_gradient(jnp.asarray(shape_data, f32))
@@ -417,7 +419,7 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     length = jnp.where(keep, jnp.linalg.norm(s1c - s0c, axis=1), 0.0)
     rows = jnp.concatenate([s0c, s1c, p0, p1, side[:, None],
                             jnp.full((n_edges, 1), layout.SEG_SILHOUETTE, f32), refs,
-                            e_lo[:, None], e_hi[:, None]], axis=1)
+                            e_lo[:, None], e_hi[:, None], instance[:, None]], axis=1)
     parts, lengths = [jnp.where(keep[:, None], rows, 0.0)], [length]
 
     phi = jnp.linspace(0.0, 2.0 * np.pi, CURVE_POINTS + 1)
@@ -445,7 +447,7 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
         record = jnp.zeros((len(idx), layout.SEGMENT_ROW), f32)
         record = record.at[:, layout.SEG_SHAPE].set(idx.astype(f32)).at[:, layout.SEG_CURVE].set(float(which))
         record = record.at[:, layout.SEG_SIDE].set(1.0).at[:, layout.SEG_KIND].set(layout.SEG_CURVE_KIND)
-        record = record.at[:, layout.SEG_TRI].set(-1.0)
+        record = record.at[:, layout.SEG_TRI].set(-1.0).at[:, layout.SEG_INSTANCE].set(-1.0)
         parts.append(record)
         lengths.append(curve_len)
     segments = jnp.concatenate(parts + [film_rows]).astype(f32)

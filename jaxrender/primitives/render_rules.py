@@ -312,7 +312,7 @@ def _render_jvp(config: RenderConfig, primals, tangents):
                                              f"{integrator.primal_only}")
             raise NotDifferentiableError(
                 reasons.get(name, f"the renderer cannot differentiate its input {name!r}"))
-    active = tuple(n for n in integrator.differentiable if not _is_zero(tin[n]))
+    active = tuple(n for n in integrator.differentiable if n in tin and not _is_zero(tin[n]))
     if not active:
         return out, jnp.zeros_like(out)
     prim = _kernel_inputs(config, inputs)

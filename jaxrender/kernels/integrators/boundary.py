@@ -49,7 +49,7 @@ from ..sampling import sample_lengths
 from ..sensors import TYPES as SENSORS, film, motion, perspective
 from .base import _KERNELS
 from . import material, shadows
-from .material import placed_vertex, vertex_of
+from .material import placed_vertex
 
 # Film distance (pixels) inside the region at which its radiance is traced.
 INSIDE = 1e-3
@@ -205,7 +205,9 @@ def _sample(integrator, ctx: Context, s):
             slot0 = ir.cast(segs.read(i, layout.SEG_SLOT0), "i32")
             slot1 = ir.cast(segs.read(i, layout.SEG_SLOT1), "i32")
             at = lo + (hi - lo) * t
-            follows = vertex_of(ctx, tri, slot0) * (1.0 - at) + vertex_of(ctx, tri, slot1) * at
+            instance = ir.cast(segs.read(i, layout.SEG_INSTANCE), "i32") if ctx.structure.instanced else None
+            follows = placed_vertex(ctx, tri, slot0, instance) * (1.0 - at) \
+                + placed_vertex(ctx, tri, slot1, instance) * at
             on_edge = Vec(*(ir.select((tri >= 0) & (kind == layout.SEG_SILHOUETTE), a, c)
                             for a, c in zip(follows, p)))
             if ctx.structure.analytic and eye is None:

@@ -89,7 +89,7 @@ class Vertex:
 class PathIntegrator(ReplayIntegrator):
     name = "path"
     differentiable = ("bsdf_data", "emitter_radiance", "texels", "camera", "tris", "shape_data", "tri_normals",
-                      "tri_uv")
+                      "tri_uv", "instances")
 
     def own_inputs(self) -> dict:
         return {"max_depth": ir.Scalar("i32"),     # -1: unbounded

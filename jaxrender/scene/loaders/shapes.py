@@ -286,10 +286,6 @@ _INSTANCE_TO_WORLD_WHY = ("this instance's shapegroup holds analytic shapes, whi
                           "is loaded, so its to_world cannot change at render time: load the scene again with the "
                           "new transform")
 
-_SHARED_INSTANCE_WHY = ("derivatives of an instance's to_world are implemented for instances expanded into copies "
-                        "of their shapegroup's meshes: load the scene with expand_instances=True (the value can "
-                        "change between renders, without recompiling)")
-
 _GROUP_SHAPE_WHY = ("the geometry of a shapegroup's shapes is not a parameter (its hierarchy, shared by the "
                     "instances, is built when the scene is loaded)")
 
@@ -390,8 +386,7 @@ def load_instance(builder: SceneBuilder, props: Properties) -> None:
     placed = any(len(mesh[0]) for mesh in group.meshes) and not group.shapes
     param = f"{props.key}.to_world" if placed else None
     if placed:
-        builder.add_param(param, m.astype(np.float32), nondiff=_GEOMETRY_WHY if builder.expand_instances
-                          else _SHARED_INSTANCE_WHY)
+        builder.add_param(param, m.astype(np.float32), nondiff=_GEOMETRY_WHY)
     else:
         builder.unexposed[f"{props.key}.to_world"] = _INSTANCE_TO_WORLD_WHY
     if builder.expand_instances:
