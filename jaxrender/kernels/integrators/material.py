@@ -168,9 +168,9 @@ def edge_point(ctx, x: Vec, u, x_shape, cdf=None, passes=None) -> EdgePoint:
     through a triangle (a second triangle that does leaves a boundary
     edge). Where the kernel has the input ``instance_edges`` (the welded
     edges of shared shapegroups, one copy per instance, and its instance:
-    ``primitives/boundary.instance_edges``), those are items too, after
-    the scene's own edges and before the shapes: the group-space edge
-    placed by its instance's to_world (static: no derivatives)."""
+    ``primitives/boundary.instance_edge_rows``), those are items too,
+    after the scene's own edges and before the shapes: the group-space
+    edge placed by its instance's to_world."""
     b = ctx.b
     plain = ctx.primal()
     analytic = ctx.structure.analytic
