@@ -297,7 +297,7 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
         if polarized:
             why_pol = f"derivatives of moving cameras and geometry in the {scene.variant} variant are not implemented yet"
             nondiff.update({k: f"{k}: {why_pol}" for k in (*camera_keys, *geometry_keys, *uv_keys) if k not in nondiff})
-        why_camera = _camera_why(scene, cam, integrator, settings, structure) if camera_keys else None
+        why_camera = _camera_why(scene, integrator, settings, structure) if camera_keys else None
         if why_camera is not None:
             nondiff.update({k: f"{k}: {why_camera}" for k in camera_keys if k not in nondiff})
         if geometry_keys:
@@ -402,7 +402,7 @@ def _moving_why(what: str, moves: str, scene, settings, structure) -> str | None
     return None
 
 
-def _camera_why(scene, cam, integrator, settings, structure) -> str | None:
+def _camera_why(scene, integrator, settings, structure) -> str | None:
     """Why this render cannot differentiate its camera, or None."""
     if "camera" not in integrator.differentiable:
         return (f"camera derivatives are implemented for the path and direct integrators, not "

@@ -116,6 +116,12 @@ class Instances:
     def to_world(self, i, p: Vec) -> Vec:
         return _affine(self._matrix(i, layout.INSTANCE_TO_WORLD), p, point=True)
 
+    def placed(self, i, p: Vec) -> Vec:
+        """The point ``p`` placed by instance ``i``'s to_world where ``i``
+        >= 0 (a shapegroup's point in group space), else ``p`` itself."""
+        w = self.to_world(ir.maximum(i, 0), p)
+        return Vec(*(ir.select(i >= 0, a, c) for a, c in zip(w, p)))
+
     def to_world_dir(self, i, v: Vec) -> Vec:
         return _affine(self._matrix(i, layout.INSTANCE_TO_WORLD), v, point=False)
 

@@ -137,8 +137,12 @@ def first_hit(ctx, o: Vec, d: Vec, t_min, t_max=INF) -> tuple[SurfaceInteraction
     that a kernel which needs the hit itself and the path's radiance
     queries the BVH once)."""
     si = intersect(ctx.primal(), o, d, t_min, t_max)
-    instance = si.instance if si.instance is not None else ir.Int(-1)
-    return si, KnownHit(ir.Bool(True), si.t, si.prim, si.b1, si.b2, instance)
+    return si, KnownHit(ir.Bool(True), si.t, si.prim, si.b1, si.b2, instance_of(si))
+
+
+def instance_of(si: SurfaceInteraction):
+    """The instance a hit was found through (-1: none, in scenes without them too)."""
+    return si.instance if si.instance is not None else ir.Int(-1)
 
 
 def shown_hit(ctx, o: Vec, d: Vec, t_min, t_max=INF, first: SurfaceInteraction | None = None) -> SurfaceInteraction:
@@ -166,7 +170,7 @@ def shown_hit(ctx, o: Vec, d: Vec, t_min, t_max=INF, first: SurfaceInteraction |
                     emitter)
 
         init = (o, t_min, t_max, ir.Float(0.0), si.t, si.prim, si.b1, si.b2,
-                si.instance if si.instance is not None else ir.Int(-1), ir.Bool(True))
+                instance_of(si), ir.Bool(True))
         o_k, t_min_k, t_max_k, acc, t, prim, b1, b2, instance, _ = ir.while_loop(lambda st: st[-1], body, init)
         last = intersect(plain, o_k, d, t_min_k, t_max_k, KnownHit(ir.Bool(True), t, prim, b1, b2, instance))
         return dataclasses.replace(last, t=last.t + acc)
@@ -227,10 +231,7 @@ def surface_point(ctx, prim, c1, c2, instance=None):
     def on_triangle():
         p0, p1, p2 = triangle.vertices(ctx.b["tris"], ir.maximum(prim, 0))
         if ctx.structure.instanced and instance is not None:
-            inst = ctx.geo.instances
-            placed = tuple(inst.to_world(ir.maximum(instance, 0), v) for v in (p0, p1, p2))
-            p0, p1, p2 = (Vec(*(ir.select(instance >= 0, a, c) for a, c in zip(w, v)))
-                          for w, v in zip(placed, (p0, p1, p2)))
+            p0, p1, p2 = (ctx.geo.instances.placed(instance, v) for v in (p0, p1, p2))
         c = ir.cross(p1 - p0, p2 - p0)
         size = ir.sqrt(ir.dot(c, c))
         return p0 * (1.0 - c1 - c2) + p1 * c1 + p2 * c2, c * (1.0 / ir.select(size > 0.0, size, 1.0)), size

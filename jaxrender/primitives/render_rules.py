@@ -366,7 +366,7 @@ def _film_boundary(config: RenderConfig, inputs, prim, tangents: dict):
         segments, cdf = film_edges(config.film.grid)
         lens["lens_edge_cdf"] = lens_edge_cdf(prim["tris"], inputs["edge_topology"], prim["camera"],
                                               prim.get("shape_data"), hidden, prim.get("prim_shape"), instanced)
-        if config.structure.instanced:
+        if config.structure.instanced and "instance_edges" not in prim:     # (a camera moving alone)
             lens["instance_edges"] = instance_edge_rows(inputs["instance_topology"], inputs["instance_owner"])
     else:
         segments, cdf = film_segments(prim["tris"], inputs["edge_topology"], prim["camera"],

@@ -49,7 +49,7 @@ from ..sampling import sample_lengths
 from ..sensors import TYPES as SENSORS, film, motion, perspective
 from .base import _KERNELS
 from . import material, shadows
-from .material import placed_vertex
+from .material import point_along_edge
 
 # Film distance (pixels) inside the region at which its radiance is traced.
 INSIDE = 1e-3
@@ -206,8 +206,7 @@ def _sample(integrator, ctx: Context, s):
             slot1 = ir.cast(segs.read(i, layout.SEG_SLOT1), "i32")
             at = lo + (hi - lo) * t
             instance = ir.cast(segs.read(i, layout.SEG_INSTANCE), "i32") if ctx.structure.instanced else None
-            follows = placed_vertex(ctx, tri, slot0, instance) * (1.0 - at) \
-                + placed_vertex(ctx, tri, slot1, instance) * at
+            follows = point_along_edge(ctx, tri, slot0, slot1, at, instance)
             on_edge = Vec(*(ir.select((tri >= 0) & (kind == layout.SEG_SILHOUETTE), a, c)
                             for a, c in zip(follows, p)))
             if ctx.structure.analytic and eye is None:
@@ -280,8 +279,7 @@ def _lens_edge_sample(integrator, ctx: Context, s):
         seen, on_edge = x_point, ep.p
         if ctx.geometry_motion:
             seen = _following_seen(ctx, si, x_point)
-            on_edge = placed_vertex(ctx, ep.tri, ep.slot0, ep.instance) * (1.0 - ep.t) \
-                + placed_vertex(ctx, ep.tri, ep.slot1, ep.instance) * ep.t
+            on_edge = point_along_edge(ctx, ep.tri, ep.slot0, ep.slot1, ep.t, ep.instance)
             if ctx.structure.analytic:
                 on_line = on_edge
                 on_edge = ir.cond(valid & (ep.shape >= 0),

@@ -34,7 +34,7 @@ from .. import layout
 from ...ir import Vec
 from ..geometry import occluded
 from ..geometry import INF
-from ..interaction import (KnownHit, following, intersect, material_coords, on_analytic_shape,
+from ..interaction import (KnownHit, following, instance_of, intersect, material_coords, on_analytic_shape,
                            point_on_surface, shape_of, surface_point)
 from ..shapes import curve_point, triangle
 from ..sensors import motion
@@ -107,10 +107,14 @@ def placed_vertex(ctx, tri, slot, instance=None):
     triangle is a shared shapegroup's (group space), placed by that
     instance's to_world."""
     v = vertex_of(ctx, tri, slot)
-    if instance is None:
-        return v
-    placed = ctx.geo.instances.to_world(ir.maximum(instance, 0), v)
-    return Vec(*(ir.select(instance >= 0, a, c) for a, c in zip(placed, v)))
+    return v if instance is None else ctx.geo.instances.placed(instance, v)
+
+
+def point_along_edge(ctx, tri, slot0, slot1, t, instance=None):
+    """The point at ``t`` (0..1) from vertex ``slot0`` to ``slot1`` of
+    triangle ``tri`` (placed by ``instance``: :func:`placed_vertex`),
+    following it."""
+    return placed_vertex(ctx, tri, slot0, instance) * (1.0 - t) + placed_vertex(ctx, tri, slot1, instance) * t
 
 
 def _facing(origin: Vec, p: Vec, tangent: Vec, inner: Vec):
@@ -449,7 +453,7 @@ def edge_sample(ctx, si, u, valid, incident, emission_only) -> EdgeSample:
         # (its own surface only where the ray grazes it at the edge: beyond,
         # e.g. a tube's inside past its rim, it is what lies behind)
         past = ~hit.hit | ((along > dist_o * (1.0 - 1e-3)) & ~(own & (along < dist_o * (1.0 + 1e-2))))
-        return (seen & past, hit.prim, *material_coords(plain, hit), _instance(hit))
+        return (seen & past, hit.prim, *material_coords(plain, hit), instance_of(hit))
 
     # (the rays only for a silhouette: most sampled edges are none)
     ok, behind, c1, c2, behind_instance = ir.cond(
@@ -460,12 +464,6 @@ def edge_sample(ctx, si, u, valid, incident, emission_only) -> EdgeSample:
     coef = Vec(*(ir.select(ok, f[k] * le[k] * weight, 0.0) for k in range(S.channels)))
     return EdgeSample(tri_a, s0, s1, t, shape, which, normal, behind, c1, c2, d_behind, coef, ok, ep.instance,
                       None if ep.instance is None else behind_instance)
-
-
-def _instance(si):
-    """The instance a hit was found through (-1: none, in scenes without them too)."""
-    return si.instance if si.instance is not None else ir.Int(-1)
-
 
 def _apart(x: Vec, a: Vec, ok) -> Vec:
     """``a`` where ``ok``, else a point away from ``x``: a finite
@@ -492,8 +490,7 @@ def edge_term(ctx, rec: EdgeSample, x: Vec):
     """The boundary term of ``rec`` as seen from the (moving) point ``x``:
     0 in value, its derivative the coefficient times the rate at which the
     edge sweeps over what lies behind it (normal velocity in directions)."""
-    p = placed_vertex(ctx, rec.tri, rec.slot0, rec.instance) * (1.0 - rec.t) \
-        + placed_vertex(ctx, rec.tri, rec.slot1, rec.instance) * rec.t
+    p = point_along_edge(ctx, rec.tri, rec.slot0, rec.slot1, rec.t, rec.instance)
     if ctx.structure.analytic:
         on_edge = p
         p = ir.cond(rec.valid & (rec.shape >= 0),
@@ -540,7 +537,7 @@ def horizon_sample(ctx, si, u, valid, incident) -> HorizonSample:
 
         def trace(o=o, d=d):
             hit = intersect(plain, o, d, ir.Float(0.0))
-            return (hit.prim, *material_coords(plain, hit), _instance(hit), incident(o, d))
+            return (hit.prim, *material_coords(plain, hit), instance_of(hit), incident(o, d))
         prim, c1, c2, inst, le = ir.cond(smooth, trace, lambda: (ir.Int(-1), ir.Float(0.0), ir.Float(0.0),
                                                                  ir.Int(-1), S.zero()))
         coef = Vec(*(ir.select(smooth, f[k] * le[k] * (2.0 * 3.141592653589793), 0.0) for k in range(S.channels)))

@@ -36,7 +36,7 @@ from ..geometry import occluded
 from ..interaction import KnownHit, SurfaceInteraction, intersect, material_coords, shape_of, surface_point
 from ..shapes import curve_point
 from ..sampling import sample_lengths
-from .material import BEHIND, _apart, _sweep, placed_vertex
+from .material import BEHIND, _apart, _sweep, placed_vertex, point_along_edge
 
 # Dimension group of the vertex samples (plus the vertex's depth).
 GROUP = 4096
@@ -157,8 +157,7 @@ def moving_points(ctx, at: CurveAt) -> tuple[Vec, Vec]:
     """(the curve's point, y's material point), following the geometry:
     the moving edge point, the light's ray through it and the plane of
     the moving surface at y."""
-    e = placed_vertex(ctx, at.tri, at.slot0, at.instance) * (1.0 - at.tau) \
-        + placed_vertex(ctx, at.tri, at.slot1, at.instance) * at.tau
+    e = point_along_edge(ctx, at.tri, at.slot0, at.slot1, at.tau, at.instance)
     if ctx.structure.analytic:
         geo, shape = ctx.geo, ir.maximum(at.slot0, 0)
         on_edge = e
