@@ -228,3 +228,39 @@ def test_a_subroutine_computes_what_it_reads_itself():
     assert ir.format_block(regions[0], outer_ids=True) == ir.format_block(regions[1], outer_ids=True)
     # (it reads x itself, and captures constants only)
     assert all(c.op == "const" for r in regions for c in ir.captured_values(r))
+
+
+@functools.cache
+def row_read_kernel() -> ir.Kernel:
+    """Rows read several columns at a time, at rows that differ per lane
+    (the packet code loads each lane's row and transposes, or gathers)."""
+    def body(idx, wide, ints):
+        i = idx[ir.item_index()]
+        near = [wide.read(i, k) for k in range(9)]                 # nine adjacent columns
+        far = [wide.read(i, k) for k in (0, 3, 7, 12, 16, 19)]     # spans more than 16 columns
+        pair = [wide.read(i + 1, k) for k in (4, 5)]               # two columns
+        n = [ints.read(i, k) for k in (1, 2, 3, 5, 6, 10)]         # an integer row
+        return {"near": ir.Vec(*near), "far": ir.Vec(*far), "pair": ir.Vec(*pair), "n": ir.Vec(*n)}
+
+    return ir.trace(body, {"idx": ir.In("i32"), "wide": ir.In("f32", (20,)), "ints": ir.In("i32", (11,))},
+                    {"near": ir.Out("f32", (9,)), "far": ir.Out("f32", (6,)), "pair": ir.Out("f32", (2,)),
+                     "n": ir.Out("i32", (6,))}, name="row_reads")
+
+
+def test_rows_read_several_columns_per_lane():
+    """Every packet width reads the columns of each lane's own row, at the
+    buffer's last row too (and clamped past it), as numpy indexes them."""
+    r = np.random.default_rng(5)
+    wide = r.uniform(-1, 1, (13, 20)).astype(np.float32)
+    ints = r.integers(-1000, 1000, (13, 11)).astype(np.int32)
+    idx = r.integers(0, 13, 53).astype(np.int32)
+    idx[:3] = 12          # the last row, its next row clamped to it
+    idx[5:21] = 7         # a whole packet on one row (the uniform path)
+    j = np.minimum(idx + 1, 12)
+    want = {"near": wide[idx, :9], "far": wide[idx][:, [0, 3, 7, 12, 16, 19]], "pair": wide[j][:, [4, 5]],
+            "n": ints[idx][:, [1, 2, 3, 5, 6, 10]]}
+    for lanes in LANES:
+        got = launch(row_read_kernel(), (len(idx),), simd_lanes=lanes, idx=idx, wide=wide, ints=ints)
+        for k, v in want.items():
+            np.testing.assert_array_equal(np.asarray(got[k]), v, err_msg=f"{k}, {lanes} lanes")
+    assert "llvm.masked.load" in cpu.generate_llvm_ir(row_read_kernel(), 0, 16)
