@@ -318,11 +318,12 @@ def test_megakernels_assemble_for_sm90(name, capsys):
         # queries share one), plus up to 640 bytes of other local data:
         # libdevice's sinf/cosf keep a 28-byte Payne-Hanek table there, and
         # spills go there. Spills: none in the primal; in the adjoints, which
-        # carry the most live state at the 255-register limit, up to 48
-        # words (PRB: 152 - 176 B with the traversal inlined); a growth past
-        # these bounds is a regression to look at.
+        # carry the most live state at the 255-register limit, up to 64
+        # words (PRB: 192 / 224 B, 92 / 88 B without the first pass's log
+        # of its queries, 8 steps x 6 words, in the loop state); a growth
+        # past these bounds is a regression to look at.
         assert r.stack_frame <= 8 * ir.bvh_query.STACK_SIZE + 640, r.log
-        assert r.spill_stores <= 192 and r.spill_loads <= 192, r.log
+        assert r.spill_stores <= 256 and r.spill_loads <= 256, r.log
         if name == "path":
             assert r.spill_stores == 0 and r.spill_loads == 0, r.log
 

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 import jaxrender
+from jaxrender.kernels.integrators import base as integrator_base
 from jaxrender.lowering import stats
 from jaxrender.primitives.render_rules import NotDifferentiableError
 from jaxrender.scene.transform import Transform as T
@@ -271,6 +272,68 @@ def test_prb_equals_unbiased_rb_and_is_linear_in_the_cotangent():
         want = 2.0 * np.asarray(prb[k]) - 0.5 * np.asarray(prb2[k])
         np.testing.assert_allclose(np.asarray(mixed[k]), want, rtol=1e-4,
                                    atol=1e-4 * float(np.max(np.abs(want))) + 1e-7, err_msg=k)
+
+
+def _prb_gradient(scene, dy):
+    p0 = {k: jnp.asarray(scene.params[k]) for k in DIFF_KEYS}
+    f = lambda p: jaxrender.render(scene, p, spp=2, seed=1, seed_grad=9)
+    g = jax.vjp(f, p0)[1](dy)[0]
+    return np.concatenate([np.asarray(g[k]).ravel() for k in DIFF_KEYS])
+
+
+@pytest.mark.parametrize("tamper", ["hits", "shadows", "keys"])
+def test_prb_replay_takes_its_first_pass_answers_for_the_same_rays(tamper, monkeypatch):
+    """PRB's replay answers its ray queries from the first pass's log
+    (kernels/integrators/base.QueryLog) where a ray's key matches: logged
+    hits moved along their rays, or shadow rays' verdicts flipped, change
+    the gradient; with the rays' keys changed as well the replay queries
+    the scene again and the gradient is the right one."""
+    scene = jaxrender.load_dict(material_cbox(rr_depth=2))
+    dy = jnp.asarray(np.random.default_rng(4).normal(size=(8, 8, 3)), jnp.float32)
+    right = _prb_gradient(scene, dy)
+    at = integrator_base.QueryLog.at
+
+    def tampered(self, step, empty):
+        hit_key, t, prim, b1, b2, shadow, *rest = at(self, step, empty)
+        if tamper != "shadows":
+            t = t * 0.9
+        if tamper != "hits":
+            shadow = shadow ^ 1            # the blocked bit
+        if tamper == "keys":
+            hit_key, shadow = hit_key ^ 1, shadow ^ 4
+        return (hit_key, t, prim, b1, b2, shadow, *rest)
+
+    monkeypatch.setattr(integrator_base.QueryLog, "at", tampered)
+    integrator_base._KERNELS.clear()
+    try:
+        got = _prb_gradient(scene, dy)
+    finally:
+        monkeypatch.undo()
+        integrator_base._KERNELS.clear()
+    if tamper != "keys":
+        assert np.max(np.abs(got - right)) > 1e-3 * np.max(np.abs(right))
+    else:
+        np.testing.assert_array_equal(got, right)
+
+
+def test_ray_keys_tell_rays_apart():
+    """interaction.ray_key: a change of one ulp in any of a ray's eight
+    numbers changes its key; the same ray keeps it."""
+    from jaxrender import ir
+    from jaxrender.kernels.interaction import ray_key
+    from jaxrender.primitives import launch
+
+    def body(rays):
+        r = [rays.read(ir.item_index(), k) for k in range(8)]
+        return {"key": ray_key(ir.Vec(*r[:3]), ir.Vec(*r[3:6]), r[6], r[7])}
+
+    kernel = ir.trace(body, {"rays": ir.In("f32", (8,))}, {"key": ir.Out("u32")}, name="ray_keys")
+    base = np.array([0.5, -1.25, 3.0, 0.0, 0.6, -0.8, 0.0, np.inf], np.float32)
+    rays = np.repeat(base[None], 10, 0)
+    for k in range(8):
+        rays[k + 1, k] = np.nextafter(rays[k + 1, k], np.float32(1.0))
+    keys = np.asarray(launch(kernel, (10,), rays=rays)["key"])
+    assert keys[0] == keys[9] and len(set(keys[:9].tolist())) == 9, keys
 
 
 def test_zero_cotangent_and_symbolic_zero_tangents():

@@ -17,6 +17,7 @@ from typing import Any
 
 from .. import ir
 from ..ir import Vec
+from ..ir.values import as_var
 from . import layout, shapes
 from .geometry import INF, closest_hit
 from .sampling import Frame
@@ -62,6 +63,7 @@ class KnownHit:
     b1: Any
     b2: Any
     instance: Any
+    key: Any = None   # the ray_key of the ray it was found for (then used only for that ray), or None
 
     @classmethod
     def none(cls) -> "KnownHit":
@@ -75,14 +77,40 @@ class KnownHit:
         return cls(valid, si.t - t_moved, si.prim, si.b1, si.b2, si.instance)
 
 
+@dataclasses.dataclass
+class KnownOcclusion:
+    """A shadow ray's answer found by an earlier query (PRB's first pass):
+    ``valid`` where it was traced, whether it was ``blocked``, and the
+    ray_key of that ray."""
+    valid: Any
+    blocked: Any
+    key: Any
+
+    @classmethod
+    def none(cls) -> "KnownOcclusion":
+        return cls(ir.Bool(False), ir.Bool(True), ir.UInt(0))
+
+
+def ray_key(o: Vec, d: Vec, t_min, t_max):
+    """A 32-bit digest (FNV-1a over the words) of a ray's bits: an answer
+    logged for one ray is reused only for a ray with the same key, so a
+    replay whose ray differs in any bit from the logged one queries again."""
+    h = ir.UInt(2166136261)
+    for v in (*o, *d, t_min, t_max):
+        h = (h ^ ir.bitcast(as_var(v, "f32"), "u32")) * 16777619
+    return h
+
+
 def intersect(ctx, o: Vec, d: Vec, t_min, t_max=INF, known: "KnownHit | None" = None) -> SurfaceInteraction:
     """The first surface along the ray (o, d) with t_min < t < t_max;
-    ``known``: where that is already known (no BVH query there)."""
+    ``known``: where that is already known (no BVH query there; a known hit
+    with a key only for a ray of that key)."""
     st = ctx.structure
     if known is None:
         t, prim, b1, b2, instance = closest_hit(ctx.geo, o, d, t_min, t_max)
     else:
-        t, prim, b1, b2, instance = ir.cond(known.valid,
+        usable = known.valid if known.key is None else known.valid & (known.key == ray_key(o, d, t_min, t_max))
+        t, prim, b1, b2, instance = ir.cond(usable,
                                             lambda: (known.t, known.prim, known.b1, known.b2, known.instance),
                                             lambda: closest_hit(ctx.geo, o, d, t_min, t_max))
     normals = ctx.b["tri_normals"] if st.shading_normals else None

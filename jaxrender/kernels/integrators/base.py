@@ -321,6 +321,36 @@ class Integrator:
         raise ValueError(f"the {self.name} integrator has no adjoint")
 
 
+def _select_tree(cond, a, b):
+    """The pytree ``a`` where ``cond``, else ``b`` (the same structure)."""
+    la, tree = tree_flatten(a)
+    lb, _ = tree_flatten(b)
+    return tree_unflatten(tree, [ir.select(cond, x, y) for x, y in zip(la, lb)])
+
+
+@dataclasses.dataclass
+class QueryLog:
+    """A path's ray-query answers, one entry per step of its first
+    ``len(slots)`` (PRB's first pass), for the replay of the same path to
+    reuse instead of querying the scene again. Entries are pytrees
+    (the integrator's ``Vertex.queries``); loop state, so a fixed number."""
+    slots: tuple
+
+    @classmethod
+    def empty(cls, entry, n: int) -> "QueryLog":
+        return cls(tuple(entry for _ in range(n)))
+
+    def put(self, step, entry) -> "QueryLog":
+        return QueryLog(tuple(_select_tree(step == k, entry, slot) for k, slot in enumerate(self.slots)))
+
+    def at(self, step, empty):
+        """The entry of ``step``, ``empty`` past the last slot."""
+        out = empty
+        for k, slot in enumerate(self.slots):
+            out = _select_tree(step == k, slot, out)
+        return out
+
+
 @dataclasses.dataclass(frozen=True)
 class ReplayIntegrator(Integrator):
     """An integrator whose estimate is a loop over path vertices, with the
@@ -331,6 +361,9 @@ class ReplayIntegrator(Integrator):
     running its first pass (any depth would still be exact, only slower)."""
     adjoint_methods: ClassVar[tuple] = ADJOINT_METHODS
     short_paths: bool = dataclasses.field(default=False, kw_only=True)
+    # Steps whose ray queries PRB's first pass logs for its replay (0: none;
+    # see run_logged, no_queries, with_known_queries)
+    query_log_slots: ClassVar[int] = 0
 
     def start(self, ctx: Context, s):
         """The loop state of sample ``s`` before its first vertex. Integrators
@@ -382,6 +415,28 @@ class ReplayIntegrator(Integrator):
         # places (PRB's first pass, what arrives across a moving edge, RB's
         # re-estimates): one function of the kernel instead of a copy each.
         return ir.subroutine(loop, self.plain_state(ctx, state), name=f"{self.name}_run")
+
+    def run_logged(self, ctx: Context, s, state):
+        """:meth:`run`, also returning the :class:`QueryLog` of its first
+        ``query_log_slots`` steps' ray queries (each step's
+        ``Vertex.queries``)."""
+        def body(carry):
+            st, n, log = carry
+            new, vertex = self.step(ctx, s, st, functools.partial(self.shade, ctx))
+            return new, n + 1, log.put(n, vertex.queries)
+        start = (self.plain_state(ctx, state), ir.Int(0), QueryLog.empty(self.no_queries(ctx), self.query_log_slots))
+        final, _, log = ir.while_loop(lambda c: c[0].active, body, start)
+        return final, log
+
+    def no_queries(self, ctx: Context):
+        """A :class:`QueryLog` entry that answers nothing."""
+        raise NotImplementedError
+
+    def with_known_queries(self, state, queries):
+        """``state`` whose next step takes the answers ``queries`` (a
+        QueryLog entry, or where it is a state, that state's) for its ray
+        queries."""
+        raise NotImplementedError
 
     def plain_state(self, ctx: Context, state):
         """``state`` in the one form every trace without derivatives of a
@@ -437,7 +492,11 @@ class ReplayIntegrator(Integrator):
             # (short paths: the radiance after a vertex is re-traced, one ray, in the replay)
             rest_traced = method == "prb" and self.short_paths and not gated
             first_pass = (method == "prb" and not rest_traced) or gated
-            final = self.run(plain, s, state0) if first_pass else None
+            log = None
+            if method == "prb" and not rest_traced and self.query_log_slots:
+                final, log = self.run_logged(plain, s, state0)
+            else:
+                final = self.run(plain, s, state0) if first_pass else None
             total = final.radiance if method == "prb" and not rest_traced else S.no_radiance()
             if gated:   # a path that does not count has no derivative
                 d_l = ir.select(self.kept(final), d_l, S.no_radiance())
@@ -474,7 +533,17 @@ class ReplayIntegrator(Integrator):
                 pullback(_nonzero(local_pullback(d_l)[0]))
                 return new
 
-            last = ir.while_loop(lambda st: st.active, replay, state0)
+            if log is None:
+                last = ir.while_loop(lambda st: st.active, replay, state0)
+            else:
+                # The replay follows the first pass's path: its ray queries'
+                # answers are the first pass's (checked by each ray's key).
+                def replay_known(carry):
+                    state, n = carry
+                    new = replay(self.with_known_queries(state, log.at(n, self.no_queries(ctx))))
+                    return self.with_known_queries(new, state), n + 1
+
+                last, _ = ir.while_loop(lambda c: c[0].active, replay_known, (state0, ir.Int(0)))
             if camera:
                 # The splat weights move with the camera (sensors/motion.py):
                 # their cotangents are the footprint's pixel cotangents

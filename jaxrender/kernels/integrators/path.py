@@ -24,7 +24,8 @@ from ...ir import Vec
 from .. import emitters, sensors
 from ..bsdfs.surface import SurfaceBsdf, sampled_dispersion, sampled_eta, samples_null
 from ..geometry import INF, occluded
-from ..interaction import KnownHit, followed, intersect, material_coords, point_on_surface
+from ..interaction import (KnownHit, KnownOcclusion, followed, intersect, material_coords, point_on_surface,
+                           ray_key)
 from ..sampling import mis_weight
 from ..sensors import motion
 from ..sensors.perspective import CameraRow
@@ -55,7 +56,9 @@ class PathState:
                         # that found it (o, d, t) and the hit before it (the same three; prim -1: the camera);
                         # in scenes with shared instances, then the instances of the two hits
     known: Any = None   # the next ray's first hit where a kernel already found it (interaction.KnownHit: a
-                        # camera ray's, traced once for the film as well), else None
+                        # camera ray's, traced once for the film as well; PRB's first pass's), else None
+    known_shadow: Any = None  # PRB's replay: the next vertex's shadow ray as its first pass traced it
+                              # (interaction.KnownOcclusion), else None
 
 
 @dataclasses.dataclass
@@ -83,11 +86,13 @@ class Vertex:
     pending: Any = None  # scenes with null samples: the radiance so far, while this vertex's choice decides
                          # whether the path counts (kept), else 0
     rr_scale: Any = None  # polarized: Russian roulette's factor (1 / its probability, or 1) on the continuation
+    queries: Any = None  # what its ray queries answered, for a replay to reuse: (KnownHit, KnownOcclusion), keyed
 
 
 @dataclasses.dataclass(frozen=True)
 class PathIntegrator(ReplayIntegrator):
     name = "path"
+    query_log_slots = 8
     differentiable = ("bsdf_data", "emitter_radiance", "texels", "camera", "tris", "shape_data", "tri_normals",
                       "tri_uv", "instances")
 
@@ -136,6 +141,19 @@ class PathIntegrator(ReplayIntegrator):
         single = ir.Bool(False) if ctx.structure.dispersion else None
         return PathState(ir.Int(0), o, d, t_min, t_max, S.one(), S.no_radiance(), ir.Float(1.0), ir.Bool(True),
                          ir.Bool(True), ir.Float(1.0), valid=valid, single=single, prev=prev, known=known)
+
+    def no_queries(self, ctx):
+        return (ir.UInt(0), ir.Float(0.0), ir.Int(-1), ir.Float(0.0), ir.Float(0.0), ir.UInt(0)) + (
+            (ir.Int(-1),) if ctx.structure.instanced else ())
+
+    def with_known_queries(self, state: PathState, queries) -> PathState:
+        if isinstance(queries, PathState):
+            return dataclasses.replace(state, known=queries.known, known_shadow=queries.known_shadow)
+        # (a key 0 reads as nothing logged: such a ray is queried again)
+        hit_key, t, prim, b1, b2, shadow, *instance = queries
+        known = KnownHit(hit_key != 0, t, prim, b1, b2, instance[0] if instance else ir.Int(-1), hit_key)
+        return dataclasses.replace(state, known=known, known_shadow=KnownOcclusion(
+            (shadow & _TRACED) != 0, (shadow & _BLOCKED) != 0, shadow & _KEY_BITS))
 
     def plain_state(self, ctx, state: PathState) -> PathState:
         # Without derivatives nothing reads the record of moving geometry;
@@ -228,6 +246,7 @@ class PathIntegrator(ReplayIntegrator):
         max_d, rr_d = b["max_depth"].value, b["rr_depth"].value
         show_emitters = b["hide_emitters"].value == 0
         si = intersect(ctx, st.o, st.d, st.t_min, st.t_max, st.known)
+        hit_key = ray_key(st.o, st.d, st.t_min, st.t_max)
         if ctx.geometry_motion:
             # Transport: the hit as traced (the forward kernel differentiates
             # this step too; shade() alone moves the geometry).
@@ -278,9 +297,15 @@ class PathIntegrator(ReplayIntegrator):
         # Next-event estimation: the shadow ray only where it can matter.
         direct = S.apply(beta, sh.direct)
         useful = active_next & (ctx.n_emitters > 0) & (es.delta | (es.pdf > 0.0)) & (S.max(direct) > 0.0)
-        blocked = ir.cond(useful, lambda: occluded(ctx.geo, si.spawn(es.w), es.w, ir.Float(0.0),
-                                                   es.dist * (1.0 - 1e-3)),
-                          lambda: ir.Bool(True))
+        shadow_ray = (si.spawn(es.w), es.w, ir.Float(0.0), es.dist * (1.0 - 1e-3))
+        shadow_key = ray_key(*shadow_ray) & _KEY_BITS
+        known = st.known_shadow
+        if known is None:
+            blocked = ir.cond(useful, lambda: occluded(ctx.geo, *shadow_ray), lambda: ir.Bool(True))
+        else:
+            reuse = useful & known.valid & (known.key == shadow_key)
+            blocked = ir.cond(useful & ~reuse, lambda: occluded(ctx.geo, *shadow_ray),
+                              lambda: ir.select(reuse, known.blocked, ir.Bool(True)))
         radiance = radiance + ir.select(blocked, S.no_radiance(), direct)
 
         # Continue with the BSDF sample; Russian roulette as Mitsuba's: after
@@ -330,9 +355,12 @@ class PathIntegrator(ReplayIntegrator):
                         ir.select(pass_through, S.one(), throughput), radiance,
                         ir.select(pass_through, st.prev_pdf, sh.pdf), ir.select(pass_through, st.prev_delta, sh.delta),
                         active_next | pass_through, ir.select(pass_through, st.eta, eta), valid, single,
-                        st.rr_prefix, prev, None if st.known is None else KnownHit.none())
+                        st.rr_prefix, prev, None if st.known is None else KnownHit.none(),
+                        None if st.known_shadow is None else KnownOcclusion.none())
         return new, Vertex(st.throughput, ~blocked, active_next & ~pass_through, pending,
-                           rr_scale if S.polarized else None)
+                           rr_scale if S.polarized else None,
+                           _logged(ctx, si, hit_key, shadow_key | ir.select(useful, ir.UInt(_TRACED), ir.UInt(0))
+                                   | ir.select(blocked, ir.UInt(_BLOCKED), ir.UInt(0))))
 
     def _incident(self, ctx, s, depth, o, d) -> Vec:
         """Radiance arriving at ``o`` from direction ``-d``: a path traced
@@ -366,6 +394,20 @@ class PathIntegrator(ReplayIntegrator):
             local = local + (sh.pair - self.spectrum.one()) * (ir.detach(base) + rest) \
                 + vertex.throughput * sh.boundary
         return local if vertex.pending is None else local + vertex.pending * _relative(sh.choice)
+
+
+# A logged shadow ray: its ray_key with the two low bits replaced by whether
+# it was traced and whether it was blocked.
+_TRACED, _BLOCKED = 2, 1
+_KEY_BITS = 0xFFFFFFFC
+
+
+def _logged(ctx, si, hit_key, shadow):
+    """A step's ray queries as PRB's first pass logs them (QueryLog entries:
+    few words, as they are loop state): the hit's ray key, t, primitive,
+    barycentrics, the shadow ray's word, and with shared instances the
+    instance."""
+    return (hit_key, si.t, si.prim, si.b1, si.b2, shadow) + ((si.instance,) if ctx.structure.instanced else ())
 
 
 def _relative(x):
