@@ -92,9 +92,10 @@ class KnownOcclusion:
 
 
 def ray_key(o: Vec, d: Vec, t_min, t_max):
-    """A 32-bit digest (FNV-1a over the words) of a ray's bits: an answer
-    logged for one ray is reused only for a ray with the same key, so a
-    replay whose ray differs in any bit from the logged one queries again."""
+    """A 32-bit digest of a ray's bits (FNV-1a's steps over its eight words
+    rather than bytes): an answer logged for one ray is reused only for a
+    ray with the same key, so a replay whose ray differs from the logged
+    one queries again (unless their keys collide, about once in 2^32)."""
     h = ir.UInt(2166136261)
     for v in (*o, *d, t_min, t_max):
         h = (h ^ ir.bitcast(as_var(v, "f32"), "u32")) * 16777619

@@ -493,7 +493,11 @@ class ReplayIntegrator(Integrator):
             rest_traced = method == "prb" and self.short_paths and not gated
             first_pass = (method == "prb" and not rest_traced) or gated
             log = None
-            if method == "prb" and not rest_traced and self.query_log_slots:
+            # (kernels of moving geometry also trace plain paths from the
+            # edges seen at each vertex, which share run's one subroutine
+            # with the first pass: a logged first pass there would be a
+            # second copy of the path tracer to compile)
+            if method == "prb" and not rest_traced and self.query_log_slots and not ctx.geometry_motion:
                 final, log = self.run_logged(plain, s, state0)
             else:
                 final = self.run(plain, s, state0) if first_pass else None

@@ -86,7 +86,7 @@ class Vertex:
     pending: Any = None  # scenes with null samples: the radiance so far, while this vertex's choice decides
                          # whether the path counts (kept), else 0
     rr_scale: Any = None  # polarized: Russian roulette's factor (1 / its probability, or 1) on the continuation
-    queries: Any = None  # what its ray queries answered, for a replay to reuse: (KnownHit, KnownOcclusion), keyed
+    queries: Any = None  # what its ray queries answered, keyed by their rays, for a replay to reuse (_logged)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -299,13 +299,13 @@ class PathIntegrator(ReplayIntegrator):
         useful = active_next & (ctx.n_emitters > 0) & (es.delta | (es.pdf > 0.0)) & (S.max(direct) > 0.0)
         shadow_ray = (si.spawn(es.w), es.w, ir.Float(0.0), es.dist * (1.0 - 1e-3))
         shadow_key = ray_key(*shadow_ray) & _KEY_BITS
-        known = st.known_shadow
-        if known is None:
+        logged = st.known_shadow
+        if logged is None:
             blocked = ir.cond(useful, lambda: occluded(ctx.geo, *shadow_ray), lambda: ir.Bool(True))
         else:
-            reuse = useful & known.valid & (known.key == shadow_key)
+            reuse = useful & logged.valid & (logged.key == shadow_key)
             blocked = ir.cond(useful & ~reuse, lambda: occluded(ctx.geo, *shadow_ray),
-                              lambda: ir.select(reuse, known.blocked, ir.Bool(True)))
+                              lambda: ir.select(reuse, logged.blocked, ir.Bool(True)))
         radiance = radiance + ir.select(blocked, S.no_radiance(), direct)
 
         # Continue with the BSDF sample; Russian roulette as Mitsuba's: after

@@ -107,6 +107,8 @@ class Event:
 @dataclasses.dataclass(frozen=True)
 class VolpathIntegrator(PathIntegrator):
     name = "volpath"
+    # (its steps' queries, null collisions and ratio-tracked shadow rays, are not logged for the replay)
+    query_log_slots: ClassVar[int] = 0
     # (not the camera: a sample's first vertex may be in a medium, which sensors/motion.py does not follow)
     differentiable: ClassVar[tuple] = ("bsdf_data", "emitter_radiance", "texels", "medium_data")
 
