@@ -471,48 +471,6 @@ class ItemCodegen:
         r = self.row_index(n.args[0], row)
         return r, b.and_(b.icmp_signed(">=", r, self.ci64(0)), b.icmp_signed("<", r, self.acc_rows[n.attrs[0]]))
 
-    def _transposed_rows(self, data, row_off, et, comps: list) -> list:
-        """Columns ``comps`` (sorted, spanning fewer than ``lanes``) of each
-        lane's row at element offset ``row_off``: one masked load of the
-        row per lane, then a transpose by shuffles. On AVX-512 machines (AMD
-        Zen 4) a gather costs about as much as ``lanes`` loads, so a
-        triangle's nine columns read as nine gathers took ~7% of a Cornell
-        box frame each time a kernel read them."""
-        b, n = self.b, self.lanes
-        lo = comps[0]
-        need = {c - lo for c in comps}
-        vt = ll.VectorType(et, n)
-        mt = ll.VectorType(i1, n)
-        sfx = {f32: "f32", i32: "i32"}[et]
-        load = self.decl(f"llvm.masked.load.v{n}{sfx}.p0", vt, [ptr, i32, mt, vt])
-        mask = ll.Constant(mt, [1 if k in need else 0 for k in range(n)])
-        rows = {}
-        for j in range(n):
-            off = b.extract_element(row_off, i32(j))
-            p = b.gep(data, [b.add(off, i32(lo)) if lo else off], inbounds=True, source_etype=et)
-            rows[j] = b.call(load, [p, i32(4), mask, ll.Constant(vt, ll.Undefined)])
-        # Transpose: stage k swaps bit k of the row index with bit k of the
-        # element index (after every bit, row c holds element c of each
-        # lane's row). Only the rows that the needed outputs come from are
-        # built: wanted[k] are stage k's outputs that later stages use.
-        stages = n.bit_length() - 1
-        wanted = [set() for _ in range(stages)]
-        rows_needed = need
-        for k in reversed(range(stages)):
-            wanted[k] = rows_needed
-            rows_needed = {r & ~(1 << k) for r in rows_needed} | {r | (1 << k) for r in rows_needed}
-        idx = ll.VectorType(i32, n)
-        for k in range(stages):
-            bit = 1 << k
-            low = ll.Constant(idx, [q if not q & bit else n + (q & ~bit) for q in range(n)])
-            high = ll.Constant(idx, [q | bit if not q & bit else n + q for q in range(n)])
-            out = {}
-            for r in wanted[k]:
-                r0, r1 = r & ~bit, r | bit
-                out[r] = b.shuffle_vector(rows[r0], rows[r1], high if r & bit else low)
-            rows = out
-        return [rows[c - lo] for c in comps]
-
     def lower_scatter(self, n: Node, row, value):
         b = self.b
         acc, comp, width = n.attrs
@@ -838,7 +796,6 @@ def _ieee_float_mode(module: ll.Module, b: ll.IRBuilder):
     return restore
 
 
-# Launch-environment reads that are the same for every work item.
 def _spans(comps: list, lanes: int) -> list:
     """Sorted columns ``comps`` cut into runs that each span fewer than
     ``lanes`` columns (what one transposed read covers)."""
@@ -851,6 +808,7 @@ def _spans(comps: list, lanes: int) -> list:
     return runs
 
 
+# Launch-environment reads that are the same for every work item.
 _UNIFORM_ENV_OPS = ("const", "launch_size", "buffer_len")
 
 
@@ -1243,6 +1201,48 @@ class PacketCodegen(ItemCodegen):
             phi.add_incoming(v, var_bb)
             out.append(phi)
         return out
+
+    def _transposed_rows(self, data, row_off, et, comps: list) -> list:
+        """Columns ``comps`` (sorted, spanning fewer than ``lanes``) of each
+        lane's row at element offset ``row_off``: one masked load of the
+        row per lane, then a transpose by shuffles. On AVX-512 machines (AMD
+        Zen 4) a gather costs about as much as ``lanes`` loads, so a
+        triangle's nine columns read as nine gathers took ~7% of a Cornell
+        box frame each time a kernel read them."""
+        b, n = self.b, self.lanes
+        lo = comps[0]
+        need = {c - lo for c in comps}
+        vt = ll.VectorType(et, n)
+        mt = ll.VectorType(i1, n)
+        sfx = {f32: "f32", i32: "i32"}[et]
+        load = self.decl(f"llvm.masked.load.v{n}{sfx}.p0", vt, [ptr, i32, mt, vt])
+        mask = ll.Constant(mt, [1 if k in need else 0 for k in range(n)])
+        rows = {}
+        for j in range(n):
+            off = b.extract_element(row_off, i32(j))
+            p = b.gep(data, [b.add(off, i32(lo)) if lo else off], inbounds=True, source_etype=et)
+            rows[j] = b.call(load, [p, i32(4), mask, ll.Constant(vt, ll.Undefined)])
+        # Transpose: stage k swaps bit k of the row index with bit k of the
+        # element index (after every bit, row c holds element c of each
+        # lane's row). Only the rows that the needed outputs come from are
+        # built: wanted[k] are stage k's outputs that later stages use.
+        stages = n.bit_length() - 1
+        wanted = [set() for _ in range(stages)]
+        rows_needed = need
+        for k in reversed(range(stages)):
+            wanted[k] = rows_needed
+            rows_needed = {r & ~(1 << k) for r in rows_needed} | {r | (1 << k) for r in rows_needed}
+        idx = ll.VectorType(i32, n)
+        for k in range(stages):
+            bit = 1 << k
+            low = ll.Constant(idx, [q if not q & bit else n + (q & ~bit) for q in range(n)])
+            high = ll.Constant(idx, [q | bit if not q & bit else n + q for q in range(n)])
+            out = {}
+            for r in wanted[k]:
+                r0, r1 = r & ~bit, r | bit
+                out[r] = b.shuffle_vector(rows[r0], rows[r1], high if r & bit else low)
+            rows = out
+        return [rows[c - lo] for c in comps]
 
     def lower_scatter(self, n: Node, row, value):
         b = self.b
