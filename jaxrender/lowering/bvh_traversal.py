@@ -221,7 +221,7 @@ class _Traversal:
         best_u = b.alloca(f32, name="best_u")
         best_v = b.alloca(f32, name="best_v")
         steps_a = b.alloca(i64, name="steps")
-        near_a = b.alloca(V8, name="t_near")
+        near_a = b.alloca(V8, name="t_near") if self.cpu else None     # (visit_children)
         b.store(i64(0), steps_a)
         for a, v in ((cur_a, i32(0)), (sp_a, i32(0)), (best_t, t_max), (best_p, i32(-1)),
                      (best_u, f32(0.0)), (best_v, f32(0.0))):

@@ -434,8 +434,7 @@ class ReplayIntegrator(Integrator):
 
     def with_known_queries(self, state, queries):
         """``state`` whose next step takes the answers ``queries`` (a
-        QueryLog entry, or where it is a state, that state's) for its ray
-        queries."""
+        QueryLog entry) for its ray queries."""
         raise NotImplementedError
 
     def plain_state(self, ctx: Context, state):
@@ -542,12 +541,17 @@ class ReplayIntegrator(Integrator):
             else:
                 # The replay follows the first pass's path: its ray queries'
                 # answers are the first pass's (checked by each ray's key).
+                # (the loop state holds each step's answers: one structure
+                # from the first step on, whatever the step leaves there)
+                none = self.no_queries(ctx)
+
                 def replay_known(carry):
                     state, n = carry
-                    new = replay(self.with_known_queries(state, log.at(n, self.no_queries(ctx))))
-                    return self.with_known_queries(new, state), n + 1
+                    new = replay(self.with_known_queries(state, log.at(n, none)))
+                    return self.with_known_queries(new, none), n + 1
 
-                last, _ = ir.while_loop(lambda c: c[0].active, replay_known, (state0, ir.Int(0)))
+                last, _ = ir.while_loop(lambda c: c[0].active, replay_known,
+                                        (self.with_known_queries(state0, none), ir.Int(0)))
             if camera:
                 # The splat weights move with the camera (sensors/motion.py):
                 # their cotangents are the footprint's pixel cotangents

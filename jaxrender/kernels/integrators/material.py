@@ -465,6 +465,7 @@ def edge_sample(ctx, si, u, valid, incident, emission_only) -> EdgeSample:
     return EdgeSample(tri_a, s0, s1, t, shape, which, normal, behind, c1, c2, d_behind, coef, ok, ep.instance,
                       None if ep.instance is None else behind_instance)
 
+
 def _apart(x: Vec, a: Vec, ok) -> Vec:
     """``a`` where ``ok``, else a point away from ``x``: a finite
     derivative of the direction towards it, selected away."""

@@ -147,8 +147,6 @@ class PathIntegrator(ReplayIntegrator):
             (ir.Int(-1),) if ctx.structure.instanced else ())
 
     def with_known_queries(self, state: PathState, queries) -> PathState:
-        if isinstance(queries, PathState):
-            return dataclasses.replace(state, known=queries.known, known_shadow=queries.known_shadow)
         # (a key 0 reads as nothing logged: such a ray is queried again)
         hit_key, t, prim, b1, b2, shadow, *instance = queries
         known = KnownHit(hit_key != 0, t, prim, b1, b2, instance[0] if instance else ir.Int(-1), hit_key)
