@@ -36,7 +36,7 @@ from ..geometry import occluded
 from ..geometry import INF
 from ..interaction import (KnownHit, following, instance_of, intersect, material_coords, on_analytic_shape,
                            point_on_surface, shape_of, surface_point)
-from ..shapes import curve_point, triangle
+from ..shapes import KIND, curve_point, triangle
 from ..sensors import motion
 from ..sensors.motion import relative
 from ..sampling import sample_lengths
@@ -231,9 +231,13 @@ def edge_point(ctx, x: Vec, u, x_shape, cdf=None, passes=None) -> EdgePoint:
         q, dq = _outline(geo, s, which, x, angle)
         centre = geo.center(s)
         r = geo.shape_value(s, layout.SHAPE_RADIUS)
-        local = geo.to_object(s, x)
-        outside = ir.select(which == 0, ir.dot(centre - x, centre - x) > r * r,
-                            (which < 4) | (local.x * local.x + local.y * local.y > 1.0))
+        outside = ir.dot(centre - x, centre - x) > r * r
+        tubes = KIND["cylinder"] in geo.kinds
+        if tubes:
+            local = geo.to_object(s, x)
+            outside = ir.select(which == 0, outside, (which < 4) | (local.x * local.x + local.y * local.y > 1.0))
+        elif KIND["disk"] in geo.kinds:
+            outside = outside | (which != 0)
         # (a point of a sphere, a disk or a tube's outside sees none of its
         # own outline; one inside a tube sees its rims)
         own = (x_shape == shape) & ((which < 2) | (which >= 4))
@@ -241,12 +245,14 @@ def edge_point(ctx, x: Vec, u, x_shape, cdf=None, passes=None) -> EdgePoint:
         curve = shape >= 0
         # a point of the surface the outline bounds: the centre of a sphere
         # or disk, along a tube's side from a rim, its axis beside a line
-        tube = geo.to_world_point(s, Vec(ir.select(which < 4, ir.cos(angle), 0.0),
-                                         ir.select(which < 4, ir.sin(angle), 0.0),
-                                         ir.select(which < 4, 0.5, angle * (0.5 / 3.141592653589793))))
+        if tubes:
+            tube = geo.to_world_point(s, Vec(ir.select(which < 4, ir.cos(angle), 0.0),
+                                             ir.select(which < 4, ir.sin(angle), 0.0),
+                                             ir.select(which < 4, 0.5, angle * (0.5 / 3.141592653589793))))
+            centre = Vec(*(ir.select(kind == 2, a, b) for a, b in zip(tube, centre)))
         p = Vec(*(ir.select(curve, a, c) for a, c in zip(q, p)))
         tangent = Vec(*(ir.select(curve, a * (2.0 * 3.141592653589793), c) for a, c in zip(dq, tangent)))
-        inner = Vec(*(ir.select(curve, ir.select(kind == 2, a, b), c) for a, b, c in zip(tube, centre, inner)))
+        inner = Vec(*(ir.select(curve, a, c) for a, c in zip(centre, inner)))
         # (a triangle edge keeps its fraction along it: edge_term and the
         # thin lens's boundary rebuild the point from it)
         t = ir.select(curve, angle, t)
@@ -267,52 +273,63 @@ def _angle_rate(x: Vec, p: Vec, tangent: Vec):
     return w, ir.sqrt(ir.dot(across, across)) / dist
 
 
-def _seen_in_cone(x: Vec, w: Vec, rho, centre: Vec, radius):
+def _cone_test(x: Vec, rho, centre: Vec, radius):
     """Whether a ray along ``w`` from within ``rho`` of ``x`` may meet the
-    ball (``centre``, ``radius``), give or take GUIDE_SLACK radians."""
+    ball (``centre``, ``radius``), give or take GUIDE_SLACK radians: a
+    function of ``w`` (what depends on ``x`` alone computed once)."""
     v = centre - x
     dist = ir.sqrt(ir.dot(v, v))
     r = radius * (1.0 + GUIDE_SLACK) + 4.0 * rho
     sin_max = ir.minimum(r / ir.maximum(dist, 1e-30), 1.0)
     cos_max = ir.sqrt(ir.maximum(1.0 - sin_max * sin_max, 0.0))
+    inside = dist <= r
     # (cos(a + s) >= cos a - s sin a - s^2: the cone widened by the slack)
-    return (dist <= r) | (ir.dot(v, w) >= dist * (cos_max - GUIDE_SLACK * sin_max - GUIDE_SLACK * GUIDE_SLACK))
+    bound = dist * (cos_max - GUIDE_SLACK * sin_max - GUIDE_SLACK * GUIDE_SLACK)
+    return lambda w: inside | (ir.dot(v, w) >= bound)
 
 
-def _seen_in_triangle(x: Vec, w: Vec, rho, v0: Vec, v1: Vec, v2: Vec):
+def _triangle_test(x: Vec, rho, v0: Vec, v1: Vec, v2: Vec):
     """Whether a ray along ``w`` from within ``rho`` of ``x`` may meet the
     triangle (v0, v1, v2): ``w`` within the three planes through ``x`` and
     its edges, each widened by GUIDE_SLACK radians and by the angle ``rho``
-    spans at the triangle's plane (a point near that plane: yes)."""
+    spans at the triangle's plane (a point near that plane: yes). A
+    function of ``w``: the planes are computed once for all candidates."""
     a, b, c = v0 - x, v1 - x, v2 - x
     n_tri = ir.cross(v1 - v0, v2 - v0)
     volume = ir.dot(a, ir.cross(b, c))
     plane = ir.abs(volume) * ir.rsqrt(ir.maximum(ir.dot(n_tri, n_tri), 1e-30))
     near = plane <= 8.0 * rho
     slack = GUIDE_SLACK + 4.0 * rho / ir.maximum(plane, 1e-30)
-    within = ir.Bool(True)
-    for p, q in ((a, b), (b, c), (c, a)):
-        m = ir.cross(p, q)
-        within = within & (ir.copysign(1.0, volume) * ir.dot(m, w) >= -slack * ir.sqrt(ir.dot(m, m)))
-    return near | within
+    sign = ir.copysign(1.0, volume)
+    planes = [(m, -slack * ir.sqrt(ir.dot(m, m))) for m in (ir.cross(p, q) for p, q in ((a, b), (b, c), (c, a)))]
+
+    def seen(w: Vec):
+        within = ir.Bool(True)
+        for m, bound in planes:
+            within = within & (sign * ir.dot(m, w) >= bound)
+        return near | within
+    return seen
 
 
-def _emitter_along(ctx, x: Vec, w: Vec, rho, count):
-    """Whether the ray along ``w`` from within ``rho`` of ``x`` may meet an
-    emitting surface of the first ``count`` emitters, occlusion aside
-    (conservative: a large mesh emitter, an environment or a type not
-    known here, always)."""
+def _emitters_along(ctx, x: Vec, ws: list, rho, count) -> tuple:
+    """For each direction of ``ws``: whether the ray along it from within
+    ``rho`` of ``x`` may meet an emitting surface of the first ``count``
+    emitters, occlusion aside (conservative: a large mesh emitter, an
+    environment or a type not known here, always). Each emitter's tests
+    are set up once for all the directions (the edge candidates of a
+    vertex)."""
     from .. import emitters
     from ..emitters import TYPE_ID
     from ..shapes import cylinder
     b, geo = ctx.b, ctx.geo
     meta = b["emitter_meta"]
     used = {t.name for t in emitters.TYPES if t.used(ctx.structure)}
+    none = tuple(ir.Bool(False) for _ in ws)
 
     def one(e, seen):
         kind = meta.read(e, layout.META_TYPE)
         known = ir.Bool(False)
-        hit = ir.Bool(False)
+        hit = none
         for name in ("point", "spot", "directional"):     # (nothing a ray meets)
             known = known | (kind == TYPE_ID[name])
         if "area" in used:
@@ -321,12 +338,16 @@ def _emitter_along(ctx, x: Vec, w: Vec, rho, count):
 
             def triangles():
                 def tri(j, acc):
-                    v0, v1, v2 = geo.triangle(b["light_tris"][first + j])
-                    return acc | _seen_in_triangle(x, w, rho, v0, v1, v2)
-                return ir.select(n_tris > GUIDE_TRIANGLES, ir.Bool(True),
-                                 ir.fori_loop(0, ir.minimum(n_tris, GUIDE_TRIANGLES), tri, ir.Bool(False)))
+                    test = _triangle_test(x, rho, *geo.triangle(b["light_tris"][first + j]))
+                    return tuple(a | test(w) for a, w in zip(acc, ws))
+                inside = ir.fori_loop(0, ir.minimum(n_tris, GUIDE_TRIANGLES), tri, none)
+                return tuple(ir.select(n_tris > GUIDE_TRIANGLES, ir.Bool(True), a) for a in inside)
             known = known | mesh
-            hit = hit | (mesh & ir.cond(mesh & ~seen, triangles, lambda: ir.Bool(False)))
+            unseen = ~seen[0]
+            for f in seen[1:]:
+                unseen = unseen | ~f
+            found = ir.cond(mesh & unseen, triangles, lambda: none)
+            hit = tuple(h | (mesh & f) for h, f in zip(hit, found))
         for name, shape in (("area_sphere", "sphere"), ("area_disk", "disk"), ("area_cylinder", "cylinder")):
             if name not in used:
                 continue
@@ -342,24 +363,26 @@ def _emitter_along(ctx, x: Vec, w: Vec, rho, count):
                 centre = cylinder.point(geo, s, ir.Float(0.0), ir.Float(0.0), ir.Float(0.5))
                 radius = spread + 0.5 * ir.sqrt(ir.dot(axes[2], axes[2]))
             known = known | mine
-            hit = hit | (mine & _seen_in_cone(x, w, rho, centre, radius))
-        return seen | hit | ~known
-    return ir.fori_loop(0, count, one, ir.Bool(False))
+            test = _cone_test(x, rho, centre, radius)
+            hit = tuple(h | (mine & test(w)) for h, w in zip(hit, ws))
+        return tuple(f | h | ~known for f, h in zip(seen, hit))
+    return ir.fori_loop(0, count, one, none)
 
 
 def _emission_guide(ctx, x: Vec, rho, emission_only):
-    """The factor ``g(w)`` by which an edge candidate seen from ``x`` along
-    ``w`` is favoured: 1 where an emitting surface may lie behind it (or
-    in scenes with an environment or many emitters, everywhere), else 0
-    where the path ends behind the edge (``emission_only``: what lies
-    there counts only if it emits) and INDIRECT_SHARE where it goes on."""
+    """The factors ``g(ws)`` by which edge candidates seen from ``x``
+    along the directions ``ws`` are favoured: 1 where an emitting surface
+    may lie behind one (or in scenes with an environment or many emitters,
+    everywhere), else 0 where the path ends behind the edge
+    (``emission_only``: what lies there counts only if it emits) and
+    INDIRECT_SHARE where it goes on."""
     n = ctx.n_emitters
     unguided = (ctx.b["env_emitter"].value >= 0) | (n > GUIDE_EMITTERS)
     rest = ir.select(unguided, 1.0, ir.select(emission_only, 0.0, INDIRECT_SHARE))
     count = ir.select(unguided, 0, n)
 
-    def guide(w: Vec):
-        return ir.select(_emitter_along(ctx, x, w, rho, count), 1.0, rest)
+    def guide(ws: list) -> list:
+        return [ir.select(seen, 1.0, rest) for seen in _emitters_along(ctx, x, ws, rho, count)]
     return guide
 
 
@@ -374,7 +397,10 @@ def _resampled_edge_point(ctx, x: Vec, u, x_shape, guide):
     streaming). Only silhouettes contribute, and the guide is 0 only where
     nothing emitting lies behind a candidate whose path ends there, so the
     estimate stays unbiased; most of a large mesh's edges are none from a
-    given point, and a uniform pick among them found one rarely."""
+    given point, and a uniform pick among them found one rarely. The
+    candidates are drawn first (their directions and importance kept), then
+    guided together: the emitters' tests depend on ``x`` more than on a
+    direction."""
     def candidate(i):
         steps = ir.cast(i, "f32")
 
@@ -384,22 +410,25 @@ def _resampled_edge_point(ctx, x: Vec, u, x_shape, guide):
         return (rotated(u[0], _CANDIDATE_STEP[0]), u[1], rotated(u[2], _CANDIDATE_STEP[1]),
                 rotated(u[3], _CANDIDATE_STEP[2]))
 
-    def step(i, carry):
-        total, picked, picked_guide, xi = carry
+    def draw(i, slots):
         ep = edge_point(ctx, x, candidate(i), x_shape)
         w, rate = _angle_rate(x, ep.p, ep.tangent)
-        g = guide(w)
-        weight = ir.select(ep.silhouette, rate * ep.weight * g, 0.0)
+        drawn = (*w, ir.select(ep.silhouette, rate * ep.weight, 0.0))
+        return tuple(tuple(ir.select(i == k, a, c) for a, c in zip(drawn, slot)) for k, slot in enumerate(slots))
+
+    zero = ir.Float(0.0)
+    slots = ir.fori_loop(0, EDGE_CANDIDATES, draw, tuple((zero, zero, zero, zero) for _ in range(EDGE_CANDIDATES)))
+    factors = guide([Vec(*slot[:3]) for slot in slots])
+    total, picked, g, xi = ir.Float(0.0), ir.Int(0), ir.Float(0.0), u[1]
+    for k, (slot, factor) in enumerate(zip(slots, factors)):
+        weight = slot[3] * factor
         total = total + weight
         share = ir.select(total > 0.0, weight / ir.select(total > 0.0, total, 1.0), 0.0)
         take = xi < share
         # (the one uniform, rescaled to what is left of its interval)
         xi = ir.select(take, xi / ir.select(share > 0.0, share, 1.0),
                        (xi - share) / ir.select(share < 1.0, 1.0 - share, 1.0))
-        return total, ir.select(take, i, picked), ir.select(take, g, picked_guide), ir.minimum(xi, 0.99999994)
-
-    total, picked, g, _ = ir.fori_loop(0, EDGE_CANDIDATES, step,
-                                       (ir.Float(0.0), ir.Int(0), ir.Float(0.0), u[1]))
+        picked, g, xi = ir.select(take, ir.Int(k), picked), ir.select(take, factor, g), ir.minimum(xi, 0.99999994)
     # (the picked point's contribution per unit along its edge, the BSDF
     # times the radiance times its rate, over its importance, the rate times
     # its guide, times the candidates' mean importance over density)
