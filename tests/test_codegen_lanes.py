@@ -247,6 +247,46 @@ def row_read_kernel() -> ir.Kernel:
                      "n": ir.Out("i32", (6,))}, name="row_reads")
 
 
+@functools.cache
+def footprint_read_kernel() -> ir.Kernel:
+    """A filter footprint's reads: 5 adjacent rows of 3 columns from a
+    per-lane start (unsigned, as a canvas's pixel rows are), and 3
+    adjacent rows of 2 columns from a signed one."""
+    def body(start, canvas, table):
+        i = ir.item_index()
+        u = ir.cast(start[i], "u32")
+        pixels = [canvas.read(u + dx, c) for dx in range(5) for c in range(3)]
+        j = start[i] - 2
+        signed = [table.read(j + k, c) for k in range(3) for c in (0, 1)]
+        return {"pixels": ir.Vec(*pixels), "signed": ir.Vec(*signed)}
+
+    return ir.trace(body, {"start": ir.In("i32"), "canvas": ir.In("f32", (3,)), "table": ir.In("f32", (2,))},
+                    {"pixels": ir.Out("f32", (15,)), "signed": ir.Out("f32", (6,))}, name="footprint_reads")
+
+
+def test_adjacent_rows_read_as_one_span():
+    """Reads of rows r, r + 1, ... of one buffer (a footprint's pixels) are
+    one span per lane where every lane's rows lie in the buffer; where
+    some run past its end (or start before it) each row is clamped, as
+    numpy's clipped indexing gives them, at every packet width."""
+    r = np.random.default_rng(9)
+    canvas = r.uniform(-1, 1, (40, 3)).astype(np.float32)
+    table = r.uniform(-1, 1, (40, 2)).astype(np.float32)
+    start = r.integers(0, 36, 70).astype(np.int32)
+    start[40:56] = 17                   # one packet on one start (uniform)
+    start[60:64] = [36, 37, 39, 0]      # rows past the end; signed rows before the start
+    start[64:70] = [1, 2, 35, 30, 30, 30]
+    rows = np.clip(start[:, None] + np.arange(5), 0, 39)
+    want_pixels = canvas[rows].reshape(len(start), 15)
+    srows = np.clip(start[:, None] - 2 + np.arange(3), 0, 39)
+    want_signed = table[srows].reshape(len(start), 6)
+    for lanes in LANES:
+        got = launch(footprint_read_kernel(), (len(start),), simd_lanes=lanes, start=start, canvas=canvas, table=table)
+        np.testing.assert_array_equal(np.asarray(got["pixels"]), want_pixels, err_msg=f"{lanes} lanes")
+        np.testing.assert_array_equal(np.asarray(got["signed"]), want_signed, err_msg=f"{lanes} lanes")
+    assert "span.inside" in cpu.generate_llvm_ir(footprint_read_kernel(), 0, 16)
+
+
 def test_rows_read_several_columns_per_lane():
     """Every packet width reads the columns of each lane's own row, at the
     buffer's last row too (and clamped past it), as numpy indexes them."""

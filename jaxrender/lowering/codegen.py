@@ -796,6 +796,20 @@ def _ieee_float_mode(module: ll.Module, b: ll.IRBuilder):
     return restore
 
 
+# Row offsets up to which reads of ``row + k`` join a span read of ``row``.
+SPAN_MAX_OFFSET = 16
+
+
+def _row_and_offset(row: Node) -> tuple:
+    """(base, k) where the integer row index ``row`` is ``base + k`` for a
+    small constant k >= 0, else (row, 0)."""
+    if row.op == "add" and row.type in (I32, U32):
+        for a, c in ((row.args[0], row.args[1]), (row.args[1], row.args[0])):
+            if c.op == "const" and 0 < int(c.attrs[0]) < SPAN_MAX_OFFSET:
+                return a, int(c.attrs[0])
+    return row, 0
+
+
 def _spans(comps: list, lanes: int) -> list:
     """Sorted columns ``comps`` cut into runs that each span fewer than
     ``lanes`` columns (what one transposed read covers)."""
@@ -890,6 +904,9 @@ class PacketCodegen(ItemCodegen):
         # and the columns the group's first read loaded for the others.
         self._row_group: dict[int, list] = {}
         self._row_loaded: dict[int, object] = {}
+        # Gathers of adjacent rows (row + 0, row + 1, ...) read as one span
+        # of columns: node id -> (the base row's node, [(offset, gather)]).
+        self._span_group: dict[int, tuple] = {}
 
     # -- vector helpers -------------------------------------------------
     def T(self, t: str) -> ll.Type:
@@ -1132,19 +1149,34 @@ class PacketCodegen(ItemCodegen):
         # (the first read loads every column the block reads). Per column,
         # the tests were a fifth of a megakernel's LLVM IR.
         groups: dict = {}
+        spans: dict = {}
         for n in block.nodes:
             if n.op == "gather":
                 groups.setdefault((n.attrs[0], n.attrs[2], n.type, n.args[0].id), []).append(n)
+                base, k = _row_and_offset(n.args[0])
+                spans.setdefault((n.attrs[0], n.attrs[2], n.type, base.id), (base, []))[1].append((k, n))
         for members in groups.values():
             if len(members) > 1:
                 for m in members:
                     self._row_group[m.id] = members
+        # Reads of adjacent rows (a filter footprint's pixels along a row of
+        # the canvas, each pixel a row of colour channels) are one run of
+        # columns past the first: one span read when every lane's rows lie
+        # in the buffer (:meth:`_load_span`).
+        for (inp, width, _, _), (base, members) in spans.items():
+            columns = {k * width + m.attrs[1] for k, m in members}
+            if len({k for k, _ in members}) > 1 and len(columns) >= TRANSPOSED_MIN_COLUMNS:
+                for _, m in members:
+                    self._span_group[m.id] = (base, members)
         return super().lower_block(block)
 
     def lower_gather(self, n: Node, row):
         loaded = self._row_loaded.pop(n.id, None)
         if loaded is not None:
             return loaded
+        span = self._span_group.pop(n.id, None)
+        if span is not None:
+            return self._load_span(n, *span)
         members = self._row_group.pop(n.id, [n])
         comps = sorted({m.attrs[1] for m in members})
         values = dict(zip(comps, self._load_row(n, row, comps)))
@@ -1153,6 +1185,60 @@ class PacketCodegen(ItemCodegen):
                 self._row_group.pop(m.id, None)
                 self._row_loaded[m.id] = values[m.attrs[1]]
         return values[n.attrs[1]]
+
+    def _load_span(self, n: Node, base: Node, members: list):
+        """Gathers ``members`` ((row offset, gather) pairs) of rows ``base +
+        offset`` of one input, ``n`` the first of them: where every lane's
+        rows lie in the buffer and in order, the columns past the first
+        row's start as one row's (:meth:`_load_row`: transposed where
+        several), else each row clamped and read on its own (as gathers of
+        those rows always are). The other members' values wait in
+        ``_row_loaded``."""
+        b = self.b
+        inp, _, width = n.attrs
+        signed = base.type == I32
+        offsets = sorted({k for k, _ in members})
+        lo, hi = offsets[0], offsets[-1]
+        at = self.vals[base.id]
+        first = b.add(at, self.ci32(lo)) if lo else at
+        last = b.add(at, self.ci32(hi))
+        cmp = b.icmp_signed if signed else b.icmp_unsigned
+        inside = b.and_(cmp("<=", first, last), cmp("<=", last, self.in_maxrow[inp]))
+        if signed:
+            inside = b.and_(inside, b.icmp_signed(">=", first, self.ci32(0)))
+        every = b.call(self.decl(f"llvm.vector.reduce.and.v{self.lanes}i1", i1, [self.T(BOOL)]), [inside])
+        span_bb = self.fn.append_basic_block("span.inside")
+        rows_bb = self.fn.append_basic_block("span.rows")
+        join = self.fn.append_basic_block("span.join")
+        b.cbranch(every, span_bb, rows_bb)
+        keys = sorted({(k, m.attrs[1]) for k, m in members})
+        b.position_at_end(span_bb)
+        loaded = self._load_row(n, first, [(k - lo) * width + c for k, c in keys])
+        span_end = b.block
+        b.branch(join)
+        b.position_at_end(rows_bb)
+        apart = {}
+        for k in offsets:
+            comps = [c for j, c in keys if j == k]
+            apart.update(zip([(k, c) for c in comps],
+                             self._load_row(n, b.add(at, self.ci32(k)) if k else at, comps)))
+        rows_end = b.block
+        b.branch(join)
+        b.position_at_end(join)
+        values, own = {}, None
+        for key, v in zip(keys, loaded):
+            phi = b.phi(self.T(n.type))
+            phi.add_incoming(v, span_end)
+            phi.add_incoming(apart[key], rows_end)
+            values[key] = phi
+        for k, m in members:
+            self._span_group.pop(m.id, None)
+            self._row_group.pop(m.id, None)
+            if m is n:
+                own = values[(k, m.attrs[1])]
+            else:
+                self._row_loaded[m.id] = values[(k, m.attrs[1])]
+        return own
 
     def _load_row(self, n: Node, row, comps: list) -> list:
         """Columns ``comps`` of the rows of input ``n.attrs[0]`` at ``row``
