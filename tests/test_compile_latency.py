@@ -140,3 +140,49 @@ def test_derivative_kernels_trace_paths_without_derivatives_once(method):
     text = cpu.generate_llvm_ir(adjoint, 0, 8)
     assert len(re.findall(r'define internal void @"jaxrender\.subroutine\.path_run\.\d+"', text)) == 1
     assert len(re.findall(r'call void @"jaxrender\.subroutine\.path_run\.\d+"', text)) == 2
+
+
+def test_kernels_build_with_the_collector_paused_and_restored():
+    """Tracing a kernel and generating its module run without Python's
+    cyclic collector (ir/gcpause.py: it doubled the code generator's time
+    in a process holding JAX's objects), and leave it as they found it:
+    enabled, or disabled by the caller, also under nested and concurrent
+    pauses."""
+    import gc
+    from jaxrender.ir.gcpause import gc_paused
+
+    seen = []
+
+    def body(x):
+        seen.append(gc.isenabled())
+        return x[ir.item_index()] * 2.0
+
+    def module(name):
+        k = ir.trace(body, {"x": ir.In("f32")}, {"y": ir.Out("f32")}, name=name)
+        return cpu.generate_llvm_ir(k, 0, 4)
+
+    assert gc.isenabled()
+    module("paused_a")
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        module("paused_b")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    # overlapping pauses on two threads: enabled again only after the last
+    inside, release = threading.Event(), threading.Event()
+
+    def hold():
+        with gc_paused():
+            inside.set()
+            release.wait(10)
+    t = threading.Thread(target=hold)
+    t.start()
+    inside.wait(10)
+    with gc_paused():
+        pass
+    assert not gc.isenabled()
+    release.set()
+    t.join()
+    assert gc.isenabled()

@@ -23,6 +23,7 @@ import dataclasses
 import hashlib
 from typing import Any, Callable, Mapping
 
+from .gcpause import gc_paused
 from .graph import BOOL, DTYPES, F32, I32, U32, Block, IRError, format_block
 from .passes import eliminate_dead_code
 from .pytree import tree_flatten
@@ -226,6 +227,11 @@ def trace(fn: Callable[..., Any], inputs: Mapping[str, In], outputs: Mapping[str
     per-item output values keyed like the ``Out`` specs (a single value is
     accepted when there is exactly one ``Out``; vector outputs are flat or
     nested sequences matching item_shape)."""
+    with gc_paused():
+        return _trace(fn, inputs, outputs, name, optimize)
+
+
+def _trace(fn, inputs, outputs, name, optimize) -> Kernel:
     for k, v in inputs.items():
         if not isinstance(v, In):
             raise IRError(f"input {k!r}: expected ir.In / ir.Scalar, got {v!r}")

@@ -23,6 +23,7 @@ import llvmlite.binding as llvm
 from llvmlite.binding import ffi
 from llvmlite import ir as ll
 
+from ..ir.gcpause import gc_paused
 from ..ir.kernel import Kernel
 from . import bvh_traversal, cache
 from .abi import InfoLayout
@@ -124,7 +125,11 @@ def generate_llvm_ir(kernel: Kernel, nb: int, lanes: int | None = None) -> str:
     """The LLVM module (text) for ``kernel`` with ``nb`` batch dims. With
     SIMD packets (``lanes`` > 1) it declares the BVH traversal routines
     that :func:`shared_object` defines."""
-    lanes = simd_lanes() if lanes is None else lanes
+    with gc_paused():
+        return _module_text(kernel, nb, simd_lanes() if lanes is None else lanes)
+
+
+def _module_text(kernel: Kernel, nb: int, lanes: int) -> str:
     m = ll.Module(name=f"jaxrender.{kernel.name}")
     m.triple = llvm.get_process_triple()
     layout = InfoLayout(nb, len(kernel.inputs), len(kernel.item_outputs), len(kernel.accumulators))

@@ -39,6 +39,7 @@ import llvmlite
 import llvmlite.binding as llvm
 from llvmlite import ir as ll
 
+from ..ir.gcpause import gc_paused
 from ..ir.graph import F32, Node
 from ..ir.kernel import Kernel
 from .abi import InfoLayout
@@ -380,13 +381,14 @@ def generate_llvm_ir(kernel: Kernel, nb: int, emulate: bool = False) -> str:
     """The GPU module (text) for ``kernel`` with ``nb`` batch dims, before
     libdevice is linked. ``emulate`` builds the same code for the host CPU
     (see :mod:`.emulate`)."""
-    m = ll.Module(name=f"jaxrender.gpu.{kernel.name}")
-    m.triple = llvm.get_process_triple() if emulate else TRIPLE
-    layout = InfoLayout(nb, len(kernel.inputs), len(kernel.item_outputs), len(kernel.accumulators))
-    build_kernel(m, kernel, layout, emulate)
-    if not emulate:
-        _add_module_flags(m)
-    return str(m)
+    with gc_paused():
+        m = ll.Module(name=f"jaxrender.gpu.{kernel.name}")
+        m.triple = llvm.get_process_triple() if emulate else TRIPLE
+        layout = InfoLayout(nb, len(kernel.inputs), len(kernel.item_outputs), len(kernel.accumulators))
+        build_kernel(m, kernel, layout, emulate)
+        if not emulate:
+            _add_module_flags(m)
+        return str(m)
 
 
 def libdevice_functions(text: str) -> list[str]:
