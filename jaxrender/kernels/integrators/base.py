@@ -321,13 +321,6 @@ class Integrator:
         raise ValueError(f"the {self.name} integrator has no adjoint")
 
 
-def _select_tree(cond, a, b):
-    """The pytree ``a`` where ``cond``, else ``b`` (the same structure)."""
-    la, tree = tree_flatten(a)
-    lb, _ = tree_flatten(b)
-    return tree_unflatten(tree, [ir.select(cond, x, y) for x, y in zip(la, lb)])
-
-
 @dataclasses.dataclass
 class QueryLog:
     """A path's ray-query answers, one entry per step of its first
@@ -341,13 +334,13 @@ class QueryLog:
         return cls(tuple(entry for _ in range(n)))
 
     def put(self, step, entry) -> "QueryLog":
-        return QueryLog(tuple(_select_tree(step == k, entry, slot) for k, slot in enumerate(self.slots)))
+        return QueryLog(tuple(ir.select(step == k, entry, slot) for k, slot in enumerate(self.slots)))
 
     def at(self, step, empty):
         """The entry of ``step``, ``empty`` past the last slot."""
         out = empty
         for k, slot in enumerate(self.slots):
-            out = _select_tree(step == k, slot, out)
+            out = ir.select(step == k, slot, out)
         return out
 
 
