@@ -19,7 +19,7 @@ from .primitives.film import FilmGeometry, has_alpha, to_pixel_format
 from .primitives.render_rules import PixelSplit, RenderConfig, nondifferentiable, render_image
 from .kernels import spectrum
 from .kernels import textures as ktex
-from .scene.arrays import is_traced
+from .scene.arrays import is_traced, xla_aligned
 from .scene.camera import fov_key
 from .scene import variants
 from .scene.errors import SceneError
@@ -477,7 +477,7 @@ def edge_topology(scene):
         tris = kernel_inputs(scene)["tris"]
         # (the rows of shared shapegroups follow the scene's own, in group space: instance_topology)
         own = len(tris) if scene.instancing is None else int(scene.instancing["groups"][0, layout.GROUP_FIRST_ROW])
-        topo = boundary_topology(tris[:own], scene.tri_attr[:own, layout.ATTR_EMITTER] >= 0)
+        topo = xla_aligned(boundary_topology(tris[:own], scene.tri_attr[:own, layout.ATTR_EMITTER] >= 0))
         scene.__dict__["_edge_topology"] = topo
     return topo
 
@@ -495,8 +495,9 @@ def instance_topology(scene):
     than ``MAX_INSTANCE_EDGES``."""
     if "_instance_topology" not in scene.__dict__:
         inst = scene.instancing
-        scene.__dict__["_instance_topology"] = instance_edges(kernel_inputs(scene)["tris"], inst["groups"],
-                                                              inst["instance_group"], MAX_INSTANCE_EDGES)
+        topo = instance_edges(kernel_inputs(scene)["tris"], inst["groups"], inst["instance_group"],
+                              MAX_INSTANCE_EDGES)
+        scene.__dict__["_instance_topology"] = None if topo is None else tuple(xla_aligned(t) for t in topo)
     return scene.__dict__["_instance_topology"]
 
 

@@ -43,7 +43,7 @@ from ..kernels.context import GEOMETRY
 from ..kernels.shapes import NAMES as SHAPE_NAMES
 from . import sunsky as sunsky_model
 from . import textures as tex_io
-from .arrays import is_traced
+from .arrays import is_traced, xla_aligned
 from . import variants
 from .builder import SceneBuilder
 from .camera import Camera, filter_table, fov_key, is_rigid
@@ -153,6 +153,18 @@ class Scene:
     moving: MovingGeometry | None = None
     # (buffer name, sensor, parameter keys) -> its jitted builder (see param_buffers)
     _jitted_param_buffers: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    # name -> (buffer, its XLA-aligned copy): see kernel_inputs
+    _aligned_buffers: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        # The large buffers are stored as XLA uses them in place (xla_aligned),
+        # so that no render copies them and no second copy is held.
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, np.ndarray):
+                setattr(self, f.name, xla_aligned(value))
+            elif isinstance(value, tuple) and all(isinstance(v, np.ndarray) for v in value):
+                setattr(self, f.name, tuple(xla_aligned(v) for v in value))
 
     @property
     def analytic_kinds(self) -> tuple:
@@ -318,7 +330,19 @@ class Scene:
             geometry.pop("tri_uv", None)      # (the kernels read no UVs: nothing textured)
         buffers.update(geometry)
         buffers.update(self.sunsky_buffers(p, params, buffers))
-        return buffers
+        return {name: self._aligned(name, value) for name, value in buffers.items()}
+
+    def _aligned(self, name: str, value: Any) -> Any:
+        """``value`` as XLA can read without copying it (``xla_aligned``),
+        the copy made once per buffer: a render passes the same arrays again
+        (held here, so an id is never reused while it is remembered)."""
+        held = self._aligned_buffers.get(name)
+        if held is not None and held[0] is value:
+            return held[1]
+        out = xla_aligned(value)
+        if out is not value:
+            self._aligned_buffers[name] = (value, out)
+        return out
 
     def sunsky_buffers(self, p: Mapping[str, Any], given: Mapping[str, Any] | None, buffers: Mapping) -> dict:
         """The sunsky's buffers (its emitter rows, sampling map, complex sun
