@@ -48,7 +48,9 @@ from efficiency import (FILTERS, Comparison, alternate, import_mitsuba, mean_dif
 
 
 def sphere_ply(path: Path, n_tris: int, center=(0.0, -0.5, 0.0), radius=0.4) -> None:
-    """A UV sphere with about n_tris triangles, written as binary PLY."""
+    """A UV sphere with about n_tris triangles, written as binary PLY, its
+    faces wound counter-clockwise seen from outside (normals outward: the
+    front side, which one-sided BSDFs shade, faces the camera)."""
     rings = max(4, int(np.sqrt(n_tris / 2)))
     segs = max(8, n_tris // (2 * rings))
     th = np.linspace(0, np.pi, rings + 1)
@@ -61,7 +63,7 @@ def sphere_ply(path: Path, n_tris: int, center=(0.0, -0.5, 0.0), radius=0.4) -> 
     b = i * segs + (j + 1) % segs
     c = (i + 1) * segs + j
     d = (i + 1) * segs + (j + 1) % segs
-    f = np.concatenate([np.stack([a, c, b], -1).reshape(-1, 3), np.stack([b, c, d], -1).reshape(-1, 3)])
+    f = np.concatenate([np.stack([a, b, c], -1).reshape(-1, 3), np.stack([b, d, c], -1).reshape(-1, 3)])
     with open(path, "wb") as fh:
         fh.write((f"ply\nformat binary_little_endian 1.0\nelement vertex {len(v)}\n"
                   "property float x\nproperty float y\nproperty float z\n"
