@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import ctypes
+import functools
 import hashlib
 import os
 import threading
@@ -57,7 +58,7 @@ def _new_target_machine(reloc: str = "pic"):
         _native_ready = True
     target = llvm.Target.from_default_triple()
     return target.create_target_machine(
-        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
+        cpu=llvm.get_host_cpu_name(), features=host_features().flatten(),
         opt=3, reloc=reloc, codemodel="jitdefault")
 
 
@@ -72,10 +73,18 @@ def target_machine():
     return _target_machine
 
 
+@functools.cache
+def host_features():
+    """The host CPU's features (llvmlite's FeatureMap), asked of LLVM once:
+    each query takes ~0.3 ms, and every render needs them for its kernels'
+    cache keys and SIMD width."""
+    return llvm.get_host_cpu_features()
+
+
 def target_description() -> str:
     target_machine()
     return "|".join([llvm.get_process_triple(), llvm.get_host_cpu_name(),
-                     llvm.get_host_cpu_features().flatten(), llvmlite.__version__,
+                     host_features().flatten(), llvmlite.__version__,
                      ".".join(map(str, llvm.llvm_version_info)), CODEGEN_VERSION,
                      repr(sorted(PIPELINE.items()))])
 
@@ -107,7 +116,7 @@ def simd_lanes(preferred: int | None = None) -> int:
         return check_lanes(env, "JAXRENDER_SIMD_LANES")
     if preferred is not None:
         return min(check_lanes(preferred, "preferred lanes"), simd_lanes())
-    feats = llvm.get_host_cpu_features()
+    feats = host_features()
     if feats.get("avx512f"):
         return 16
     if feats.get("avx2") or feats.get("avx"):
