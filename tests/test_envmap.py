@@ -335,3 +335,24 @@ def test_envmap_gradient_in_expectation_when_sampling_moves():
     v = np.zeros(scene.params["sky.data"].shape, np.float32)
     v[3:5, 8:10] = 1.0          # the sun (image columns 7, 8 sit at data columns 8, 9)
     compare_in_expectation(scene, "sky.data", v, spp=16, spp_fd=64, h=0.5)
+
+
+def test_the_sampling_tables_are_built_once_for_unchanged_values():
+    """A render without new values reuses the tables built from the loaded
+    ones (rebuilding them was most of a small render's time with a large
+    map); a new value rebuilds them, and the loaded values are read-only,
+    so the kept tables cannot go stale."""
+    scene = jaxrender.load_dict(env_scene())
+    first = scene.kernel_inputs()
+    assert scene.kernel_inputs()["env_dist"] is first["env_dist"]
+    assert scene.kernel_inputs()["texels"] is first["texels"]
+    data = scene.params["sky.data"]
+    with pytest.raises(ValueError, match="read-only"):
+        data[0, 0, 0] = 1.0
+    brighter = data * np.float32(2.0)
+    moved = scene.kernel_inputs({"sky.data": brighter})
+    assert not np.array_equal(moved["texels"], first["texels"])
+    np.testing.assert_allclose(np.asarray(jaxrender.render(scene, {"sky.data": brighter}, spp=4, seed=3)),
+                               2 * np.asarray(jaxrender.render(scene, spp=4, seed=3)), rtol=1e-5, atol=1e-6)
+    again = scene.kernel_inputs()
+    assert np.array_equal(again["env_dist"], first["env_dist"]) and np.array_equal(again["texels"], first["texels"])
