@@ -188,8 +188,9 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     ``sensor`` picks the scene's sensor (index in file order, as in
     ``mitsuba.render(scene, sensor=1)``), with its own film size, filter
     and sampler. ``params`` overrides values of ``scene.params`` (same keys as
-    ``mitsuba.traverse``; the loaded values there are read-only). The image is differentiable with respect to those
-    values (``jax.grad``, ``jax.jvp``, ``jax.vjp``, ``jax.linearize``):
+    ``mitsuba.traverse``; the loaded values there are read-only). The image
+    is differentiable with respect to those values (``jax.grad``,
+    ``jax.jvp``, ``jax.vjp``, ``jax.linearize``):
     derivatives are computed by a forward-mode kernel and its transpose, an
     adjoint kernel (``method``: ``"prb"`` path replay backpropagation, the
     default, ``"rb"`` radiative backpropagation, the default and only

@@ -176,6 +176,8 @@ class Scene:
                 setattr(self, f.name, xla_aligned(value))
             elif isinstance(value, tuple) and all(isinstance(v, np.ndarray) for v in value):
                 setattr(self, f.name, tuple(xla_aligned(v) for v in value))
+        if self.instancing is not None:
+            self.instancing = {k: xla_aligned(v) for k, v in self.instancing.items()}
         # The loaded values are read-only, so that the buffers built from them
         # can be kept (_built): a render changes them through its params.
         for value in self.params.values():
@@ -350,13 +352,15 @@ class Scene:
 
     def _aligned(self, name: str, value: Any) -> Any:
         """``value`` as XLA can read without copying it (``xla_aligned``),
-        the copy made once per buffer: a render passes the same arrays again
-        (held here, so an id is never reused while it is remembered)."""
+        the copy of an immutable value made once: renders pass the same
+        buffers again (held here, so an id is never reused while it is
+        remembered); a writable array, likely new at every render, is not
+        held."""
         held = self._aligned_buffers.get(name)
         if held is not None and held[0] is value:
             return held[1]
         out = xla_aligned(value)
-        if out is not value:
+        if out is not value and _immutable(value):
             self._aligned_buffers[name] = (value, out)
         return out
 
