@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from efficiency import (FILTERS, Comparison, alternate, import_mitsuba, mean_difference_z, median, note_load,
-                        parse_filters, seed_variance, set_filter, table)
+                        parse_filters, seed_variance, set_filter, table, variance_ratio_interval)
 
 
 def sphere_ply(path: Path, n_tris: int, center=(0.0, -0.5, 0.0), radius=0.4) -> None:
@@ -184,7 +184,9 @@ def compare(name: str, ours_dict: dict, mitsuba_dict: dict | None, rfilter: str,
     ch_mi = np.stack(images["mitsuba"]).mean((1, 2))
     row = Comparison(name, rfilter, out["t_ours"], median(times["mitsuba"]),
                      out["var_ours"], seed_variance(images["mitsuba"]))
+    lo, hi = variance_ratio_interval(images["ours"], images["mitsuba"])
     out.update(row.as_dict(), load_mitsuba_s=load_mi, t_mitsuba_all=times["mitsuba"],
+               variance_ratio_90=[lo, hi], efficiency_ratio_90=[row.time_ratio * lo, row.time_ratio * hi],
                mean_rel_diff=(ch_ours.mean(0) / ch_mi.mean(0) - 1).tolist(),
                mean_z=mean_difference_z(ch_ours, ch_mi).tolist())
     return out
@@ -266,6 +268,10 @@ def main(argv=None) -> None:
               "jaxrender;\nefficiency = (t_mitsuba * var_mitsuba) / (t_ours * var_ours), > 1: jaxrender reaches "
               "a given noise sooner\n")
         print(table(rows))
+        print("\n90% bootstrap intervals over the seeds (the variances' noise; times are medians):")
+        for r in results["rows"]:
+            (vlo, vhi), (elo, ehi) = r["variance_ratio_90"], r["efficiency_ratio_90"]
+            print(f"  {r['scene']:<20} {r['filter']:<8} var ratio {vlo:.2f}-{vhi:.2f}, efficiency {elo:.2f}-{ehi:.2f}")
         gauss = [r for r in rows if r.filter == "gaussian"]
         if gauss:
             print("\ntarget: efficiency >= 1.5 with the gaussian filter: " + ", ".join(

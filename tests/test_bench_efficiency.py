@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from efficiency import (Comparison, alternate, gradient_scale, mean_difference_z, relative_seed_variance,  # noqa: E402
-                        seed_variance, set_filter)
+                        seed_variance, set_filter, variance_ratio_interval)
 
 
 def test_seed_variance_is_unbiased_per_element_then_averaged():
@@ -52,6 +52,21 @@ def test_efficiency_ratio_is_mitsuba_time_variance_over_ours():
     assert row.variance_ratio == pytest.approx(2.0)
     assert row.efficiency_ratio == pytest.approx((0.4 * 2.0) / (0.3 * 1.0))
     assert row.as_dict()["efficiency_ratio"] == pytest.approx(8 / 3)
+
+
+def test_variance_ratio_interval_covers_the_true_ratio_and_narrows_with_seeds():
+    rng = np.random.default_rng(3)
+    ours = rng.normal(0.0, 1.0, (16, 500))
+    theirs = rng.normal(0.0, 2.0, (16, 500))            # 4x the variance
+    lo, hi = variance_ratio_interval(ours, theirs)
+    assert lo < 4.0 < hi and lo > 1.0
+    # heavy tails: a few bright samples; more seeds, a narrower interval
+    def heavy(k):
+        return rng.standard_t(3, (k, 400))
+    few = variance_ratio_interval(heavy(8), heavy(8))
+    many = variance_ratio_interval(heavy(128), heavy(128))
+    assert few[0] < 1.0 < few[1] and many[0] < 1.0 < many[1]
+    assert many[1] - many[0] < 0.5 * (few[1] - few[0])
 
 
 def test_mean_difference_z():
