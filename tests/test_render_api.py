@@ -2,6 +2,7 @@
 overrides, recompile-free reuse, clear errors for unsupported or bad input."""
 from __future__ import annotations
 
+import os
 import re
 
 import jax
@@ -265,3 +266,31 @@ def test_a_scenes_large_buffers_reach_xla_without_a_copy(tmp_path):
         assert jax.device_put(value).unsafe_buffer_pointer() == value.ctypes.data, name
     image = np.asarray(jaxrender.render(scene, spp=4))
     assert np.isfinite(image).all() and image.mean() > 0.01
+
+
+def test_under_jit_jaxs_simplified_constants_pass_the_scene_as_arguments(tmp_path):
+    """What the README advises for large scenes under jax.jit: by default JAX
+    embeds the scene's buffers, which the jitted function closes over, in
+    the compiled program; with ``jax_use_simplified_jaxpr_constants`` set
+    when the program starts they are arguments, and the image is the same."""
+    import subprocess
+    import sys
+    script = f"""
+import sys, jax, numpy as np, jaxrender
+d = jaxrender.cornell_box()
+d["grid"] = {{"type": "ply", "filename": {_grid_ply(tmp_path / "grid.ply", 80)!r}, "bsdf": {{"type": "diffuse"}}}}
+d["sensor"]["film"]["width"] = d["sensor"]["film"]["height"] = 16
+scene = jaxrender.load_dict(d)
+f = jax.jit(lambda seed: jaxrender.render(scene, spp=4, seed=seed))
+np.save(sys.argv[1], np.asarray(f(2)))
+print(len(f.lower(2).as_text()), scene.kernel_inputs()["tris"].nbytes)
+"""
+    sizes = {}
+    for flag in ("0", "1"):
+        env = dict(os.environ, JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS=flag)
+        out = subprocess.run([sys.executable, "-c", script, str(tmp_path / f"{flag}.npy")], env=env,
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        sizes[flag], tris = map(int, out.stdout.split()[-2:])
+    assert sizes["0"] > tris > 10 * sizes["1"], (sizes, tris)
+    np.testing.assert_array_equal(np.load(tmp_path / "1.npy"), np.load(tmp_path / "0.npy"))
