@@ -12,6 +12,7 @@ import pytest
 
 import jaxrender
 from jaxpr_util import kernel_launches
+from test_mesh_io import write_ply
 from jaxrender import cli
 from jaxrender.lowering import stats
 
@@ -236,18 +237,11 @@ def test_sensor_selects_among_the_scenes_sensors():
 
 def _grid_ply(path, n: int) -> str:
     """A binary PLY of an n x n grid of quads (2 n² triangles) on the box's floor."""
-    u = np.linspace(-0.5, 0.5, n + 1, dtype=np.float32)
+    u = np.linspace(-0.5, 0.5, n + 1)
     x, z = np.meshgrid(u, u)
-    v = np.stack([x.ravel(), np.full(x.size, -0.5, np.float32), z.ravel()], 1).astype("<f4")
-    i = np.arange(n * n).reshape(n, n) // n * (n + 1) + np.arange(n * n).reshape(n, n) % n
-    quads = np.stack([i.ravel(), i.ravel() + 1, i.ravel() + n + 2, i.ravel() + n + 1], 1)
-    faces = np.zeros(len(quads), [("n", "u1"), ("i", "<i4", 4)])
-    faces["n"], faces["i"] = 4, quads
-    with open(path, "wb") as fh:
-        fh.write((f"ply\nformat binary_little_endian 1.0\nelement vertex {len(v)}\nproperty float x\n"
-                  f"property float y\nproperty float z\nelement face {len(faces)}\n"
-                  "property list uchar int vertex_indices\nend_header\n").encode())
-        fh.write(v.tobytes() + faces.tobytes())
+    i = (np.arange(n)[:, None] * (n + 1) + np.arange(n)).ravel()
+    write_ply(path, [("x", x.ravel()), ("y", np.full(x.size, -0.5)), ("z", z.ravel())],
+              np.stack([i, i + 1, i + n + 2, i + n + 1], 1).tolist(), comments=False)
     return str(path)
 
 

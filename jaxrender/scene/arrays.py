@@ -29,6 +29,15 @@ def is_traced(value: Any) -> bool:
     return isinstance(value, jax.core.Tracer)
 
 
+def is_immutable(value: Any) -> bool:
+    """True for a value whose contents cannot change while it is held: a
+    read-only numpy array, a numpy or Python scalar, a JAX array."""
+    import jax
+    if isinstance(value, np.ndarray):
+        return not value.flags.writeable
+    return isinstance(value, (np.generic, int, float, bool, jax.Array))
+
+
 def array_module(*values: Any) -> ModuleType:
     """``jax.numpy`` if any of ``values`` is traced, else ``numpy``."""
     if any(is_traced(v) for v in values):

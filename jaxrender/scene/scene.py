@@ -43,7 +43,7 @@ from ..kernels.context import GEOMETRY
 from ..kernels.shapes import NAMES as SHAPE_NAMES
 from . import sunsky as sunsky_model
 from . import textures as tex_io
-from .arrays import is_traced, xla_aligned
+from .arrays import is_immutable, is_traced, xla_aligned
 from . import variants
 from .builder import SceneBuilder
 from .camera import Camera, filter_table, fov_key, is_rigid
@@ -61,13 +61,13 @@ __all__ = ["Camera", "Scene", "SceneError", "filter_table", "load_dict"]
 EMITTER_FRAME_WIDTH = layout.EMITTER_FRAME_ROW
 
 
-def _immutable(value: Any) -> bool:
-    """True for a value whose contents cannot change while it is held: a
-    read-only numpy array, a numpy or Python scalar, a JAX array."""
-    import jax
+def _kept(value: Any) -> Any:
+    """A built buffer as :meth:`Scene._built` keeps it: aligned for XLA
+    (``xla_aligned``) and read-only."""
+    value = xla_aligned(value)
     if isinstance(value, np.ndarray):
-        return not value.flags.writeable
-    return isinstance(value, (np.generic, int, float, bool, jax.Array))
+        value.flags.writeable = False
+    return value
 
 
 def load_dict(d: Mapping, *, variant: str | None = None, expand_instances: bool = False) -> Scene:
@@ -162,8 +162,6 @@ class Scene:
     moving: MovingGeometry | None = None
     # (buffer name, sensor, parameter keys) -> its jitted builder (see param_buffers)
     _jitted_param_buffers: dict = field(default_factory=dict, init=False, repr=False, compare=False)
-    # name -> (buffer, its XLA-aligned copy): see kernel_inputs
-    _aligned_buffers: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     # builder key -> (the immutable values, the buffers built from them): see _built
     _concrete_builds: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -348,21 +346,9 @@ class Scene:
             geometry.pop("tri_uv", None)      # (the kernels read no UVs: nothing textured)
         buffers.update(geometry)
         buffers.update(self.sunsky_buffers(p, params, buffers))
-        return {name: self._aligned(name, value) for name, value in buffers.items()}
-
-    def _aligned(self, name: str, value: Any) -> Any:
-        """``value`` as XLA can read without copying it (``xla_aligned``),
-        the copy of an immutable value made once: renders pass the same
-        buffers again (held here, so an id is never reused while it is
-        remembered); a writable array, likely new at every render, is not
-        held."""
-        held = self._aligned_buffers.get(name)
-        if held is not None and held[0] is value:
-            return held[1]
-        out = xla_aligned(value)
-        if out is not value and _immutable(value):
-            self._aligned_buffers[name] = (value, out)
-        return out
+        # (the scene's own and kept buffers are aligned already: this copies
+        # only what a render built anew, which XLA would copy otherwise)
+        return {name: xla_aligned(value) for name, value in buffers.items()}
 
     def sunsky_buffers(self, p: Mapping[str, Any], given: Mapping[str, Any] | None, buffers: Mapping) -> dict:
         """The sunsky's buffers (its emitter rows, sampling map, complex sun
@@ -446,15 +432,15 @@ class Scene:
         per render at 2048x1024."""
         if not any(is_traced(v) for v in values.values()):
             given = tuple(values.values())
-            if not all(map(_immutable, given)):
+            if not all(map(is_immutable, given)):
                 return build(values, np)
             held = self._concrete_builds.get(key)
             if held is not None and len(held[0]) == len(given) and all(a is b for a, b in zip(held[0], given)):
                 return held[1]
             out = build(values, np)
-            for v in (out.values() if isinstance(out, dict) else (out,)):
-                if isinstance(v, np.ndarray):
-                    v.flags.writeable = False    # (shared by every render that reuses it)
+            # Kept as XLA reads them in place, and read-only: every render
+            # that reuses them shares them.
+            out = {k: _kept(v) for k, v in out.items()} if isinstance(out, dict) else _kept(out)
             self._concrete_builds[key] = (given, out)
             return out
         fn = self._jitted_param_buffers.get(key)
