@@ -19,9 +19,11 @@ efficiency  For each reconstruction filter in --filters (the film's rfilter;
    ``jax.jit(jax.value_and_grad(loss))``, and Mitsuba 3 ``prb`` (variant
    llvm_ad_rgb, same max_depth, rr_depth 5 as ours) render + loss +
    ``dr.backward`` and its primal loss, each run for seeds 0 .. --seeds-1,
-   the four taking turns seed by seed after one warm-up call each. Times
-   are medians over the seeds (wall). Prints jaxrender's value_and_grad /
-   primal time (target <= 2.5x), both renderers' mean gradients with the
+   the four taking turns seed by seed after one warm-up call each; then
+   jaxrender's two again by themselves, taking turns, for its
+   value_and_grad / primal time (right after Mitsuba's backward pass our
+   primal ran ~10% slower). Times are medians over the seeds (wall).
+   Prints jaxrender's value_and_grad / primal time (target <= 2.5x), both renderers' mean gradients with the
    z-score of their difference (a sanity check: Mitsuba's prb is a peer,
    not ground truth; on these non-geometric parameters the two should agree
    within noise), and a table of time, gradient variance over seeds and
@@ -66,7 +68,7 @@ if YNN_OFF not in os.environ.get("XLA_FLAGS", ""):
 import numpy as np
 
 import grad_compare
-from efficiency import FILTERS, alternate, finish, import_mitsuba, note_load, parse_filters, set_filter
+from efficiency import FILTERS, finish, import_mitsuba, note_load, parse_filters, set_filter
 from peak_memory import cap_address_space, describe_failure, failure, mb, measure_call, proc_status, report, run_child
 
 KEYS = ("red.reflectance.value", "green.reflectance.value", "light.emitter.radiance.value")
@@ -125,7 +127,8 @@ def mitsuba_runners(args, mi, rfilter: str, target: np.ndarray) -> dict:
 # ---------------------------------------------------------------- equal error
 def bench_efficiency(args, filters: list[str]) -> dict:
     """Per filter: both renderers' value_and_grad over --seeds seeds, and
-    their primal losses, all four taking turns seed by seed."""
+    their primal losses, all four taking turns seed by seed (then ours
+    alone: ``grad_compare.run_all``)."""
     mi = import_mitsuba("llvm_ad_rgb")
     if isinstance(mi, str):
         print(f"   {mi}: timing jaxrender alone")
@@ -135,8 +138,8 @@ def bench_efficiency(args, filters: list[str]) -> dict:
         runners, target = jaxrender_runners(args, rfilter)
         if mi is not None:
             runners.update(mitsuba_runners(args, mi, rfilter, target))
-        times, results = alternate(runners, range(args.seeds))
-        row = grad_compare.gradient_row("cornell box", rfilter, times, results)
+        times, results, own = grad_compare.run_all(runners, range(args.seeds))
+        row = grad_compare.gradient_row("cornell box", rfilter, times, results, own)
         out["rows"].append(row)
         print(f"   {rfilter}: {grad_compare.timing_line(row)}", flush=True)
         if mi is not None:

@@ -57,7 +57,7 @@ import numpy as np
 
 import grad_compare
 from bench_primal import compare, throughput_line
-from efficiency import Comparison, alternate, finish, import_mitsuba, note_load, parse_filters, set_filter, table
+from efficiency import Comparison, finish, import_mitsuba, note_load, parse_filters, set_filter, table
 from peak_memory import (cap_address_space, describe_failure, failure, mb, measure_call, proc_status, report,
                          run_child)
 
@@ -217,8 +217,8 @@ def bench_grad_part(args, kinds, filters, vol_file, jaxrender, mi) -> list[dict]
             if mi is not None:
                 d = set_filter(args_scene(args, mi.cornell_box, kind, "prbvolpath", vol_file), rfilter)
                 runners.update(grad_compare.mitsuba_runners(mi, mi.load_dict(d), scales, target, args.spp))
-            times, results = alternate(runners, range(args.seeds))
-            row = grad_compare.gradient_row(SCENES[kind], rfilter, times, results)
+            times, results, own = grad_compare.run_all(runners, range(args.seeds))
+            row = grad_compare.gradient_row(SCENES[kind], rfilter, times, results, own)
             rows.append(row)
             print(f"   {SCENES[kind]}, {rfilter}: {grad_compare.timing_line(row)}", flush=True)
             if mi is not None:
