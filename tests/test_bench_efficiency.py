@@ -88,6 +88,36 @@ def test_alternate_takes_turns_after_warmup():
     assert all(len(t) == 3 and min(t) >= 0 for t in times.values())
 
 
+def test_our_gradient_over_primal_ratio_is_timed_without_mitsuba_in_between():
+    # Our primal ran slower right after Mitsuba's backward pass, which made
+    # our value_and_grad / primal ratio read low: run_all times ours again
+    # in a loop of their own, and gradient_row takes the ratio from it.
+    import time
+    from grad_compare import gradient_row, run_all
+    calls = []
+
+    def runner(name, seconds, grad=False):
+        def run(seed):
+            calls.append(name)
+            time.sleep(seconds)
+            return (1.0, np.array([1.0, 2.0, 3.0]) + seed % 2) if grad else 1.0
+        return run
+    runners = {"ours primal": runner("ours primal", 0.004), "ours grad": runner("ours grad", 0.01, True),
+               "mitsuba primal": runner("mitsuba primal", 0.001), "mitsuba grad": runner("mitsuba grad", 0.001, True)}
+    times, results, own = run_all(runners, [0, 1, 2])
+    second_loop = calls[-(2 + 2 * 3):]      # (after its warm-up calls, ours alone)
+    assert set(second_loop) == {"ours primal", "ours grad"}
+    assert set(own) == {"ours primal", "ours grad"} and all(len(t) == 3 for t in own.values())
+    # (the row's ratio is the own loop's, not the interleaved one's)
+    own["ours primal"] = [0.002] * 3
+    own["ours grad"] = [0.005] * 3
+    assert gradient_row("s", "box", times, results, own)["grad_over_primal_ours"] == pytest.approx(2.5)
+    # Without Mitsuba's runners there is nothing in between: one loop.
+    calls.clear()
+    times, _, own = run_all({k: runners[k] for k in ("ours primal", "ours grad")}, [0, 1])
+    assert own is times and len(calls) == 2 + 2 * 2
+
+
 def test_set_filter_changes_the_film_of_the_sensor():
     import jaxrender
     d = set_filter(jaxrender.cornell_box(), "tent")
