@@ -12,8 +12,8 @@ mesh    A floor lit by a small area light, with a box between them (an OBJ
    jaxrender's primal and ``jax.value_and_grad`` of the loss
    ``mean((render - target) ** 2)`` (target: the box moved by 0.05),
    alternating; then Mitsuba's ``direct_projective`` render and its render
-   + ``dr.backward`` of the same loss, alternating. Then the derivative of a linear loss ``sum(render * W)``
-   along t, 32^2 pixels, --seeds seeds: jaxrender's reverse mode, Mitsuba's
+   + ``dr.backward`` of the same loss, alternating. Then the derivative of
+   a linear loss ``sum(render * W)`` along t, 32^2 pixels, --seeds seeds: jaxrender's reverse mode, Mitsuba's
    forward mode (``dr.forward``), beside central finite differences of
    jaxrender's images (common random numbers, step 0.01). Targets:
    gradient <= 5x primal, faster than Mitsuba.
@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 
 import jaxrender
+from efficiency import alternate
 
 # Options of every differentiated render (main sets spp_boundary from --spp-boundary).
 GRAD_OPTIONS: dict = {}
@@ -195,23 +196,17 @@ def mesh_part(res: int, spp: int, repeats: int, seeds: int, box_file: str | None
     jax.block_until_ready(primal(t0, jnp.uint32(0)))
     jax.block_until_ready(grad(t0, jnp.uint32(0)))
     mi_fns = _mitsuba_mesh(res, spp, box_file, np.asarray(target), key)
-    times = {"primal": [], "value_and_grad": [], "mitsuba_primal": [], "mitsuba_grad": []}
     # Ours alternate with each other, and Mitsuba's calls run after them:
     # right after Mitsuba's gradient (seconds of work on every core) our
     # 12 ms primal ran ~35% slower, which flattered the gradient / primal
-    # ratio (sphere: 5.7x interleaved, 8.4x alone).
-    for i in range(repeats):
-        for name, f in (("primal", lambda: primal(t0, jnp.uint32(i + 1))),
-                        ("value_and_grad", lambda: grad(t0, jnp.uint32(i + 1)))):
-            t = time.perf_counter()
-            jax.block_until_ready(f())
-            times[name].append(time.perf_counter() - t)
-    for i in range(repeats if isinstance(mi_fns, dict) else 0):
-        for name in ("mitsuba_primal", "mitsuba_grad"):
-            t = time.perf_counter()
-            mi_fns[name](i + 1)
-            times[name].append(time.perf_counter() - t)
-    out["time"] = {k: float(np.median(v)) for k, v in times.items() if v}
+    # ratio (sphere: 5.7x interleaved, 8.4x alone). (Both warmed up above.)
+    timed = range(1, repeats + 1)
+    times, _ = alternate({"primal": lambda s: jax.block_until_ready(primal(t0, jnp.uint32(s))),
+                          "value_and_grad": lambda s: jax.block_until_ready(grad(t0, jnp.uint32(s)))},
+                         timed, warmup=0)
+    if isinstance(mi_fns, dict):
+        times.update(alternate({k: mi_fns[k] for k in ("mitsuba_primal", "mitsuba_grad")}, timed, warmup=0)[0])
+    out["time"] = {k: float(np.median(v)) for k, v in times.items()}
     out["mitsuba"] = "ok" if isinstance(mi_fns, dict) else mi_fns
 
     small = jaxrender.load_dict(mesh_scene_dict(32, box_file, "direct"))

@@ -23,10 +23,10 @@ efficiency  For each reconstruction filter in --filters (the film's rfilter;
    jaxrender's two again by themselves, taking turns, for its
    value_and_grad / primal time (right after Mitsuba's backward pass our
    primal ran ~10% slower). Times are medians over the seeds (wall).
-   Prints jaxrender's value_and_grad / primal time (target <= 2.5x), both renderers' mean gradients with the
-   z-score of their difference (a sanity check: Mitsuba's prb is a peer,
-   not ground truth; on these non-geometric parameters the two should agree
-   within noise), and a table of time, gradient variance over seeds and
+   Prints jaxrender's value_and_grad / primal time (target <= 2.5x), both
+   renderers' mean gradients with the z-score of their difference (a
+   sanity check: Mitsuba's prb is a peer, not ground truth; on these
+   non-geometric parameters the two should agree within noise), and a table of time, gradient variance over seeds and
    the efficiency ratio (t_mitsuba * var_mitsuba) / (t_ours * var_ours)
    (target >= 1.5). The gradient variance is relative: each component's
    variance over seeds divided by its mean square g**2 pooled over both

@@ -110,10 +110,11 @@ def gradient_row(scene: str, rfilter: str, times: Mapping[str, list], results: M
     pooled over both renderers), Mitsuba's ratio and the z-scores of the
     difference of the mean gradients."""
     t = {name: median(ts) for name, ts in times.items()}
-    t_own = {name: median(ts) for name, ts in (times if own is None else own).items()}
+    own = times if own is None else own
+    t_own = {k: median(own[k]) for k in ("ours primal", "ours grad")}
     g_ours = np.stack([g for _, g in results["ours grad"]])
     row = {"scene": scene, "filter": rfilter, "times": t, "times_all": dict(times),
-           "times_own": {k: t_own[k] for k in ("ours primal", "ours grad")},
+           "times_own": t_own,
            "grads_ours": g_ours.tolist(), "grad_over_primal_ours": t_own["ours grad"] / t_own["ours primal"]}
     if "mitsuba grad" in results:
         g_mi = np.stack([g for _, g in results["mitsuba grad"]])
