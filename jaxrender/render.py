@@ -13,10 +13,10 @@ from .kernels import integrators, layout
 from .kernels.bsdfs.surface import samples_null
 from .kernels.integrators import ADJOINT_METHODS
 from .kernels.integrators.aov import channel_names, parse_aovs
-from .primitives.boundary import edge_topology as boundary_topology, instance_edges
+from .primitives.boundary import edge_topology as boundary_topology, instance_edges, moving_items
 from .primitives.bsdf_tables import bsdf_table
 from .primitives.film import FilmGeometry, has_alpha, to_pixel_format
-from .primitives.render_rules import PixelSplit, RenderConfig, nondifferentiable, render_image
+from .primitives.render_rules import MovingRows, PixelSplit, RenderConfig, nondifferentiable, render_image
 from .kernels import spectrum
 from .kernels import textures as ktex
 from .scene.arrays import is_traced, xla_aligned
@@ -317,12 +317,15 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
         inputs["edge_topology"] = inputs["edges"] = edge_topology(scene)
         if structure.instanced and instance_topology(scene) is not None:
             inputs["instance_topology"], inputs["instance_owner"] = instance_topology(scene)
+    motion = ()
+    if geometry_keys:
+        inputs["motion_probes"], motion = _motion(scene, structure, params, geometry_keys)
     # The camera's reason is the scene's, for its to_world parameter.
     why = (("camera", scene.nondifferentiable.get(cam_key, "")), ("tris", _GEOMETRY_WHY),
            ("shape_data", _GEOMETRY_WHY), ("tri_normals", _GEOMETRY_WHY), ("tri_uv", _GEOMETRY_WHY),
            ("instances", _GEOMETRY_WHY))
     film = FilmGeometry(grid=cam.grid_size[::-1], border=cam.border, footprint=cam.footprint)
-    config = RenderConfig(film, method, why, structure, integrator, split, scene.delta_lights)
+    config = RenderConfig(film, method, why, structure, integrator, split, scene.delta_lights, motion)
     image = render_image(config, inputs)
     # mono: the film's one colour channel is the luminance, whatever the format (as Mitsuba's)
     if scene.integrator["type"] == "stokes" or variants.color_base(scene.variant) == "mono":
@@ -467,6 +470,21 @@ def _texcoords_why(scene, cam, integrator, settings, structure) -> str | None:
         return ("texture-coordinate derivatives need bilinear bitmaps: a checkerboard's, a procedural texture's or "
                 "a nearest-filtered bitmap's value jumps where the UVs move (boundaries these kernels do not sample)")
     return None
+
+
+def _motion(scene, structure, params, keys):
+    """({key: a scalar that carries ``params[key]``'s tangent}, ((key,
+    MovingRows or None), ...)) for the geometry ``keys``: the derivative
+    rules see which of them have tangents, and favour what those move
+    (``render_rules._moved``). A concrete value has no tangent, and no
+    eager op is spent on it. (Shared instances: nothing is favoured.)"""
+    probes = {k: jnp.sum(params[k]) * 0.0 if is_traced(params[k]) else np.float32(0.0) for k in keys}
+    cache = scene.__dict__.setdefault("_moving_rows", {})
+    for k in keys:
+        if k not in cache:
+            rows = None if structure.instanced else scene.moving.moved_rows(k)
+            cache[k] = None if rows is None else MovingRows(*rows, moving_items(edge_topology(scene), *rows[:2]))
+    return probes, tuple((k, cache[k]) for k in keys)
 
 
 def edge_topology(scene):

@@ -359,6 +359,23 @@ def test_expanded_instances_are_placed_by_their_to_world():
     assert not np.allclose(out["tris"], expanded.triangles)
 
 
+def test_moved_rows_name_every_mesh_an_expanded_instance_places():
+    """``MovingGeometry.moved_rows``, what the derivative rules favour
+    (``render_rules.MovingRows``), names exactly the leaf rows whose
+    triangles a parameter moves: for an expanded instance, those of every
+    mesh of its group."""
+    expanded = jaxrender.load_dict(scene_dict(**LAYOUTS["instances only"]()), expand_instances=True)
+    for name in SPREAD:
+        key = f"{name}.to_world"
+        moved = {key: np.asarray(T().translate([0.1, 0.0, 0.0]).matrix @ np.asarray(expanded.params[key], np.float64),
+                                 np.float32)}
+        out = expanded.geometry_buffers({**expanded.params, **moved}, moved)
+        changed = np.nonzero(np.any(np.asarray(out["tris"]) != expanded.triangles, axis=1))[0]
+        leaf, shapes, _ = expanded.moving.moved_rows(key)
+        assert len(changed) > 12 and np.array_equal(leaf, changed), (key, len(leaf), len(changed))
+        assert len(shapes) == 0
+
+
 def test_shared_instance_derivatives_equal_expanded_ones():
     """A shared instance's to_world is differentiable: its row of the
     instance table follows the parameter, and every point seen through it

@@ -293,7 +293,8 @@ def _silhouettes(v0, v1, a3, b3, boundary, normal, rays):
 
 
 def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_origin: tuple, grid: tuple,
-                  shape_data=None, hidden=None, prim_shape=None, orthographic: bool = False, instanced=None):
+                  shape_data=None, hidden=None, prim_shape=None, orthographic: bool = False, instanced=None,
+                  moved=None):
     """(segments (m, layout.SEGMENT_ROW), cumulative film lengths (m,)) of
     the silhouettes seen by ``camera`` (its kernel row) and the four sides
     of the sample grid (``grid``: (height, width) pixels, its first pixel
@@ -311,7 +312,14 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     ``instanced``: (the shared shapegroups' edges per instance and their
     instances, :func:`instance_edges`; the ``instances`` buffer), whose
     group-space edges are placed by each instance's to_world (their
-    segments follow the group's triangle placed by the instance)."""
+    segments follow the group's triangle placed by the instance).
+    ``moved``: (leaf rows of triangles, shape_data rows) of the only
+    geometry that moves (the camera does not), or None (anything may).
+    The term vanishes wherever the film sees no moving point on either
+    side of a curve (both velocities are zero there), so segments of
+    static edges and the film's sides keep only their parts inside the
+    film box of the moving geometry (:func:`_moving_box`), and a static
+    shape's outline is kept whole or dropped by its own box."""
     f32 = jnp.float32
     cam = jax.lax.stop_gradient(jnp.asarray(camera, f32).reshape(-1))
     tris = jax.lax.stop_gradient(jnp.asarray(tris, f32))
@@ -333,6 +341,9 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
         x = 0.5 * (1.0 - c[..., 0] / (z * tan_x)) * fw - grid_origin[0]
         y = 0.5 * (1.0 - c[..., 1] / (z * tan_y)) * fh - grid_origin[1]
         return jnp.stack([x, y], axis=-1)
+
+    # what the term can see move: the film box of the moving geometry (the whole film: None)
+    box = None if moved is None else _moving_box(tris, shape_data, moved, to_cam, project, near)
 
     # straight edges: the triangles' welded edges
     topo = jnp.asarray(topology).reshape(-1, 6)
@@ -393,15 +404,13 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     positive = jnp.sign(e[:, 0] * q[:, 1] - e[:, 1] * q[:, 0])
     side = -jnp.sign(sa) * positive               # the region behind the edge: away from the triangle
 
-    # Liang-Barsky clipping to the grid [0, gw] x [0, gh]
-    t0, t1 = jnp.zeros_like(e[:, 0]), jnp.ones_like(e[:, 0])
-    for p_, q_ in ((-e[:, 0], s0[:, 0]), (e[:, 0], gw - s0[:, 0]), (-e[:, 1], s0[:, 1]), (e[:, 1], gh - s0[:, 1])):
-        safe = jnp.where(p_ != 0, p_, 1.0)
-        r = q_ / safe
-        t0 = jnp.where(p_ < 0, jnp.maximum(t0, r), t0)
-        t1 = jnp.where(p_ > 0, jnp.minimum(t1, r), t1)
-        t0 = jnp.where((p_ == 0) & (q_ < 0), 1.0, t0)
-    inside = t1 > t0
+    # clipped to the grid [0, gw] x [0, gh], a static edge to the moving geometry's box too
+    clip = (0.0, 0.0, gw, gh)
+    if box is not None:
+        moves = jnp.zeros(tris.shape[0], bool).at[moved[0]].set(True)
+        edge_moves = moves[topo[:, 0]] | ((topo[:, 4] >= 0) & moves[jnp.maximum(topo[:, 4], 0)])
+        clip = tuple(jnp.where(edge_moves, g, c) for g, c in zip(clip, _within_grid(box, gw, gh)))
+    t0, t1, inside = _clip_to_box(s0, e, clip)
     # world points of the clipped ends (perspective-correct along the edge)
     za, zb = (jnp.ones_like(c0[:, 2]),) * 2 if orthographic else (c0[:, 2], c1[:, 2])
 
@@ -443,6 +452,13 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
             to_object = _rows(shape_data[:, layout.SHAPE_TO_OBJECT:layout.SHAPE_TO_OBJECT + 12], len(idx))
             o = _apply(to_object, jnp.broadcast_to(eye, (len(idx), 3)))
             valid_curve &= o[:, 0] ** 2 + o[:, 1] ** 2 > 1.0 + 1e-4
+        if box is not None:
+            # a static outline is sampled whole where its polygon's box meets the moving box
+            moves = jnp.zeros(len(idx), bool).at[moved[1]].set(True)
+            s_lo, s_hi = jnp.min(s, axis=1), jnp.max(s, axis=1)
+            meets = ((s_hi[:, 0] >= box[0]) & (s_lo[:, 0] <= box[2]) & (s_hi[:, 1] >= box[1]) & (s_lo[:, 1] <= box[3])
+                     & jnp.all(ok, axis=1))
+            valid_curve &= moves | meets | ~jnp.all(ok, axis=1)
         curve_len = jnp.where(valid_curve, jnp.sum(jnp.where(jnp.isfinite(seg_len), seg_len, 0.0), axis=1), 0.0)
         record = jnp.zeros((len(idx), layout.SEGMENT_ROW), f32)
         record = record.at[:, layout.SEG_SHAPE].set(idx.astype(f32)).at[:, layout.SEG_CURVE].set(float(which))
@@ -450,9 +466,82 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
         record = record.at[:, layout.SEG_TRI].set(-1.0).at[:, layout.SEG_INSTANCE].set(-1.0)
         parts.append(record)
         lengths.append(curve_len)
+    side_lengths = jnp.array([gw, gh, gw, gh], f32)
+    if box is not None:
+        # the film's sides inside the moving box
+        a, e_side = film_rows[:, 0:2], film_rows[:, 2:4] - film_rows[:, 0:2]
+        u0, u1, seen = _clip_to_box(a, e_side, box)
+        film_rows = film_rows.at[:, 0:2].set(a + e_side * u0[:, None]).at[:, 2:4].set(a + e_side * u1[:, None])
+        side_lengths = jnp.where(seen, (u1 - u0) * side_lengths, 0.0)
     segments = jnp.concatenate(parts + [film_rows]).astype(f32)
-    lengths = jnp.concatenate(lengths + [jnp.array([gw, gh, gw, gh], f32)])
+    lengths = jnp.concatenate(lengths + [side_lengths])
     return segments, jnp.cumsum(lengths).astype(f32)
+
+
+def moving_items(topology: np.ndarray, leaf: np.ndarray, shapes: np.ndarray) -> np.ndarray:
+    """The items of the derivative kernels' edge samples (the welded edges
+    ``topology``, then the analytic shapes' outlines) that move with the
+    triangles of leaf rows ``leaf`` and the shapes of rows ``shapes``: an
+    edge of a moving triangle moves (scenes without shared instances,
+    whose edge copies would come between)."""
+    topo = np.asarray(topology).reshape(-1, 6)
+    moves = np.zeros(int(topo[:, [0, 4]].max(initial=-1)) + 1, bool)
+    moves[np.asarray(leaf, np.int64)[np.asarray(leaf) < len(moves)]] = True
+    second = topo[:, 4]
+    edge = moves[topo[:, 0]] | ((second >= 0) & moves[np.maximum(second, 0)]) if len(moves) else np.zeros(0, bool)
+    return np.concatenate([np.nonzero(edge)[0], len(topo) + np.asarray(shapes, np.int64)]).astype(np.int32)
+
+
+# Film margin (pixels) of the moving geometry's box: the boundary kernel
+# traces a film distance INSIDE off its curves, and float rounding.
+MOVING_BOX_MARGIN = 1.0
+
+
+def _moving_box(tris, shape_data, moved, to_cam, project, near):
+    """(x0, y0, x1, y1): a film box (grid pixels) around everything the
+    camera can see of the moving triangles (leaf rows ``moved[0]``) and
+    analytic shapes (``shape_data`` rows ``moved[1]``: their object boxes,
+    [-1, 1]^3, placed by their to_world): the box of the points' projections
+    when all lie in front of the near plane (a convex hull in front of the
+    camera projects into the hull of its points' projections), else
+    unbounded; an empty box where nothing moves."""
+    points = [jnp.reshape(tris[moved[0]], (-1, 3))]
+    if shape_data is not None and shape_data.shape[0] > 0:
+        corners = jnp.array([[x, y, z] for x in (-1.0, 1.0) for y in (-1.0, 1.0) for z in (-1.0, 1.0)], jnp.float32)
+        m = jnp.asarray(shape_data)[moved[1], layout.SHAPE_TO_WORLD:layout.SHAPE_TO_WORLD + 12].reshape(-1, 3, 4)
+        points.append(jnp.reshape(jnp.einsum("sij,cj->sci", m[:, :, :3], corners) + m[:, None, :, 3], (-1, 3)))
+    points = jnp.concatenate(points)
+    if points.shape[0] == 0:
+        return (1.0, 1.0, 0.0, 0.0)
+    c = to_cam(points)
+    s = project(c)
+    bounded = jnp.all(c[:, 2] >= near) & jnp.all(jnp.isfinite(s))
+    lo = jnp.min(s, axis=0) - MOVING_BOX_MARGIN
+    hi = jnp.max(s, axis=0) + MOVING_BOX_MARGIN
+    big = jnp.float32(np.inf)
+    return (jnp.where(bounded, lo[0], -big), jnp.where(bounded, lo[1], -big),
+            jnp.where(bounded, hi[0], big), jnp.where(bounded, hi[1], big))
+
+
+def _within_grid(box, gw, gh):
+    """``box`` less what lies off the grid [0, gw] x [0, gh]."""
+    return (jnp.maximum(box[0], 0.0), jnp.maximum(box[1], 0.0), jnp.minimum(box[2], gw), jnp.minimum(box[3], gh))
+
+
+def _clip_to_box(s0, e, box):
+    """Liang-Barsky: (t0, t1, whether any part is inside) of the segments
+    ``s0 + t e``, t in [0, 1], clipped to ``box`` (x0, y0, x1, y1; scalars
+    or one per segment)."""
+    t0, t1 = jnp.zeros_like(e[:, 0]), jnp.ones_like(e[:, 0])
+    x0, y0, x1, y1 = box
+    for p_, q_ in ((-e[:, 0], s0[:, 0] - x0), (e[:, 0], x1 - s0[:, 0]), (-e[:, 1], s0[:, 1] - y0),
+                   (e[:, 1], y1 - s0[:, 1])):
+        safe = jnp.where(p_ != 0, p_, 1.0)
+        r = q_ / safe
+        t0 = jnp.where(p_ < 0, jnp.maximum(t0, r), t0)
+        t1 = jnp.where(p_ > 0, jnp.minimum(t1, r), t1)
+        t0 = jnp.where((p_ == 0) & (q_ < 0), 1.0, t0)
+    return t0, t1, t1 > t0
 
 
 def shadow_edges(tris, topology: np.ndarray, emitter_geom, lights: tuple, shape_data=None, instanced=None):

@@ -94,6 +94,25 @@ class PixelSplit:
             x, NamedSharding(self.mesh, P(self.mesh.axis_names, *[None] * (x.ndim - 1))))
 
 
+class MovingRows:
+    """What geometry parameters move, as host arrays: ``leaf``, the leaf
+    rows of their triangles; ``shapes``, their ``shape_data`` rows, and
+    ``shape_leaf`` the leaf rows of those; ``items``, the items of the
+    derivative kernels' edge samples that move with them
+    (``primitives/boundary.moving_items``). A static of
+    :class:`RenderConfig`, compared by identity (render.py keeps one per
+    scene and parameter)."""
+    FIELDS = ("leaf", "shapes", "shape_leaf", "items")
+
+    def __init__(self, leaf: np.ndarray, shapes: np.ndarray, shape_leaf: np.ndarray, items: np.ndarray):
+        self.leaf, self.shapes, self.shape_leaf, self.items = leaf, shapes, shape_leaf, items
+
+    @classmethod
+    def union(cls, rows: list) -> "MovingRows":
+        return cls(*(np.unique(np.concatenate([np.zeros(0, np.int32)] + [getattr(r, f) for r in rows]))
+                     .astype(np.int32) for f in cls.FIELDS))
+
+
 @dataclasses.dataclass(frozen=True)
 class RenderConfig:
     """Static (trace-time) settings of one render call."""
@@ -108,6 +127,9 @@ class RenderConfig:
     # The scene's point, spot and directional lights: (emitter row, whether
     # directional), whose hard shadows' edges the boundary term samples.
     delta_lights: tuple = ()
+    # (geometry parameter, MovingRows or None: it moves what rows do not
+    # name) for the parameters a render was given (render._motion)
+    motion: tuple = ()
 
     def __post_init__(self):
         if self.structure.footprint != self.film.footprint:
@@ -304,7 +326,7 @@ def _render_jvp(config: RenderConfig, primals, tangents):
     integrator = config.integrator
     reasons = dict(config.why_not)
     for name, t in tin.items():
-        if name in integrator.differentiable or _is_zero(t):
+        if name in integrator.differentiable or name == "motion_probes" or _is_zero(t):
             continue
         if jnp.issubdtype(jnp.result_type(inputs[name]), jnp.floating):
             if not integrator.differentiable:
@@ -317,20 +339,59 @@ def _render_jvp(config: RenderConfig, primals, tangents):
         return out, jnp.zeros_like(out)
     prim = _kernel_inputs(config, inputs)
     prim["seed"], prim["spp"] = inputs["seed_grad"], inputs["spp_grad"]
+    moved = _moved(config, tin, active)
     if moves_geometry(active, config.structure):
         prim["edges"] = inputs["edges"]
         if config.structure.instanced:
             prim["instance_edges"] = instance_edge_rows(inputs["instance_topology"], inputs["instance_owner"])
         if config.structure.delta_lights:
             prim["shadow_edges"], prim["shadow_cdf"] = _shadow_edges(config, inputs, prim)
+        prim["moving_edges"], prim["edge_moves"], prim["leaf_moves"] = _moving_edges(config, prim, moved)
     args = [jnp.asarray(prim[k]) for k in config.derivative_input_names(active)] + [tin[n] for n in active]
     t_blocks = render_jvp_p.bind(*args, config=config, active=active, batch_shape=(),
                                  in_batch=tuple(() for _ in args))
     moving = tuple(n for n in MOVING if n in active)
-    extra = _film_boundary(config, inputs, prim, {n: tin[n] for n in moving}) if moving else None
+    extra = _film_boundary(config, inputs, prim, {n: tin[n] for n in moving}, moved) if moving else None
     # The tangent's samples are seed_grad's, so are its weights (constants:
     # JAX transposes the develop step for the adjoint).
     return out, _develop(config, t_blocks, jax.lax.stop_gradient(_film_weights(config, prim)), extra)
+
+
+def _moved(config: RenderConfig, tin, active) -> "MovingRows | None":
+    """What moves of the geometry whose parameters have tangents here
+    (``motion_probes``: render.py), all of it together, or None where
+    anything may: the camera moves, a parameter moves what the rows do not
+    name (``config.motion``), or the render did not say."""
+    if "camera" in active or "motion_probes" not in tin or not config.motion:
+        return None
+    rows = dict(config.motion)
+    moving = [rows[k] for k, t in tin["motion_probes"].items() if not _is_zero(t)]
+    if any(r is None for r in moving):
+        return None
+    return MovingRows.union(moving)
+
+
+def _moving_edges(config: RenderConfig, prim, moved):
+    """(``moving_edges``, ``edge_moves``, ``leaf_moves``) of the
+    derivative kernels (``integrators/material.edge_point``): the items of
+    edges and outlines that move, a flag per item, and one per leaf
+    primitive; where anything may move, every item and primitive (then
+    the edge samples are uniform, as without them)."""
+    n_items = int(np.shape(prim["edges"])[0])
+    if "instance_edges" in prim:
+        n_items += int(np.shape(prim["instance_edges"])[0])
+    if config.structure.analytic:
+        n_items += int(np.shape(prim["shape_data"])[0])
+    n_leaf = max(int(np.shape(prim["tris"])[0]), 1)
+    if moved is None:
+        items = np.arange(n_items, dtype=np.int32)
+        leaf = jnp.ones(n_leaf, jnp.int32)
+    else:
+        items = moved.items
+        leaf = jnp.zeros(n_leaf, jnp.int32).at[np.concatenate([moved.leaf, moved.shape_leaf])].set(1)
+    flags = jnp.zeros(max(n_items, 1), jnp.int32).at[items].set(1)
+    # (never an empty buffer: one item that does not move)
+    return (items if len(items) else np.zeros(1, np.int32)), flags, leaf
 
 
 def _shadow_edges(config: RenderConfig, inputs, prim):
@@ -348,10 +409,11 @@ def _instanced(inputs, prim):
     return (inputs["instance_topology"], inputs["instance_owner"]), prim["instances"]
 
 
-def _film_boundary(config: RenderConfig, inputs, prim, tangents: dict):
+def _film_boundary(config: RenderConfig, inputs, prim, tangents: dict, moved=None):
     """The boundary term on the film (``primitives/boundary.py``) along the
     camera's and / or the triangles' ``tangents``, on the film canvas,
-    scaled as the image kernels' sums are (spp samples per pixel)."""
+    scaled as the image kernels' sums are (spp samples per pixel).
+    ``moved``: the only geometry that moves (``_moved``), or None."""
     if "edge_topology" not in inputs:
         raise NotDifferentiableError("camera and geometry derivatives need the scene's edge topology "
                                      "(jaxrender.render passes it)")
@@ -372,7 +434,8 @@ def _film_boundary(config: RenderConfig, inputs, prim, tangents: dict):
         segments, cdf = film_segments(prim["tris"], inputs["edge_topology"], prim["camera"],
                                       (prim["film_width"], prim["film_height"]), (prim["grid_x0"], prim["grid_y0"]),
                                       config.film.grid, prim.get("shape_data"), hidden, prim.get("prim_shape"),
-                                      config.structure.sensor == "orthographic", instanced)
+                                      config.structure.sensor == "orthographic", instanced,
+                                      None if moved is None or instanced is not None else (moved.leaf, moved.shapes))
     seed = (jnp.asarray(prim["seed"], jnp.uint32) * jnp.uint32(747796405) + jnp.uint32(2891336453)).astype(jnp.uint32)
     # (its own sample count: its estimates are normalised by it, then scaled as the image kernels' sums are)
     kw = dict(prim, segments=segments, segment_cdf=cdf, canvas_width=np.uint32(canvas_shape(config)[1]), seed=seed,

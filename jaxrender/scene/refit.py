@@ -158,6 +158,33 @@ class MovingGeometry:
     def keys(self) -> tuple[str, ...]:
         return self.own_keys + (self.instances.keys if self.instances is not None else ())
 
+    def moved_rows(self, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(leaf rows of the triangles, ``shape_data`` rows and the leaf
+        rows of those shapes) whose positions parameter ``key`` sets: none
+        for vertex normals and texture coordinates, which move no point;
+        None for a shared instance's ``to_world``, whose copies these
+        buffers do not name."""
+        cache = self.__dict__.setdefault("_moved_rows_cache", {})
+        if key not in cache:
+            cache[key] = self._moved_rows(key)
+        return cache[key]
+
+    def _moved_rows(self, key: str):
+        none = np.zeros(0, np.int32)
+        if self.instances is not None and key in self.instances.keys:
+            return None
+        leaf_of = np.empty(len(self.order), np.int64)
+        leaf_of[self.order] = np.arange(len(self.order))      # load-order primitive -> leaf row
+        start, rows = 0, [none]
+        for tris, placement in zip(self.triangles, self.placements):
+            # (an expanded instance's key places each mesh of its group)
+            if placement is not None and placement.key == key:
+                rows.append(leaf_of[start:start + len(tris)])
+            start += len(tris)
+        shapes = np.asarray([i for i, s in enumerate(self.shapes) if s.param == key], np.int64)
+        return (np.sort(np.concatenate(rows)).astype(np.int32), shapes.astype(np.int32),
+                np.sort(leaf_of[self.n_tris + shapes]).astype(np.int32))
+
     # -- load time -------------------------------------------------------------------------
 
     @classmethod

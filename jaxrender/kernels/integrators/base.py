@@ -277,7 +277,11 @@ class Integrator:
     def kernel_inputs(self, active: tuple, structure: Structure) -> dict:
         """The inputs of the derivative kernels for ``active``: with moving
         triangles, also the scene's welded ``edges`` (``primitives/boundary
-        .edge_topology`` rows), with shared instances the copies of their
+        .edge_topology`` rows) and which of them, and of the analytic
+        shapes' outlines after them, move (``moving_edges``: their items,
+        ``edge_moves``: 1 per item that does, ``leaf_moves``: 1 per leaf
+        primitive that does; ``integrators/material.edge_point``), with
+        shared instances the copies of their
         shapegroups' edges (``instance_edges``) and, with delta lights, the
         edges of their shadows (``shadow_edges``, ``shadow_cdf``)."""
         inputs = self.inputs(structure)
@@ -289,7 +293,9 @@ class Integrator:
         if structure.instanced:
             # (the copies of shared shapegroups' edges, each with its instance)
             inputs = dict(inputs, instance_edges=ir.In("i32", (7,)))
-        return dict(inputs, edges=ir.In("i32", (6,)))
+        # (the edges and outlines of the geometry that moves, which vertices' edge samples favour)
+        return dict(inputs, edges=ir.In("i32", (6,)), moving_edges=ir.In("i32"), edge_moves=ir.In("i32"),
+                    leaf_moves=ir.In("i32"))
 
     def check_active(self, active: tuple) -> tuple:
         bad = [n for n in active if n not in self.differentiable]

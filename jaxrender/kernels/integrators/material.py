@@ -49,6 +49,11 @@ BEHIND = 1e-4
 # span where they are silhouettes (edge_sample), and their offsets: each a
 # Kronecker (R3) step from the last in the sample's dimensions 0, 2 and 3.
 EDGE_CANDIDATES = 8
+# Share of a vertex's edge candidates drawn among the edges and outlines
+# of the geometry that moves (the rest uniformly among all): in the
+# usual inverse problem one object moves in a static scene, and an edge
+# that neither moves nor has a moving surface behind it adds nothing.
+MOVING_SHARE = 0.5
 _CANDIDATE_STEP = (0.8191725133961645, 0.6710436067037893, 0.5497004779019703)
 # The candidates also weigh what may lie behind them (_emission_guide): in
 # scenes of up to GUIDE_EMITTERS emitters and no environment, whether the
@@ -159,7 +164,7 @@ class EdgePoint:
                              # ``instances``) whose copy of a shared shapegroup's edge this is, -1: none
 
 
-def edge_point(ctx, x: Vec, u, x_shape, cdf=None, passes=None) -> EdgePoint:
+def edge_point(ctx, x: Vec, u, x_shape, cdf=None, passes=None, x_prim=None) -> EdgePoint:
     """A point uniform on one of the scene's edges (an edge picked by
     ``u[2]``: a welded triangle edge, uniform along it, or an analytic
     shape's outline: a sphere's circle of tangency from ``x`` or a disk's
@@ -174,7 +179,10 @@ def edge_point(ctx, x: Vec, u, x_shape, cdf=None, passes=None) -> EdgePoint:
     edges of shared shapegroups, one copy per instance, and its instance:
     ``primitives/boundary.instance_edge_rows``), those are items too,
     after the scene's own edges and before the shapes: the group-space
-    edge placed by its instance's to_world."""
+    edge placed by its instance's to_world. Where the kernel has the
+    input ``moving_edges`` (and ``cdf`` is None), a point ``x`` on a
+    static leaf primitive ``x_prim`` (-1: none) favours the items that
+    move (:func:`_favouring_motion`)."""
     b = ctx.b
     plain = ctx.primal()
     analytic = ctx.structure.analytic
@@ -183,7 +191,11 @@ def edge_point(ctx, x: Vec, u, x_shape, cdf=None, passes=None) -> EdgePoint:
     copies = b["instance_edges"] if "instance_edges" in b else None
     n_lines = n_edges + (ir.cast(copies.len, "i32") if copies is not None else 0)
     n_items = n_lines + (ir.cast(b["shape_data"].len, "i32") if analytic else 0)
-    if cdf is None:
+    if cdf is None and "moving_edges" in b:
+        moves = ir.Bool(False) if x_prim is None else (x_prim >= 0) & (b["leaf_moves"][ir.maximum(x_prim, 0)] > 0)
+        pick, items = _favouring_motion(b, u[2], n_items, ~moves)
+        picked = n_items > 0
+    elif cdf is None:
         pick = ir.minimum(ir.cast(u[2] * ir.cast(n_items, "f32"), "i32"), ir.maximum(n_items - 1, 0))
         items, picked = ir.cast(n_items, "f32"), n_items > 0
     else:
@@ -260,6 +272,26 @@ def edge_point(ctx, x: Vec, u, x_shape, cdf=None, passes=None) -> EdgePoint:
     silhouette = silhouette & defined & picked
     return EdgePoint(tri_a, s0, s1, tri_b, t, shape, which, p, tangent, inner, normal, silhouette, items * share,
                      instance)
+
+
+def _favouring_motion(b, u, n_items, favour):
+    """(an item, 1 / its probability) drawn with the uniform ``u``: where
+    ``favour``, with probability MOVING_SHARE uniformly among the items
+    that move (``moving_edges``, never empty: where none moves, one item
+    whose ``edge_moves`` is 0), else uniformly among all ``n_items``.
+    (From a point that moves every edge's view of it moves: uniform.)"""
+    moving = b["moving_edges"]
+    n_moving = ir.cast(moving.len, "i32")
+    share = ir.select(favour & (b["edge_moves"][moving[0]] > 0), MOVING_SHARE, 0.0)
+    among = u < share
+    v = ir.select(among, u / ir.select(share > 0.0, share, 1.0), (u - share) / (1.0 - share))
+    any_item = ir.minimum(ir.cast(v * ir.cast(n_items, "f32"), "i32"), ir.maximum(n_items - 1, 0))
+    k = ir.minimum(ir.cast(v * ir.cast(n_moving, "f32"), "i32"), ir.maximum(n_moving - 1, 0))
+    pick = ir.select(among, moving[k], any_item)
+    moves = ir.cast(b["edge_moves"][ir.minimum(pick, ir.maximum(n_items - 1, 0))], "f32")
+    pdf = (1.0 - share) / ir.cast(ir.maximum(n_items, 1), "f32") \
+        + share * moves / ir.cast(ir.maximum(n_moving, 1), "f32")
+    return pick, ir.select(pdf > 0.0, 1.0 / ir.select(pdf > 0.0, pdf, 1.0), 0.0)
 
 
 def _angle_rate(x: Vec, p: Vec, tangent: Vec):
@@ -386,7 +418,7 @@ def _emission_guide(ctx, x: Vec, rho, emission_only):
     return guide
 
 
-def _resampled_edge_point(ctx, x: Vec, u, x_shape, guide):
+def _resampled_edge_point(ctx, x: Vec, u, x_shape, guide, x_prim):
     """An edge point for the vertex at ``x`` by resampled importance
     sampling, and what its BSDF times radiance is weighted by: of
     :data:`EDGE_CANDIDATES` points drawn as :func:`edge_point` draws one
@@ -411,7 +443,7 @@ def _resampled_edge_point(ctx, x: Vec, u, x_shape, guide):
                 rotated(u[3], _CANDIDATE_STEP[2]))
 
     def draw(i, slots):
-        ep = edge_point(ctx, x, candidate(i), x_shape)
+        ep = edge_point(ctx, x, candidate(i), x_shape, x_prim=x_prim)
         w, rate = _angle_rate(x, ep.p, ep.tangent)
         drawn = (*w, ir.select(ep.silhouette, rate * ep.weight, 0.0))
         return tuple(tuple(ir.select(i == k, a, c) for a, c in zip(drawn, slot)) for k, slot in enumerate(slots))
@@ -433,7 +465,7 @@ def _resampled_edge_point(ctx, x: Vec, u, x_shape, guide):
     # times the radiance times its rate, over its importance, the rate times
     # its guide, times the candidates' mean importance over density)
     weight = ir.select(g > 0.0, total * (1.0 / EDGE_CANDIDATES) / ir.select(g > 0.0, g, 1.0), 0.0)
-    return edge_point(ctx, x, candidate(picked), x_shape), weight
+    return edge_point(ctx, x, candidate(picked), x_shape, x_prim=x_prim), weight
 
 
 def edge_sample(ctx, si, u, valid, incident, emission_only) -> EdgeSample:
@@ -449,7 +481,8 @@ def edge_sample(ctx, si, u, valid, incident, emission_only) -> EdgeSample:
     analytic = ctx.structure.analytic
     x = Vec(*(ir.select(si.hit, a, c) for a, c in zip(si.p, si.o + si.d)))     # (a miss: finite, unused)
     x_shape = ir.select(si.hit, shape_of(plain, si.prim), -1)
-    ep, weight = _resampled_edge_point(ctx, x, u, x_shape, _emission_guide(plain, x, si.scale, emission_only))
+    ep, weight = _resampled_edge_point(ctx, x, u, x_shape, _emission_guide(plain, x, si.scale, emission_only),
+                                       ir.select(si.hit, si.prim, -1))
     tri_a, s0, s1, tri_b, t = ep.tri, ep.slot0, ep.slot1, ep.tri_b, ep.t
     shape, which, p, tangent, inner = ep.shape, ep.which, ep.p, ep.tangent, ep.inner
     normal, silhouette = ep.normal, ep.silhouette
