@@ -593,6 +593,36 @@ def shadow_edges(tris, topology: np.ndarray, emitter_geom, lights: tuple, shape_
     return jnp.concatenate(rows), jnp.cumsum(jnp.concatenate(lengths)).astype(f32)
 
 
+# Share of the hard shadows' edge samples drawn among the records of the
+# geometry that moves (the rest by length among all; integrators/material
+# .MOVING_SHARE is the same for the edges path vertices see).
+SHADOW_MOVING_SHARE = 0.5
+
+
+def favour_moving_shadows(records, cdf, leaf, shapes, n_leaf: int, n_shapes: int):
+    """``shadow_edges``' cumulative weights, redrawn so that a share
+    SHADOW_MOVING_SHARE of the samples falls on the records of the moving
+    geometry by their length (an edge of the leaf rows ``leaf``, an
+    outline of the shape rows ``shapes``) and the rest on all by length:
+    the kernels divide by each record's share of the total, whatever it
+    is (``integrators/shadows.sample``). Unchanged where nothing moving
+    casts a shadow."""
+    lengths = jnp.diff(jnp.concatenate([jnp.zeros(1, cdf.dtype), cdf]))
+    tri = records[:, layout.SHADOW_TRI].astype(jnp.int32)
+    tri_b = records[:, layout.SHADOW_TRI_B].astype(jnp.int32)
+    leaf_moves = jnp.zeros(max(n_leaf, 1), bool).at[leaf].set(True)
+    shape_moves = jnp.zeros(max(n_shapes, 1), bool).at[shapes].set(True)
+    shape = jnp.clip(records[:, layout.SHADOW_SLOT0].astype(jnp.int32), 0, max(n_shapes, 1) - 1)
+    moves = jnp.where(tri >= 0, leaf_moves[jnp.maximum(tri, 0)] | ((tri_b >= 0) & leaf_moves[jnp.maximum(tri_b, 0)]),
+                      shape_moves[shape])
+    moving = jnp.where(moves, lengths, 0.0)
+    total, total_moving = jnp.sum(lengths), jnp.sum(moving)
+    share = jnp.where(total_moving > 0, SHADOW_MOVING_SHARE, 0.0)
+    weights = (share * moving / jnp.where(total_moving > 0, total_moving, 1.0)
+               + (1.0 - share) * lengths / jnp.where(total > 0, total, 1.0))
+    return jnp.where(total > 0, jnp.cumsum(weights), cdf).astype(cdf.dtype)
+
+
 def _shadow_curves(shape_data, origin, light: int):
     """The shadow records of the analytic shapes' outlines seen from
     ``origin`` (the light ``light``'s position, or a point far up a

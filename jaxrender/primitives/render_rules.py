@@ -42,7 +42,8 @@ from ..kernels import layout
 from ..kernels.context import MOVING, Structure, moves_geometry
 from ..kernels.integrators import Integrator, PathIntegrator
 from ..ir.graph import NUMPY_DTYPE
-from .boundary import (boundary_tangent, canvas_shape, film_edges, film_segments, instance_edge_rows, lens_edge_cdf,
+from .boundary import (boundary_tangent, canvas_shape, favour_moving_shadows, film_edges, film_segments,
+                       instance_edge_rows, lens_edge_cdf,
                        shadow_edges)
 from .film import FilmGeometry, crop_canvas, develop, normalize, prefetch_kernels, splat_canvas
 from .film import canvas_shape as film_canvas_shape
@@ -345,7 +346,7 @@ def _render_jvp(config: RenderConfig, primals, tangents):
         if config.structure.instanced:
             prim["instance_edges"] = instance_edge_rows(inputs["instance_topology"], inputs["instance_owner"])
         if config.structure.delta_lights:
-            prim["shadow_edges"], prim["shadow_cdf"] = _shadow_edges(config, inputs, prim)
+            prim["shadow_edges"], prim["shadow_cdf"] = _shadow_edges(config, inputs, prim, moved)
         prim["moving_edges"], prim["edge_moves"], prim["leaf_moves"] = _moving_edges(config, prim, moved)
     args = [jnp.asarray(prim[k]) for k in config.derivative_input_names(active)] + [tin[n] for n in active]
     t_blocks = render_jvp_p.bind(*args, config=config, active=active, batch_shape=(),
@@ -394,11 +395,16 @@ def _moving_edges(config: RenderConfig, prim, moved):
     return (items if len(items) else np.zeros(1, np.int32)), flags, leaf
 
 
-def _shadow_edges(config: RenderConfig, inputs, prim):
+def _shadow_edges(config: RenderConfig, inputs, prim, moved=None):
     """The edges of the hard shadows of the scene's delta lights
-    (``primitives/boundary.shadow_edges``)."""
-    return shadow_edges(prim["tris"], inputs["edge_topology"], prim["emitter_geom"], config.delta_lights,
-                        prim.get("shape_data"), _instanced(inputs, prim))
+    (``primitives/boundary.shadow_edges``), drawn favouring those of the
+    geometry ``moved`` where it is not None (``favour_moving_shadows``)."""
+    records, cdf = shadow_edges(prim["tris"], inputs["edge_topology"], prim["emitter_geom"], config.delta_lights,
+                                prim.get("shape_data"), _instanced(inputs, prim))
+    if moved is not None:
+        n_shapes = int(np.shape(prim["shape_data"])[0]) if "shape_data" in prim else 0
+        cdf = favour_moving_shadows(records, cdf, moved.leaf, moved.shapes, int(np.shape(prim["tris"])[0]), n_shapes)
+    return records, cdf
 
 
 def _instanced(inputs, prim):
@@ -441,7 +447,7 @@ def _film_boundary(config: RenderConfig, inputs, prim, tangents: dict, moved=Non
     kw = dict(prim, segments=segments, segment_cdf=cdf, canvas_width=np.uint32(canvas_shape(config)[1]), seed=seed,
               spp=inputs["spp_boundary"], edges=inputs["edges"], **lens)
     if config.structure.delta_lights and "shadow_edges" not in kw:
-        kw["shadow_edges"], kw["shadow_cdf"] = _shadow_edges(config, inputs, prim)
+        kw["shadow_edges"], kw["shadow_cdf"] = _shadow_edges(config, inputs, prim, moved)
     spp = jnp.asarray(prim["spp"], jnp.float32)
     return boundary_tangent(config, kw, tangents) * spp
 
