@@ -108,6 +108,9 @@ class MovingRows:
     def __init__(self, leaf: np.ndarray, shapes: np.ndarray, shape_leaf: np.ndarray, items: np.ndarray):
         self.leaf, self.shapes, self.shape_leaf, self.items = leaf, shapes, shape_leaf, items
 
+    def __repr__(self) -> str:      # (jaxprs print it among the primitive's params)
+        return "MovingRows(" + ", ".join(f"{f}: {len(getattr(self, f))}" for f in self.FIELDS) + ")"
+
     @classmethod
     def union(cls, rows: list) -> "MovingRows":
         return cls(*(np.unique(np.concatenate([np.zeros(0, np.int32)] + [getattr(r, f) for r in rows]))
