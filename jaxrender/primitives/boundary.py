@@ -313,8 +313,9 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     instances, :func:`instance_edges`; the ``instances`` buffer), whose
     group-space edges are placed by each instance's to_world (their
     segments follow the group's triangle placed by the instance).
-    ``moved``: (leaf rows of triangles, shape_data rows) of the only
-    geometry that moves (the camera does not), or None (anything may).
+    ``moved``: (leaf rows of triangles, items as :func:`moving_items`
+    numbers them) of the only geometry that moves (the camera does not),
+    or None (anything may).
     The term vanishes wherever the film sees no moving point on either
     side of a curve (both velocities are zero there), so segments of
     static edges and the film's sides keep only their parts inside the
@@ -342,11 +343,14 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
         y = 0.5 * (1.0 - c[..., 1] / (z * tan_y)) * fh - grid_origin[1]
         return jnp.stack([x, y], axis=-1)
 
-    # what the term can see move: the film box of the moving geometry (the whole film: None)
-    box = None if moved is None else _moving_box(tris, shape_data, moved, to_cam, project, near)
-
     # straight edges: the triangles' welded edges
     topo = jnp.asarray(topology).reshape(-1, 6)
+    # what the term can see move: the film box of the moving geometry (the whole film: None)
+    box = None
+    if moved is not None:
+        items = np.asarray(moved[1])
+        moving_edges, moving_shapes = items[items < len(topo)], items[items >= len(topo)] - len(topo)
+        box = _moving_box(tris, shape_data, (moved[0], moving_shapes), to_cam, project, near)
     v0, v1, a3, b3 = _edge_vertices(tris, topo)
     boundary = topo[:, 4] < 0
     usable = jnp.ones(len(topology), bool)
@@ -407,8 +411,8 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     # clipped to the grid [0, gw] x [0, gh], a static edge to the moving geometry's box too
     clip = (0.0, 0.0, gw, gh)
     if box is not None:
-        moves = jnp.zeros(tris.shape[0], bool).at[moved[0]].set(True)
-        edge_moves = moves[topo[:, 0]] | ((topo[:, 4] >= 0) & moves[jnp.maximum(topo[:, 4], 0)])
+        edge_moves = np.zeros(len(topo), bool)
+        edge_moves[moving_edges] = True
         clip = tuple(jnp.where(edge_moves, g, c) for g, c in zip(clip, _within_grid(box, gw, gh)))
     t0, t1, inside = _clip_to_box(s0, e, clip)
     # world points of the clipped ends (perspective-correct along the edge)
@@ -454,7 +458,8 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
             valid_curve &= o[:, 0] ** 2 + o[:, 1] ** 2 > 1.0 + 1e-4
         if box is not None:
             # a static outline is sampled whole where its polygon's box meets the moving box
-            moves = jnp.zeros(len(idx), bool).at[moved[1]].set(True)
+            moves = np.zeros(len(idx), bool)
+            moves[moving_shapes] = True
             s_lo, s_hi = jnp.min(s, axis=1), jnp.max(s, axis=1)
             meets = ((s_hi[:, 0] >= box[0]) & (s_lo[:, 0] <= box[2]) & (s_hi[:, 1] >= box[1]) & (s_lo[:, 1] <= box[3])
                      & jnp.all(ok, axis=1))
@@ -485,10 +490,11 @@ def moving_items(topology: np.ndarray, leaf: np.ndarray, shapes: np.ndarray) -> 
     edge of a moving triangle moves (scenes without shared instances,
     whose edge copies would come between)."""
     topo = np.asarray(topology).reshape(-1, 6)
-    moves = np.zeros(int(topo[:, [0, 4]].max(initial=-1)) + 1, bool)
-    moves[np.asarray(leaf, np.int64)[np.asarray(leaf) < len(moves)]] = True
+    leaf = np.asarray(leaf, np.int64)
+    moves = np.zeros(max(int(topo[:, [0, 4]].max(initial=-1)), int(leaf.max(initial=-1))) + 1, bool)
+    moves[leaf] = True
     second = topo[:, 4]
-    edge = moves[topo[:, 0]] | ((second >= 0) & moves[np.maximum(second, 0)]) if len(moves) else np.zeros(0, bool)
+    edge = moves[topo[:, 0]] | ((second >= 0) & moves[np.maximum(second, 0)])
     return np.concatenate([np.nonzero(edge)[0], len(topo) + np.asarray(shapes, np.int64)]).astype(np.int32)
 
 
