@@ -19,7 +19,7 @@ mesh    A floor lit by a small area light, with a box between them (an OBJ
    gradient <= 5x primal, faster than Mitsuba.
 sphere  The same with a sphere (radius 0.3) in the box's place, moved along
    x through its ``to_world``.
-clutter The sphere part's scene beside a static UV sphere of 3968
+clutter The sphere part's scene beside a static UV sphere of 4096
    triangles: the sphere's derivative of ``sum(render * W)`` over --seeds
    seeds and value_and_grad's time, as rendered (the boundary samples
    favour the geometry that moves) and with every piece of geometry
@@ -293,33 +293,22 @@ def _mitsuba_mesh(res: int, spp: int, box_file: str | None, target: np.ndarray, 
     return {"mitsuba_primal": primal, "mitsuba_grad": gradient, "forward_linear": forward_linear}
 
 
-def _uv_sphere_obj(n: int, radius: float, centre) -> str:
-    """OBJ text of a UV sphere of n meridians and n / 2 bands (n (n - 2) triangles)."""
-    rings = [(t, p) for t in np.linspace(0, np.pi, n // 2 + 1)[1:-1] for p in np.linspace(0, 2 * np.pi, n + 1)[:-1]]
-    v = ([(0.0, radius, 0.0)] + [(radius * np.sin(t) * np.cos(p), radius * np.cos(t), radius * np.sin(t) * np.sin(p))
-                                 for t, p in rings] + [(0.0, -radius, 0.0)])
-    bands, last = n // 2 - 1, len(v) - 1
-    ring = lambda b, k: 2 + b * n + k % n  # noqa: E731 (1-based)
-    faces = [(1, ring(0, k + 1), ring(0, k)) for k in range(n)]
-    faces += [f for b in range(bands - 1) for k in range(n)
-              for f in ((ring(b, k), ring(b, k + 1), ring(b + 1, k + 1)), (ring(b, k), ring(b + 1, k + 1), ring(b + 1, k)))]
-    faces += [(last + 1, ring(bands - 1, k), ring(bands - 1, k + 1)) for k in range(n)]
-    return ("".join(f"v {x + centre[0]} {y + centre[1]} {z + centre[2]}\n" for x, y, z in v)
-            + "".join(f"f {a} {b} {c}\n" for a, b, c in faces))
-
-
 def clutter_part(res: int, spp: int, repeats: int, seeds: int) -> dict:
-    """The sphere part's scene beside a static UV sphere of 3968 triangles:
+    """The sphere part's scene beside a static UV sphere of 4096 triangles
+    (``scene.bvh.sphere_mesh``, its poles' triangles degenerate):
     the derivative of ``sum(render * W)`` (``res``^2) over ``seeds`` seeds
     and value_and_grad's time, as rendered (the samples favour what moves)
     and with every piece of geometry treated as moving (the estimator
     before: the film boundary over the whole film, edge samples uniform
     over all edges)."""
     from jaxrender.primitives import render_rules
+    from jaxrender.scene.bvh import sphere_mesh
     with tempfile.TemporaryDirectory() as tmp:
         obj = os.path.join(tmp, "clutter.obj")
         with open(obj, "w") as f:
-            f.write(_uv_sphere_obj(64, 0.24, (-1.0, 0.4, -0.8)))
+            v, faces = sphere_mesh(32, 64, 0.24, (-1.0, 0.4, -0.8))
+            f.write("".join(f"v {x} {y} {z}\n" for x, y, z in v) + "".join(f"f {a + 1} {b + 1} {c + 1}\n"
+                                                                          for a, b, c in faces))
         d = mesh_scene_dict(res, None, "direct")
         d["clutter"] = {"type": "obj", "filename": obj, "face_normals": True, "bsdf": {"type": "diffuse"}}
         scene = jaxrender.load_dict(d)
@@ -386,7 +375,7 @@ def main() -> None:
     if "clutter" in args.parts.split(","):
         c = clutter_part(args.res, args.spp, args.repeats, args.seeds)
         f, a = c["favoured"], c["all moving"]
-        print(f"[clutter] {args.res}^2, {args.spp} spp, the sphere beside a static 3968-triangle mesh, d/dt of "
+        print(f"[clutter] {args.res}^2, {args.spp} spp, the sphere beside a static 4096-triangle mesh, d/dt of "
               f"sum(render * W): favouring what moves {f['mean']:.3f} +- {f['se']:.3f} in "
               f"{f['value_and_grad_s'] * 1e3:.0f} ms; all geometry as moving {a['mean']:.3f} +- {a['se']:.3f} in "
               f"{a['value_and_grad_s'] * 1e3:.0f} ms: {a['var'] / f['var']:.1f}x less variance, "

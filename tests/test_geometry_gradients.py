@@ -503,7 +503,7 @@ def test_edge_samples_favour_the_moving_geometry(tmp_path, monkeypatch):
     Within noise of finite differences, and at a small fraction of the
     variance of uniform draws (MOVING_SHARE = 0: 1/53 here over 64 seeds,
     1/159 on bench_geometry's sphere scene beside a static 3968-triangle
-    mesh)."""
+    mesh, a one-off script's)."""
     clutter = tmp_path / "clutter.obj"
     clutter.write_text(uv_sphere_obj(32, 0.25, (-0.9, 0.25, -0.5)))
     d = shadow_scene()
