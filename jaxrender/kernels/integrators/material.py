@@ -471,8 +471,8 @@ def _resampled_edge_point(ctx, x: Vec, u, x_shape, guide, x_prim):
 def edge_sample(ctx, si, u, valid, incident, emission_only) -> EdgeSample:
     """Sample a point on one of the scene's edges (resampled among
     candidates, :func:`_resampled_edge_point`) and, where it is a silhouette seen from ``si``'s
-    point, the radiance arriving from behind it (``incident(o, d)``: a
-    path traced from there). ``valid``: where the vertex continues (else
+    point, the radiance arriving from behind it (``incident(o, d, known)``: a
+    path traced from there, whose first hit is ``known``). ``valid``: where the vertex continues (else
     no term); ``emission_only``: where that path ends at its first hit
     (then only an emitter there counts)."""
     from ..bsdfs.surface import SurfaceBsdf
@@ -515,17 +515,27 @@ def edge_sample(ctx, si, u, valid, incident, emission_only) -> EdgeSample:
         # (its own surface only where the ray grazes it at the edge: beyond,
         # e.g. a tube's inside past its rim, it is what lies behind)
         past = ~hit.hit | ((along > dist_o * (1.0 - 1e-3)) & ~(own & (along < dist_o * (1.0 + 1e-2))))
-        return (seen & past, hit.prim, *material_coords(plain, hit), instance_of(hit))
+        return (seen & past, hit.prim, *material_coords(plain, hit), instance_of(hit), *_known(hit))
 
     # (the rays only for a silhouette: most sampled edges are none)
-    ok, behind, c1, c2, behind_instance = ir.cond(
-        valid & silhouette, trace, lambda: (ir.Bool(False), ir.Int(-1), ir.Float(0.0), ir.Float(0.0), ir.Int(-1)))
-    # the radiance arriving from behind the edge, and the BSDF towards it
-    le = ir.cond(ok, lambda: incident(o, d_behind), S.zero)
+    ok, behind, c1, c2, behind_instance, *known = ir.cond(
+        valid & silhouette, trace,
+        lambda: (ir.Bool(False), ir.Int(-1), ir.Float(0.0), ir.Float(0.0), ir.Int(-1), *_known(None)))
+    # the radiance arriving from behind the edge (its first hit is the one
+    # just traced), and the BSDF towards it
+    le = ir.cond(ok, lambda: incident(o, d_behind, KnownHit(*known)), S.zero)
     f, _, _ = SurfaceBsdf(plain, si).query(si.frame.to_local(w), ir.Float(0.5), Vec(ir.Float(0.5), ir.Float(0.5)))
     coef = Vec(*(ir.select(ok, f[k] * le[k] * weight, 0.0) for k in range(S.channels)))
     return EdgeSample(tri_a, s0, s1, t, shape, which, normal, behind, c1, c2, d_behind, coef, ok, ep.instance,
                       None if ep.instance is None else behind_instance)
+
+
+def _known(hit):
+    """The fields of a :class:`KnownHit` of ``hit`` (a ray's first hit from
+    t = 0, for the path traced along that ray), or of none where None."""
+    if hit is None:
+        return (ir.Bool(False), ir.Float(0.0), ir.Int(-1), ir.Float(0.0), ir.Float(0.0), ir.Int(-1))
+    return (ir.Bool(True), hit.t, hit.prim, hit.b1, hit.b2, instance_of(hit))
 
 
 def _apart(x: Vec, a: Vec, ok) -> Vec:
@@ -581,7 +591,7 @@ class HorizonSample:
 def horizon_sample(ctx, si, u, valid, incident) -> HorizonSample:
     """A direction uniform on the horizon of ``si``'s triangle and, where
     the BSDF (shading frame) reflects towards it, the radiance arriving
-    from just above and just below it (``incident(o, d)``). Only
+    from just above and just below it (``incident(o, d, known)``). Only
     triangles whose shading normal leans off the geometric one (smooth
     shading, normal and bump maps) have a term (elsewhere the BSDF's cosine
     vanishes there)."""
@@ -600,7 +610,7 @@ def horizon_sample(ctx, si, u, valid, incident) -> HorizonSample:
 
         def trace(o=o, d=d):
             hit = intersect(plain, o, d, ir.Float(0.0))
-            return (hit.prim, *material_coords(plain, hit), instance_of(hit), incident(o, d))
+            return (hit.prim, *material_coords(plain, hit), instance_of(hit), incident(o, d, KnownHit(*_known(hit))))
         prim, c1, c2, inst, le = ir.cond(smooth, trace, lambda: (ir.Int(-1), ir.Float(0.0), ir.Float(0.0),
                                                                  ir.Int(-1), S.zero()))
         coef = Vec(*(ir.select(smooth, f[k] * le[k] * (2.0 * 3.141592653589793), 0.0) for k in range(S.channels)))

@@ -270,8 +270,8 @@ class PathIntegrator(ReplayIntegrator):
             edge_u = ctx.rand(s, material.EDGE_GROUP + st.depth)
             continues = si.hit & deeper & ~pass_through
 
-            def incident(o, d):
-                return self._incident(ctx.primal(), s, st.depth + 1, o, d)
+            def incident(o, d, known):
+                return self._incident(ctx.primal(), s, st.depth + 1, o, d, known)
             # where the next vertex is the last (no emitter sample there), a path
             # traced behind an edge ends at its first hit: only emitters there count
             last = (max_d >= 0) & (st.depth + 2 >= max_d)
@@ -360,14 +360,15 @@ class PathIntegrator(ReplayIntegrator):
                            _logged(ctx, si, hit_key, shadow_key | ir.select(useful, ir.UInt(_TRACED), ir.UInt(0))
                                    | ir.select(blocked, ir.UInt(_BLOCKED), ir.UInt(0))))
 
-    def _incident(self, ctx, s, depth, o, d) -> Vec:
+    def _incident(self, ctx, s, depth, o, d, known: KnownHit) -> Vec:
         """Radiance arriving at ``o`` from direction ``-d``: a path traced
         from there whose first vertex is at ``depth``, its emission counted
-        whole (no MIS: this direction was not sampled by a BSDF)."""
+        whole (no MIS: this direction was not sampled by a BSDF); ``known``:
+        the ray's first hit, already traced."""
         S = self.spectrum
         state = PathState(depth, o, d, ir.Float(0.0), INF, S.one(), S.no_radiance(), ir.Float(1.0), ir.Bool(True),
                           ir.Bool(True), ir.Float(1.0),
-                          single=ir.Bool(False) if ctx.structure.dispersion else None)
+                          single=ir.Bool(False) if ctx.structure.dispersion else None, known=known)
         return self.trace(ctx, s, state)
 
     def local_radiance(self, vertex: Vertex, sh: Shading, rest: Vec) -> Vec:
