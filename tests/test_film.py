@@ -181,3 +181,46 @@ def test_film_weights_kernel_is_shared_by_scene_structures_and_integrators():
     assert graph(VolpathIntegrator(), footprint=5) == plain
     assert graph(PathIntegrator(), footprint=3) != plain
     assert graph(PathIntegrator(), footprint=5, sampler="stratified") != plain
+
+
+@pytest.mark.parametrize("rfilter, crop", [({"type": "gaussian"}, {}),
+                                           ({"type": "tent"}, {"crop_offset_x": 3, "crop_offset_y": 2,
+                                                               "crop_width": 7, "crop_height": 5}),
+                                           ({"type": "lanczos"}, {"sample_border": True})])
+def test_expected_film_weights_are_the_weight_kernels_mean(rfilter, crop, monkeypatch):
+    """``film.expected_weights`` (what the boundary term of camera and
+    geometry derivatives is divided by) is the mean over seeds of the
+    weights the film divides an image's sums by, per pixel, at the crop
+    window's borders too; and for the tent filter (radius 1) the closed
+    form: per axis 0.75 + 0.125 + 0.125 in the interior, 0.875 at the
+    samples' edge."""
+    import sys
+    from jaxrender.primitives import render_rules
+    from jaxrender.primitives.film import expected_weights
+    seen = []
+
+    def capture(config, inputs):
+        seen.append((config, inputs))
+        raise StopIteration
+    monkeypatch.setattr(sys.modules["jaxrender.render"], "render_image", capture)
+    d = {"type": "scene", "ball": {"type": "sphere"},
+         "sensor": {"type": "perspective", "film": {"type": "hdrfilm", "width": 12, "height": 9, "rfilter": rfilter,
+                                                    **crop}}}
+    scene = jaxrender.load_dict(d)
+    with pytest.raises(StopIteration):
+        jaxrender.render(scene, spp=64)
+    config, inputs = seen[0]
+    weights = []
+    for s in range(48):
+        w = render_rules._film_weights(config, dict(inputs, seed=np.uint32(s)))
+        weights.append(np.asarray(render_rules.crop_canvas(render_rules.splat_canvas(
+            w, *config.film.grid, config.film.footprint, 1), config.film)))
+    measured = np.mean(weights, axis=0) / 64.0
+    expected = np.asarray(expected_weights(inputs["filter_table"], inputs["filter_radius"], config.film))
+    assert expected.shape == measured.shape == (*config.film.crop, 1)
+    spread = np.std(weights, axis=0) / 64.0 / np.sqrt(len(weights))
+    assert np.all(np.abs(measured - expected) < 5.0 * spread + 1e-4), np.abs(measured - expected).max()
+    if rfilter["type"] == "tent":
+        # (the crop window without a border: its edges are the samples' too)
+        assert np.allclose(expected[1:-1, 1:-1], 1.0, atol=1e-5)
+        assert abs(float(expected[0, 0, 0]) - 0.875 ** 2) < 1e-5

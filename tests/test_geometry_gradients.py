@@ -66,8 +66,9 @@ def _with_obj_occluder(tmp_path, text: str):
     return jaxrender.load_dict(d)
 
 
-def _loss(scene, key, value, seed, spp=64, weights=WEIGHTS):
-    return jnp.sum(jaxrender.render(scene, {key: value}, spp=spp, seed=seed, seed_grad=seed) * weights)
+def _loss(scene, key, value, seed, spp=64, weights=WEIGHTS, spp_boundary=None):
+    kw = {} if spp_boundary is None else {"spp_boundary": spp_boundary}
+    return jnp.sum(jaxrender.render(scene, {key: value}, spp=spp, seed=seed, seed_grad=seed, **kw) * weights)
 
 
 def _fd(scene, key, value, tangent, h=0.01, seeds=range(1000, 1256), **loss):
@@ -426,7 +427,12 @@ def test_sphere_silhouette_against_the_sky(key, motion):
     silhouette only: moved, grown about its centre. (A camera moved the
     other way is the same change, through the same film curves.) The film's boundary term on its circle of
     tangency, whose film normal is not the direction to the circle grown
-    (it projects to an ellipse: that direction read 0.67x the derivative)."""
+    (it projects to an ellipse: that direction read 0.67x the derivative).
+    The film's boundary samples are stratified along its curves and their
+    sums divided by the film's expected weights: where the radiance on
+    either side is exact, so is each seed's estimate (moved: its spread
+    over seeds read 18% of the mean over the samples' own weights, 20%
+    with the points drawn at random along the curves)."""
     scene = jaxrender.load_dict(_sphere_in_the_sky([0.0, 0.0, 0.0]))
     value = jnp.asarray(scene.params[key])
     if motion == "grow":
@@ -436,7 +442,8 @@ def test_sphere_silhouette_against_the_sky(key, motion):
     # (the sphere moved: tight enough to reject the old normal, z -6)
     tight = motion == "x"
     fd = _fd(scene, key, value, tangent, h=0.04 if tight else 0.02, seeds=range(1000, 1768 if tight else 1256))
-    rev = _reverse(scene, key, value, tangent, range(384 if tight else 256))
+    rev = _reverse(scene, key, value, tangent, range(16))
+    assert rev.std() < 1e-3 * abs(rev.mean()), (rev.std(), rev.mean())
     assert abs(_z(rev, fd)) < 4.0, (rev.mean(), fd.mean())
 
 
@@ -517,8 +524,10 @@ def test_hard_shadow_samples_favour_the_moving_geometry(tmp_path, monkeypatch):
     edges are most of the shadows' length, half the hard shadows' edge
     samples fall on the moving occluder's (``primitives/boundary
     .SHADOW_MOVING_SHARE``). Within noise of finite differences, and at
-    about half the variance of samples by length alone
-    (SHADOW_MOVING_SHARE = 0)."""
+    less variance than samples by length alone (SHADOW_MOVING_SHARE = 0).
+    One boundary sample per pixel: with the film's spp the samples'
+    strata along the edges are so short that neither adds variance worth
+    measuring (favoured 0.17x of by length with one; 0.996x with 64)."""
     from jaxrender.primitives import boundary
     d = shadow_scene(light=_DELTA["point"])
     for i, (x, z) in enumerate([(-1.2, -0.9), (1.3, -0.9), (-1.3, 0.9), (1.2, 1.0), (0.0, -1.5), (-1.6, 0.0)]):
@@ -527,12 +536,15 @@ def test_hard_shadow_samples_favour_the_moving_geometry(tmp_path, monkeypatch):
         d[f"clutter{i}"] = {"type": "obj", "filename": str(obj), "face_normals": True, "bsdf": {"type": "diffuse"}}
     scene = jaxrender.load_dict(d)
     key = "occluder.to_world"
-    fd, rev = _matches_finite_differences(scene, key, range(128), range(1000, 1128))
-    monkeypatch.setattr(boundary, "SHADOW_MOVING_SHARE", 0.0)
     value = jnp.asarray(scene.params[key])
-    by_length = _reverse(scene, key, value, _translate_x(value), range(128))
-    assert abs(_z(by_length, fd)) < 4.0, (by_length.mean(), fd.mean())
-    assert rev.var() < 0.75 * by_length.var(), (rev.var(), by_length.var())
+    tangent = _translate_x(value)
+    fd = _fd(scene, key, value, tangent, seeds=range(1000, 1128))
+    rev = _reverse(scene, key, value, tangent, range(64), spp_boundary=1)
+    monkeypatch.setattr(boundary, "SHADOW_MOVING_SHARE", 0.0)
+    by_length = _reverse(scene, key, value, tangent, range(64), spp_boundary=1)
+    for estimate in (rev, by_length):
+        assert abs(_z(estimate, fd)) < 4.0, (estimate.mean(), fd.mean())
+    assert rev.var() < 0.5 * by_length.var(), (rev.var(), by_length.var())
 
 
 @pytest.mark.parametrize("light", ["rectangle", "sphere"])

@@ -183,15 +183,17 @@ def overlap_add(blocks, geom: FilmGeometry, channels: int):
     return crop_canvas(splat_canvas(blocks, *geom.grid, geom.footprint, channels), geom)
 
 
-def develop(blocks, weights, geom: FilmGeometry, channels: int, rows: int | None = None, extra=None):
+def develop(blocks, weights, geom: FilmGeometry, channels: int, rows: int | None = None, extra=None,
+            extra_weights=None):
     """The image: the overlap-added sample sums over the overlap-added
     filter weights (``weights``: a scalar, every pixel's total weight, or
     the weight kernel's blocks (items, footprint²)). A pixel that no sample
     reached with a nonzero weight is zero, as in Mitsuba. ``rows``: grid
     rows the blocks cover when the launches were devices' equal bands of
     rows (and ran past the grid's end); the rows past it are dropped.
-    ``extra``: a canvas of the whole grid (``splat_canvas``'s shape) added
-    to the sums before they are divided (the camera's boundary term)."""
+    ``extra``: a canvas of the whole grid (``splat_canvas``'s shape) over
+    ``extra_weights`` (a scalar or the crop window's), added to the image
+    (the boundary term of camera and geometry derivatives)."""
     (gh, gw), k = geom.grid, geom.footprint
     by_rows, rows = rows is not None, gh if rows is None else rows
 
@@ -201,8 +203,41 @@ def develop(blocks, weights, geom: FilmGeometry, channels: int, rows: int | None
         return crop_canvas(splat_canvas(x, rows, gw, k, width, by_rows=by_rows), geom)
 
     w = weights if jnp.ndim(weights) == 0 else total(weights, 1)
-    sums = total(blocks, channels)
-    return normalize(sums if extra is None else sums + crop_canvas(extra, geom), w)
+    image = normalize(total(blocks, channels), w)
+    return image if extra is None else image + normalize(crop_canvas(extra, geom), extra_weights)
+
+
+def expected_weights(table, radius, geom: FilmGeometry, quadrature: int = 2048):
+    """Each crop pixel's expected summed filter weight of one sample per
+    grid pixel, uniform in it: (height, width, 1). (Mitsuba's filters are
+    separable: per axis, the filter's mean over each neighbouring pixel of
+    the grid, summed; ``table`` and ``radius`` as ``filter_table``'s, read
+    as the kernels read them, by linear interpolation.)
+
+    The boundary term of camera and geometry derivatives is an integral
+    along curves of the film, estimated by its own samples: over the
+    expected weight it is the derivative of the image the render converges
+    to; over the weight its samples happened to bring (``develop``'s
+    ``weights``) it took their noise, about 6% per pixel at 16 spp with the
+    gaussian filter, which outweighed the rest of a silhouette's estimate."""
+    table = jnp.asarray(table, jnp.float32)
+    n_table = table.shape[0] - 1
+    reach = geom.footprint // 2
+    u = (jnp.arange(quadrature, dtype=jnp.float32) + 0.5) / quadrature
+
+    def f(x):
+        a = jnp.minimum(jnp.abs(x) / radius, 1.0) * n_table
+        return jnp.where(jnp.abs(x) <= radius, jnp.interp(a, jnp.arange(n_table + 1, dtype=jnp.float32), table), 0.0)
+
+    # (a sample of the pixel d before has its distance to this pixel's centre d + 0.5 - u)
+    mean = {d: jnp.mean(f(d + 0.5 - u)) for d in range(-reach, reach + 1)}
+
+    def axis(size: int, grid: int):
+        at = jnp.arange(size) + geom.border
+        return sum(jnp.where((at - d >= 0) & (at - d < grid), m, 0.0) for d, m in mean.items())
+
+    (h, w), (gh, gw) = geom.crop, geom.grid
+    return (axis(h, gh)[:, None] * axis(w, gw)[None, :])[..., None]
 
 
 def normalize(total, weights):

@@ -45,7 +45,7 @@ from ..ir.graph import NUMPY_DTYPE
 from .boundary import (boundary_tangent, canvas_shape, favour_moving_shadows, film_edges, film_segments,
                        instance_edge_rows, lens_edge_cdf,
                        shadow_edges)
-from .film import FilmGeometry, crop_canvas, develop, normalize, prefetch_kernels, splat_canvas
+from .film import FilmGeometry, crop_canvas, develop, expected_weights, normalize, prefetch_kernels, splat_canvas
 from .film import canvas_shape as film_canvas_shape
 from .kernel_call import launch, prefetch
 from .levels import register, sum_unmapped, vmap_levels
@@ -259,18 +259,20 @@ def _film_weights(config: RenderConfig, inputs: Mapping[str, Any]):
     return _launch(config, kernel, inputs)["weights"]
 
 
-def _develop(config: RenderConfig, blocks, weights, extra=None):
+def _develop(config: RenderConfig, blocks, weights, extra=None, extra_weights=None):
     """The image from the kernels' blocks, or, for a tiled render, from
     the canvases they were splatted onto (and the weights' canvas);
-    ``extra``: a canvas added to the sums (one launch only)."""
+    ``extra``: a canvas over ``extra_weights``, added to the image (one
+    launch only; ``develop``)."""
     split = config.split
     if split.tiles > 1:
         w = weights if jnp.ndim(weights) == 0 else crop_canvas(weights, config.film)
-        sums = crop_canvas(blocks, config.film)
+        image = normalize(crop_canvas(blocks, config.film), w)
         # (the boundary term's canvas covers the grid, the bands' canvas their padded rows)
-        return normalize(sums if extra is None else sums + crop_canvas(extra, config.film), w)
+        return image if extra is None else image + normalize(crop_canvas(extra, config.film), extra_weights)
     rows = split.padded_rows(config.film.grid) if split.shards > 1 else None
-    return split.rows(_develop_jit(blocks, weights, config.film, config.integrator.channels, rows, extra))
+    return split.rows(_develop_jit(blocks, weights, config.film, config.integrator.channels, rows, extra,
+                                   extra_weights))
 
 
 # One compiled step instead of dozens of dispatches when rendering eagerly.
@@ -355,10 +357,16 @@ def _render_jvp(config: RenderConfig, primals, tangents):
     t_blocks = render_jvp_p.bind(*args, config=config, active=active, batch_shape=(),
                                  in_batch=tuple(() for _ in args))
     moving = tuple(n for n in MOVING if n in active)
-    extra = _film_boundary(config, inputs, prim, {n: tin[n] for n in moving}, moved) if moving else None
+    extra = extra_weights = None
+    weights = jax.lax.stop_gradient(_film_weights(config, prim))
+    if moving:
+        extra = _film_boundary(config, inputs, prim, {n: tin[n] for n in moving}, moved)
+        # (its own samples: over the weight expected of the tangent's, film.expected_weights)
+        extra_weights = weights if config.film.footprint == 1 else expected_weights(
+            prim["filter_table"], prim["filter_radius"], config.film) * jnp.asarray(prim["spp"], jnp.float32)
     # The tangent's samples are seed_grad's, so are its weights (constants:
     # JAX transposes the develop step for the adjoint).
-    return out, _develop(config, t_blocks, jax.lax.stop_gradient(_film_weights(config, prim)), extra)
+    return out, _develop(config, t_blocks, weights, extra, extra_weights)
 
 
 def _moved(config: RenderConfig, tin, active) -> "MovingRows | None":

@@ -20,10 +20,12 @@ L, the image's derivative gains
 (Reynolds' transport theorem in film space), with w the filter weight of
 pixel q, v_curve the segment's film velocity (0 for the film's edges),
 v_point that of the point seen at s just inside R, and n_out R's outward
-normal. The kernels sample segments by film length (``segment_cdf``) and
-a point uniformly on each, trace the path seen just inside R, and splat
-the estimate into the footprint of pixels around it (an ``Accum`` over the
-film canvas, ``primitives/film.py``'s layout). The forward kernel gets the
+normal. The kernels sample points along the segments' total film length
+(``segment_cdf``), stratified (:func:`_stratified`: the launch's samples
+one stratum each), trace the path seen just inside R, and splat the
+estimate into the footprint of pixels around it (an ``Accum`` over the
+film canvas, ``primitives/film.py``'s layout; the image divides it by the
+film's expected weights, ``film.expected_weights``). The forward kernel gets the
 velocities by the IR's ``jvp`` along the camera tangent; the adjoint is
 its transpose, a gather of pixel cotangents and a ``vjp`` of the
 velocities into the camera's gradient. The estimates are integrals in
@@ -107,7 +109,7 @@ def _sample(integrator, ctx: Context, s):
     b = ctx.b
     plain = ctx.primal()
     segs = b["segments"]
-    i, tau, length, total = sample_lengths(b["segment_cdf"], ctx.rand(s, SEGMENT_DIM)[0])
+    i, tau, length, total = sample_lengths(b["segment_cdf"], _stratified(ctx, s, ctx.rand(s, SEGMENT_DIM)[0]))
     s0 = Vec(segs.read(i, layout.SEG_S0), segs.read(i, layout.SEG_S0 + 1))
     s1 = Vec(segs.read(i, layout.SEG_S1), segs.read(i, layout.SEG_S1 + 1))
     p0 = Vec(*(segs.read(i, layout.SEG_P0 + k) for k in range(3)))
@@ -224,6 +226,19 @@ def _sample(integrator, ctx: Context, s):
     scale = ir.select(valid, total * density / (ir.cast(b["spp"].value, "f32") * ir.cast(ir.launch_size(), "f32")),
                       0.0)
     return rows, weights, _film_value(integrator, ctx, radiance, valid, si.hit), velocity, scale
+
+
+def _stratified(ctx: Context, s, u):
+    """The uniform by which sample ``s`` of the item draws its point on the
+    curves (along their cumulative length): the launch's samples take one
+    stratum each (an item's samples consecutive ones), ``u`` where in it.
+    Every pixel's footprint then gets about as many points as its length
+    of curve, not a random number of them, and neighbouring lanes draw
+    neighbouring points (their rays go alike)."""
+    n = ir.cast(ctx.b["spp"].value, "f32") * ir.cast(ir.launch_size(), "f32")
+    k = ir.cast(ctx.item, "f32") * ir.cast(ctx.b["spp"].value, "f32") + ir.cast(s, "f32")
+    # (k / n and u / n apart: past 2^24 samples k + u would lose u)
+    return ir.minimum(k / n + u / n, 0.99999994)
 
 
 def _lens_edge_sample(integrator, ctx: Context, s):
@@ -389,7 +404,8 @@ def _shadow_sample(integrator, ctx: Context, s):
     S = ctx.spectrum
     # (a path of one vertex takes no emitter samples: no shadows)
     max_depth = b["max_depth"].value
-    edge = shadows.sample(ctx, ctx.rand(s, SHADOW_DIM))
+    u = ctx.rand(s, SHADOW_DIM)
+    edge = shadows.sample(ctx, (_stratified(ctx, s, u[0]), *u[1:]))
     cam = perspective.CameraRow(b["camera"])
     _, eye = _lens(ctx, cam, s)
     y = edge.hit.p
