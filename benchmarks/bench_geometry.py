@@ -32,8 +32,9 @@ camera  The camera's gradient (``sensor.to_world``) on the Cornell box (path
    raises: its differential phase is not attached to the sensor).
 
 --spp-boundary N renders every gradient with N samples per pixel for the
-film's boundary term (``render(spp_boundary=N)``; default: as many as the
-other terms), to weigh its time against the variance it adds.
+film's boundary term (``render(spp_boundary=N)``; default: render's, a
+quarter of the other terms' along its curves), to weigh its time against
+the variance it adds.
 """
 from __future__ import annotations
 

@@ -121,13 +121,15 @@ def test_translation_matches_finite_differences(front, tangent):
     assert abs(_z(interior, fd)) > 6.0, (interior.mean(), fd.mean())
 
 
-def test_boundary_sample_count_is_honoured():
+def test_boundary_sample_count_is_honoured(monkeypatch):
     """``spp_boundary``: the film boundary term's own sample count. With the
     box filter the boundary (pixel edges, silhouettes) carries the
     derivative, so a sixteenth of the samples spreads it several times
-    wider over seeds, still centred on the finite differences; equal to
-    spp_grad it is the default. A count that is not a positive integer
-    raises."""
+    wider over seeds, still centred on the finite differences. By default
+    the term draws a quarter of spp_grad along its curves (stratified) and
+    spp_grad on the pixels' edges: as narrow as spp_grad for all. A count
+    that is not a positive integer raises."""
+    from jaxrender.primitives import render_rules
     scene = jaxrender.load_dict(_scene("cube", filt="box"))
     key = scene.camera_key
     m = jnp.asarray(scene.params[key])
@@ -137,12 +139,19 @@ def test_boundary_sample_count_is_honoured():
             scene, {key: x}, spp=64, seed=s, seed_grad=s, **counts) * WEIGHTS))(v) * TRANSLATE_X))
         return np.array([float(grad(m, jnp.uint32(s))) for s in seeds])
 
+    counts = []
+    tangent = render_rules.boundary_tangent
+    monkeypatch.setattr(render_rules, "boundary_tangent",
+                        lambda config, kw, t: counts.append((int(kw["spp"]), int(kw["spp_pixels"]))) or tangent(config, kw, t))
     default = reverse(SEEDS)
-    np.testing.assert_allclose(reverse(range(4), spp_boundary=64), default[:4], rtol=1e-5)
+    full = reverse(SEEDS, spp_boundary=64)
+    assert counts == [(16, 64), (64, 64)], counts
     fewer = reverse(SEEDS, spp_boundary=4)
     fd = _fd(scene, key, m, TRANSLATE_X, 0.01, FD_SEEDS, 64)
-    assert abs(_z(fewer, fd)) < 4.0, (fewer.mean(), fd.mean())
-    assert fewer.var() > 3.0 * default.var(), (fewer.var(), default.var())
+    for estimate in (default, fewer):
+        assert abs(_z(estimate, fd)) < 4.0, (estimate.mean(), fd.mean())
+    assert fewer.var() > 3.0 * full.var(), (fewer.var(), full.var())
+    assert default.var() < 1.5 * full.var(), (default.var(), full.var())
     with pytest.raises(jaxrender.SceneError, match="spp_boundary"):
         jaxrender.render(scene, spp=4, spp_boundary=-1)
 
@@ -231,13 +240,13 @@ def test_box_filter_matches_finite_differences():
     fwd = _forward(scene, key, m, jnp.asarray(TRANSLATE_X), SEEDS, 64)
     assert abs(_z(fwd, fd)) < 4.0, (fwd.mean(), fd.mean())
     # (here the pixel edges' term and the silhouettes' nearly cancel: drop the former alone)
-    samples = boundary_kernels._samples
-    boundary_kernels._samples = lambda integrator, ctx, s: samples(integrator, ctx, s)[:1]
+    samples = boundary_kernels._pixel_samples
+    boundary_kernels._pixel_samples = lambda integrator, ctx, s: []
     boundary_kernels._KERNELS.clear()
     try:
         without = _forward(scene, key, m, jnp.asarray(TRANSLATE_X), range(16), 64)
     finally:
-        boundary_kernels._samples = samples
+        boundary_kernels._pixel_samples = samples
         boundary_kernels._KERNELS.clear()
     assert abs(_z(without, fd)) > 6.0, (without.mean(), fd.mean())
 

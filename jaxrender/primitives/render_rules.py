@@ -456,7 +456,7 @@ def _film_boundary(config: RenderConfig, inputs, prim, tangents: dict, moved=Non
     seed = (jnp.asarray(prim["seed"], jnp.uint32) * jnp.uint32(747796405) + jnp.uint32(2891336453)).astype(jnp.uint32)
     # (its own sample count: its estimates are normalised by it, then scaled as the image kernels' sums are)
     kw = dict(prim, segments=segments, segment_cdf=cdf, canvas_width=np.uint32(canvas_shape(config)[1]), seed=seed,
-              spp=inputs["spp_boundary"], edges=inputs["edges"], **lens)
+              spp=inputs["spp_boundary"], spp_pixels=inputs["spp_boundary_pixels"], edges=inputs["edges"], **lens)
     if config.structure.delta_lights and "shadow_edges" not in kw:
         kw["shadow_edges"], kw["shadow_cdf"] = _shadow_edges(config, inputs, prim, moved)
     spp = jnp.asarray(prim["spp"], jnp.float32)

@@ -50,6 +50,11 @@ class SamplerSpec:
                           f"({what}), as Mitsuba 3 does", SampleCountWarning, stacklevel=3)
         return rounded
 
+    def rounded_count(self, n: int) -> int:
+        """:meth:`sample_count` without the warning: for counts the
+        renderer picks itself."""
+        return ksamplers.TYPES[self.type].sample_count(int(n), self.strength)
+
     def kernel_inputs(self) -> dict:
         """The kernel scalars of its settings (``layout.scene_inputs``)."""
         return {"sampler_jitter": np.uint32(self.jitter), "sampler_strength": np.uint32(self.strength)}

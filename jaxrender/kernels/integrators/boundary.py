@@ -29,7 +29,8 @@ film's expected weights, ``film.expected_weights``). The forward kernel gets the
 velocities by the IR's ``jvp`` along the camera tangent; the adjoint is
 its transpose, a gather of pixel cotangents and a ``vjp`` of the
 velocities into the camera's gradient. The estimates are integrals in
-pixel units over all the launch's samples (each item draws ``spp``).
+pixel units over all the launch's samples (each item draws ``spp`` along
+the curves, ``spp_pixels`` of the kinds drawn per pixel).
 
 A thin lens's film is a pinhole's per aperture point: each sample takes
 one (:func:`_lens`), its segments are the grid's sides alone, and its
@@ -65,8 +66,10 @@ LENS_EDGE_DIM = 99
 
 
 def inputs(integrator, structure: Structure) -> dict:
+    # (spp: the samples per item along the curves, stratified; spp_pixels:
+    # those of the kinds drawn per pixel, _pixel_samples)
     out = dict(integrator.inputs(structure), segments=ir.In("f32", (layout.SEGMENT_ROW,)),
-               segment_cdf=ir.In("f32"), canvas_width=ir.Scalar("u32"))
+               segment_cdf=ir.In("f32"), canvas_width=ir.Scalar("u32"), spp_pixels=ir.Scalar("u32"))
     if structure.sensor == "thinlens":
         # (its silhouettes are sampled on the scene's welded edges: _lens_edge_sample; and
         # on the copies of shared shapegroups' edges, each with its instance)
@@ -464,17 +467,43 @@ def _film_value(integrator, ctx: Context, radiance: Vec, valid, hit) -> Vec:
     return Vec(*value, alpha)
 
 
-def _samples(integrator, ctx: Context, s) -> list:
-    """The boundary samples an item draws as its sample ``s`` (``ctx``
-    bound to its wavelengths: each sample's radiance as the film takes it)."""
+def _curve_samples(integrator, ctx: Context, s) -> list:
+    """The boundary samples an item draws along the curves as its sample
+    ``s`` of ``spp`` (``ctx`` bound to its wavelengths: each sample's
+    radiance as the film takes it): the film's segments, the hard shadows'
+    edges; the launch's samples stratified along each (:func:`_stratified`)."""
     out = [_sample(integrator, ctx, s)]
+    if ctx.geometry_motion and ctx.structure.delta_lights:
+        out.append(_shadow_sample(integrator, ctx, s))
+    return out
+
+
+def _pixel_samples(integrator, ctx: Context, s) -> list:
+    """Those it draws as its sample ``s`` of ``spp_pixels``: a thin lens's
+    silhouettes (each sample from an aperture point of its own), the box
+    filter's pixel edges (each item its own pixel's)."""
+    out = []
     if motion.thin_lens(ctx):
         out.append(_lens_edge_sample(integrator, ctx, s))
     if ctx.structure.footprint == 1:
         out.append(_pixel_edge_sample(integrator, ctx, s))
-    if ctx.geometry_motion and ctx.structure.delta_lights:
-        out.append(_shadow_sample(integrator, ctx, s))
     return out
+
+
+def _sample_loops(integrator, structure: Structure, b, base, active, body):
+    """``body(samples, s)`` for each of the item's samples along the
+    curves (``spp``) and each of its per-pixel ones (``spp_pixels``), each
+    loop with a context whose sampler and ``spp`` are its own."""
+    for kinds, count in ((_curve_samples, "spp"), (_pixel_samples, "spp_pixels")):
+        ctx = _context(integrator, structure, dict(b, spp=b[count]), base, active)
+        if count == "spp_pixels" and not (motion.thin_lens(ctx) or structure.footprint == 1):
+            continue
+
+        def one(s, carry, kinds=kinds, ctx=ctx):
+            bound = ctx.spectrum.bind(ctx, s)
+            body(kinds(integrator, bound, s), s)
+            return carry
+        ir.fori_loop(ir.UInt(0), ctx.b["spp"].value, one, ir.Int(0))
 
 
 def _context(integrator, structure, b, base, active) -> Context:
@@ -494,17 +523,14 @@ def forward_kernel(integrator, structure: Structure, active: tuple = ("camera",)
         C = integrator.channels
 
         def body(**b):
-            ctx = _context(integrator, structure, b, base, active)
-
-            def one(s, carry):
-                for rows, weights, radiance, velocity, scale in _samples(integrator, ctx.spectrum.bind(ctx, s), s):
+            def splat(samples, s):
+                for rows, weights, radiance, velocity, scale in samples:
                     _, dv = ir.jvp(velocity, (), (), buffer_tangents={b[n]: b["d_" + n] for n in active})
                     for row, w in zip(rows, weights):
                         for c in range(C):
                             ir.scatter_add(b["canvas"], row, w * radiance[c] * dv * scale, c)
-                return carry
 
-            ir.fori_loop(ir.UInt(0), b["spp"].value, one, ir.Int(0))
+            _sample_loops(integrator, structure, b, base, active, splat)
             return {}
 
         with spectrum.using(integrator.spectrum):
@@ -526,20 +552,18 @@ def adjoint_kernel(integrator, structure: Structure, active: tuple = ("camera",)
         ins = dict(base, ct_canvas=ir.In("f32", (C,)))
 
         def body(**b):
-            ctx = _context(integrator, structure, b, base, active)
             grads = {b[n]: b["grad_" + n] for n in active}
 
-            def one(s, carry):
-                for rows, weights, radiance, velocity, scale in _samples(integrator, ctx.spectrum.bind(ctx, s), s):
+            def gather(samples, s):
+                for rows, weights, radiance, velocity, scale in samples:
                     ct = ir.Float(0.0)
                     for row, w in zip(rows, weights):
                         for c in range(C):
                             ct = ct + w * radiance[c] * b["ct_canvas"].read(row, c)
                     _, pullback = ir.vjp(velocity, buffer_grads=grads)
                     pullback(ct * scale)
-                return carry
 
-            ir.fori_loop(ir.UInt(0), b["spp"].value, one, ir.Int(0))
+            _sample_loops(integrator, structure, b, base, active, gather)
             return {}
 
         with spectrum.using(integrator.spectrum):
