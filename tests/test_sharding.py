@@ -187,7 +187,8 @@ def test_tiled_camera_and_geometry_derivatives_equal_one_launch(case):
     tangent = _translate_x(x0)
 
     def loss(x, budget=None):
-        return jnp.sum(jaxrender.render(scene, {key: x}, spp=4, seed=1, seed_grad=2, max_launch_bytes=budget)
+        # (seed_grad 4: each case's derivative far from 0 at this seed, so that equal is not trivially so)
+        return jnp.sum(jaxrender.render(scene, {key: x}, spp=4, seed=1, seed_grad=4, max_launch_bytes=budget)
                        * WEIGHTS)
 
     bands = []

@@ -63,6 +63,11 @@ SHADOW_DIM = 96
 # A thin lens's: the aperture point of a sample, and its edge sample
 LENS_DIM = 98
 LENS_EDGE_DIM = 99
+# Whether the samples are stratified: the curves' points over the launch
+# (_stratified), an item's pixel edges over its samples (_pixel_edge_sample).
+# False draws each independently, the estimators the strata replaced (for
+# tests to compare against).
+STRATIFY = True
 
 
 def inputs(integrator, structure: Structure) -> dict:
@@ -241,7 +246,7 @@ def _stratified(ctx: Context, s, u):
     n = ir.cast(ctx.b["spp"].value, "f32") * ir.cast(ir.launch_size(), "f32")
     k = ir.cast(ctx.item, "f32") * ir.cast(ctx.b["spp"].value, "f32") + ir.cast(s, "f32")
     # (k / n and u / n apart: past 2^24 samples k + u would lose u)
-    return ir.minimum(k / n + u / n, 0.99999994)
+    return ir.minimum(k / n + u / n, 0.99999994) if STRATIFY else u
 
 
 def _lens_edge_sample(integrator, ctx: Context, s):
@@ -362,14 +367,25 @@ def _hidden(ctx: Context, o: Vec, d: Vec, t_min, t_max):
 def _pixel_edge_sample(integrator, ctx: Context, s):
     """With the box filter, a pixel's value changes where the points seen
     cross its edges, its neighbour's by the opposite: sample ``s`` of the
-    item picks its pixel's right or bottom edge (the grid's own sides are
+    item takes its pixel's right or bottom edge (the grid's own sides are
     segments) and a point on it, in the shape of :func:`_sample`."""
     b = ctx.b
     plain = ctx.primal()
-    _, _, pick, along = ctx.rand(s, SEGMENT_DIM)
+    _, _, pick, u = ctx.rand(s, SEGMENT_DIM)
+    if STRATIFY:
+        # The item's samples alternate between its two edges, from one
+        # picked by a coin of the pixel's, and are stratified along each:
+        # every sample is still uniform on either edge with probability 1/2.
+        spp = b["spp"].value
+        first_right = ctx.rand(ir.UInt(0), SEGMENT_DIM)[1] < 0.5
+        right = ((s % 2) == 0) == first_right
+        # (how many of the item's samples its first and second edges take)
+        count = ir.cast(ir.select(right == first_right, (spp + 1) // 2, spp // 2), "f32")
+        along = ir.minimum((ir.cast(s // 2, "f32") + u) / ir.maximum(count, 1.0), 0.99999994)
+    else:
+        right, along = pick < 0.5, u
     width, height = b["width"].value, b["height"].value
     ix, iy = ctx.pixel % width, ctx.pixel // width
-    right = pick < 0.5
     valid = ir.select(right, ix + 1 < width, iy + 1 < height) & (ctx.pixel < width * height)
     fx = ir.cast(ix, "f32") + ir.select(right, 1.0, along)
     fy = ir.cast(iy, "f32") + ir.select(right, along, 1.0)
