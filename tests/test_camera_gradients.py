@@ -263,13 +263,13 @@ def test_box_filter_matches_finite_differences():
     fwd = _forward(scene, key, m, jnp.asarray(TRANSLATE_X), SEEDS, 64)
     assert abs(_z(fwd, fd)) < 4.0, (fwd.mean(), fd.mean())
     # (here the pixel edges' term and the silhouettes' nearly cancel: drop the former alone)
-    samples = boundary_kernels._pixel_samples
-    boundary_kernels._pixel_samples = lambda integrator, ctx, s: []
+    kinds = boundary_kernels._pixel_kinds
+    boundary_kernels._pixel_kinds = lambda ctx: []
     boundary_kernels._KERNELS.clear()
     try:
         without = _forward(scene, key, m, jnp.asarray(TRANSLATE_X), range(16), 64)
     finally:
-        boundary_kernels._pixel_samples = samples
+        boundary_kernels._pixel_kinds = kinds
         boundary_kernels._KERNELS.clear()
     assert abs(_z(without, fd)) > 6.0, (without.mean(), fd.mean())
 

@@ -42,7 +42,7 @@ class SamplerSpec:
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
             raise SceneError(f"{what} must be a positive integer, got {n!r}")
         try:
-            rounded = ksamplers.TYPES[self.type].sample_count(int(n), self.strength)
+            rounded = self.rounded_count(n)
         except ValueError as exc:
             raise SceneError(f"{what}: {exc}") from None
         if rounded != n:
@@ -51,8 +51,9 @@ class SamplerSpec:
         return rounded
 
     def rounded_count(self, n: int) -> int:
-        """:meth:`sample_count` without the warning: for counts the
-        renderer picks itself."""
+        """The samples per pixel the sampler takes for a positive ``n``,
+        silently (a ValueError where it cannot): for counts the renderer
+        picks itself."""
         return ksamplers.TYPES[self.type].sample_count(int(n), self.strength)
 
     def kernel_inputs(self) -> dict:

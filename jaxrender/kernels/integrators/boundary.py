@@ -72,7 +72,7 @@ STRATIFY = True
 
 def inputs(integrator, structure: Structure) -> dict:
     # (spp: the samples per item along the curves, stratified; spp_pixels:
-    # those of the kinds drawn per pixel, _pixel_samples)
+    # those of the kinds drawn per pixel, _pixel_kinds)
     out = dict(integrator.inputs(structure), segments=ir.In("f32", (layout.SEGMENT_ROW,)),
                segment_cdf=ir.In("f32"), canvas_width=ir.Scalar("u32"), spp_pixels=ir.Scalar("u32"))
     if structure.sensor == "thinlens":
@@ -483,41 +483,36 @@ def _film_value(integrator, ctx: Context, radiance: Vec, valid, hit) -> Vec:
     return Vec(*value, alpha)
 
 
-def _curve_samples(integrator, ctx: Context, s) -> list:
-    """The boundary samples an item draws along the curves as its sample
-    ``s`` of ``spp`` (``ctx`` bound to its wavelengths: each sample's
-    radiance as the film takes it): the film's segments, the hard shadows'
-    edges; the launch's samples stratified along each (:func:`_stratified`)."""
-    out = [_sample(integrator, ctx, s)]
-    if ctx.geometry_motion and ctx.structure.delta_lights:
-        out.append(_shadow_sample(integrator, ctx, s))
-    return out
+def _curve_kinds(ctx: Context) -> list:
+    """The boundary samples an item draws along the curves, ``spp`` of each
+    (the launch's stratified along them, :func:`_stratified`): the film's
+    segments, the hard shadows' edges."""
+    return [_sample] + ([_shadow_sample] if ctx.geometry_motion and ctx.structure.delta_lights else [])
 
 
-def _pixel_samples(integrator, ctx: Context, s) -> list:
-    """Those it draws as its sample ``s`` of ``spp_pixels``: a thin lens's
+def _pixel_kinds(ctx: Context) -> list:
+    """Those it draws per pixel, ``spp_pixels`` of each: a thin lens's
     silhouettes (each sample from an aperture point of its own), the box
     filter's pixel edges (each item its own pixel's)."""
-    out = []
-    if motion.thin_lens(ctx):
-        out.append(_lens_edge_sample(integrator, ctx, s))
-    if ctx.structure.footprint == 1:
-        out.append(_pixel_edge_sample(integrator, ctx, s))
-    return out
+    return (([_lens_edge_sample] if motion.thin_lens(ctx) else [])
+            + ([_pixel_edge_sample] if ctx.structure.footprint == 1 else []))
 
 
 def _sample_loops(integrator, structure: Structure, b, base, active, body):
-    """``body(samples, s)`` for each of the item's samples along the
-    curves (``spp``) and each of its per-pixel ones (``spp_pixels``), each
-    loop with a context whose sampler and ``spp`` are its own."""
-    for kinds, count in ((_curve_samples, "spp"), (_pixel_samples, "spp_pixels")):
+    """``body(samples, s)`` for each of the item's samples along the curves
+    (``spp``) and each of its per-pixel ones (``spp_pixels``): one loop
+    per count, with a context whose sampler and ``spp`` are its own; a
+    sample's kinds each give it (rows, weights, radiance, velocity, scale),
+    its ``ctx`` bound to its wavelengths (each radiance as the film takes it)."""
+    for kinds_of, count in ((_curve_kinds, "spp"), (_pixel_kinds, "spp_pixels")):
         ctx = _context(integrator, structure, dict(b, spp=b[count]), base, active)
-        if count == "spp_pixels" and not (motion.thin_lens(ctx) or structure.footprint == 1):
+        kinds = kinds_of(ctx)
+        if not kinds:
             continue
 
         def one(s, carry, kinds=kinds, ctx=ctx):
             bound = ctx.spectrum.bind(ctx, s)
-            body(kinds(integrator, bound, s), s)
+            body([kind(integrator, bound, s) for kind in kinds], s)
             return carry
         ir.fori_loop(ir.UInt(0), ctx.b["spp"].value, one, ir.Int(0))
 
