@@ -436,6 +436,13 @@ class ReplayIntegrator(Integrator):
         QueryLog entry) for its ray queries."""
         raise NotImplementedError
 
+    def with_first_hit(self, ctx: Context, state):
+        """``state`` whose next step takes its ray's first hit as found here
+        (one BVH query where the state is active; a replay that traces the
+        rest of the path from a state and then steps from it itself
+        queries once), or ``state`` itself: the integrator keeps no hits."""
+        return state
+
     def plain_state(self, ctx: Context, state):
         """``state`` in the one form every trace without derivatives of a
         kernel starts from (the same loop state structure wherever it is
@@ -489,6 +496,8 @@ class ReplayIntegrator(Integrator):
             gated = self.kept(state0) is not None
             # (short paths: the radiance after a vertex is re-traced, one ray, in the replay)
             rest_traced = method == "prb" and self.short_paths and not gated
+            if rest_traced and first is None:
+                state0 = self.with_first_hit(plain, state0)
             first_pass = (method == "prb" and not rest_traced) or gated
             log = None
             # (kernels of moving geometry also trace plain paths from the
@@ -513,6 +522,9 @@ class ReplayIntegrator(Integrator):
 
                 new, vertex = self.step(ctx, s, state, shade_with_vjp)
                 if method == "prb" and rest_traced:
+                    # (one query for the next ray, which the rest's trace and
+                    # the replay's next step both start with)
+                    new = self.with_first_hit(plain, new)
                     # (where the path goes on: a pass-through step's too, whose rest is the whole path)
                     rest = ir.cond(new.active,
                                    lambda: self.trace(plain, s, dataclasses.replace(new, radiance=S.no_radiance())),

@@ -481,8 +481,12 @@ def edge_sample(ctx, si, u, valid, incident, emission_only) -> EdgeSample:
     analytic = ctx.structure.analytic
     x = Vec(*(ir.select(si.hit, a, c) for a, c in zip(si.p, si.o + si.d)))     # (a miss: finite, unused)
     x_shape = ir.select(si.hit, shape_of(plain, si.prim), -1)
-    ep, weight = _resampled_edge_point(ctx, x, u, x_shape, _emission_guide(plain, x, si.scale, emission_only),
-                                       ir.select(si.hit, si.prim, -1))
+    def resampled():
+        return _resampled_edge_point(ctx, x, u, x_shape, _emission_guide(plain, x, si.scale, emission_only),
+                                     ir.select(si.hit, si.prim, -1))
+    # (a vertex where the path ends, e.g. every path's last, has no term:
+    # its candidates are not drawn)
+    ep, weight = ir.cond(valid, resampled, lambda: (_no_edge_point(ctx), ir.Float(0.0)))
     tri_a, s0, s1, tri_b, t = ep.tri, ep.slot0, ep.slot1, ep.tri_b, ep.t
     shape, which, p, tangent, inner = ep.shape, ep.which, ep.p, ep.tangent, ep.inner
     normal, silhouette = ep.normal, ep.silhouette
@@ -528,6 +532,15 @@ def edge_sample(ctx, si, u, valid, incident, emission_only) -> EdgeSample:
     coef = Vec(*(ir.select(ok, f[k] * le[k] * weight, 0.0) for k in range(S.channels)))
     return EdgeSample(tri_a, s0, s1, t, shape, which, normal, behind, c1, c2, d_behind, coef, ok, ep.instance,
                       None if ep.instance is None else behind_instance)
+
+
+def _no_edge_point(ctx) -> EdgePoint:
+    """An :class:`EdgePoint` that is no silhouette (as drawn where there is no term)."""
+    none, zero = ir.Int(-1), ir.Float(0.0)
+    origin = Vec(zero, zero, zero)
+    instance = none if "instance_edges" in ctx.b else None
+    return EdgePoint(none, ir.Int(0), ir.Int(0), none, zero, none, none, origin, origin, origin, origin,
+                     ir.Bool(False), zero, instance)
 
 
 def _known(hit):

@@ -23,7 +23,7 @@ from ... import ir
 from ...ir import Vec
 from .. import emitters, sensors
 from ..bsdfs.surface import SurfaceBsdf, sampled_dispersion, sampled_eta, samples_null
-from ..geometry import INF, occluded
+from ..geometry import INF, closest_hit, occluded
 from ..interaction import (KnownHit, KnownOcclusion, followed, intersect, material_coords, point_on_surface,
                            ray_key)
 from ..sampling import mis_weight
@@ -153,6 +153,11 @@ class PathIntegrator(ReplayIntegrator):
         return dataclasses.replace(state, known=known, known_shadow=KnownOcclusion(
             (shadow & _TRACED) != 0, (shadow & _BLOCKED) != 0, shadow & _KEY_BITS))
 
+    def with_first_hit(self, ctx, state: PathState) -> PathState:
+        def query():
+            return KnownHit(ir.Bool(True), *closest_hit(ctx.geo, state.o, state.d, state.t_min, state.t_max))
+        return dataclasses.replace(state, known=ir.cond(state.active, query, KnownHit.none))
+
     def plain_state(self, ctx, state: PathState) -> PathState:
         # Without derivatives nothing reads the record of moving geometry;
         # a first hit not known is KnownHit.none() (the first pass knows the
@@ -223,9 +228,11 @@ class PathIntegrator(ReplayIntegrator):
             # already is, its densities fixed in transport).
             w_bsdf = ir.detach(w_bsdf)
         # The BSDF: towards the emitter sample, and a sampled continuation.
-        # (where the ray left the scene there is no BSDF: a packet of misses skips it)
+        # (only where the path goes on: a packet of misses or of last
+        # vertices, e.g. direct's second, skips it)
         f_l, bsdf_pdf_l, bs = ir.cond(
-            si.hit, lambda: SurfaceBsdf(ctx, si).query(si.frame.to_local(es.w), u[3], Vec(u[0], u[1])),
+            self.queries_bsdf(ctx, si, depth, show_emitters),
+            lambda: SurfaceBsdf(ctx, si).query(si.frame.to_local(es.w), u[3], Vec(u[0], u[1])),
             lambda: SurfaceBsdf.no_query(ctx))
         em = S.radiance(emitters.eval_sample(ctx, es))
         w_em = emitters.light_weight(ctx, es, bsdf_pdf_l)
@@ -237,6 +244,12 @@ class PathIntegrator(ReplayIntegrator):
             weight = ir.detach(weight)
         return Shading(le * w_bsdf, direct, ctx.detach(si.frame.to_world(bs.wo)), ctx.detach(bs.pdf),
                        weight, bs.delta, bs.null, bs.choice, pair, boundary)
+
+    def queries_bsdf(self, ctx, si, depth, show_emitters):
+        """Where :meth:`shade` evaluates and samples the BSDF: where the
+        path may go on past ``si`` (both are unused elsewhere)."""
+        deeper, pass_through = _goes_on(ctx, si, depth, show_emitters)
+        return si.hit & deeper & ~pass_through
 
     def step(self, ctx, s, st: PathState, shade) -> tuple[PathState, Vertex]:
         b = ctx.b
@@ -251,8 +264,7 @@ class PathIntegrator(ReplayIntegrator):
             si = ctx.detach(si)
         # hide_emitters: a camera ray passes through the emitters it meets
         # (as in Mitsuba), without counting a bounce.
-        pass_through = si.is_emitter & (st.depth == 0) & ~show_emitters
-        deeper = (max_d < 0) | (st.depth + 1 < max_d)
+        deeper, pass_through = _goes_on(ctx, si, st.depth, show_emitters)
         active_next = si.hit & deeper & ~pass_through
         # Two dimension groups per vertex (group 0 is the film's): the emitter
         # sample's, and the BSDF's: (u[0], u[1]) its direction, a 2D sample
@@ -393,6 +405,14 @@ class PathIntegrator(ReplayIntegrator):
             local = local + (sh.pair - self.spectrum.one()) * (ir.detach(base) + rest) \
                 + vertex.throughput * sh.boundary
         return local if vertex.pending is None else local + vertex.pending * _relative(sh.choice)
+
+
+def _goes_on(ctx, si, depth, show_emitters):
+    """(whether a path may go on past its vertex ``si`` at ``depth``
+    (max_depth), whether it passes through it without a bounce: a camera
+    ray meeting an emitter it does not show)."""
+    max_d = ctx.b["max_depth"].value
+    return (max_d < 0) | (depth + 1 < max_d), si.is_emitter & (depth == 0) & ~show_emitters
 
 
 # A logged shadow ray: its ray_key with the two low bits replaced by whether

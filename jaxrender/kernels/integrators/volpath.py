@@ -220,6 +220,10 @@ class VolpathIntegrator(PathIntegrator):
         parts = ir.cond(scatter, at_collision, at_surface) if ctx.structure.media else at_surface()
         return VolShading(w_med, tr, *parts)
 
+    def queries_bsdf(self, ctx, si, depth, show_emitters):
+        # (a null boundary is crossed at any depth: no bounce, as in Mitsuba)
+        return si.hit
+
     def step(self, ctx, s, st: VolpathState, shade):
         b, S = ctx.b, self.spectrum
         max_d, rr_d = b["max_depth"].value, b["rr_depth"].value
