@@ -806,6 +806,31 @@ def test_geometry_seen_through_a_thin_lens(case):
         assert abs(_z(centred, fd)) > 6.0, (centred.mean(), fd.mean())
 
 
+def test_thin_lens_silhouettes_are_stratified(monkeypatch):
+    """A thin lens's boundary samples take one stratum each of the
+    silhouette edges' total weight over the launch (``boundary.STRATIFY``):
+    the blurred sphere against the sky reads the same derivative as with
+    independent draws, at a small fraction of their variance (0.0085x
+    over 48 seeds)."""
+    from jaxrender.kernels.integrators import boundary as boundary_kernels
+    d = _sphere_in_the_sky([0.0, 0.0, 0.0])
+    d["sensor"] = dict(d["sensor"], type="thinlens", aperture_radius=0.3, focus_distance=2.0)
+    scene = jaxrender.load_dict(d)
+    key = "ball.to_world"
+    value = jnp.asarray(scene.params[key])
+    ramp = np.broadcast_to(np.linspace(0.0, 1.0, 24)[None, :, None], (24, 24, 3)).astype(np.float32)
+    stratified = _reverse(scene, key, value, _translate_x(value), range(16), weights=ramp)
+    monkeypatch.setattr(boundary_kernels, "STRATIFY", False)
+    boundary_kernels._KERNELS.clear()
+    try:
+        independent = _reverse(scene, key, value, _translate_x(value), range(16), weights=ramp)
+    finally:
+        monkeypatch.undo()
+        boundary_kernels._KERNELS.clear()
+    assert abs(_z(stratified, independent)) < 4.0, (stratified.mean(), independent.mean())
+    assert stratified.var() < 0.1 * independent.var(), (stratified.var(), independent.var())
+
+
 @pytest.mark.parametrize("expand", [True, False])
 def test_instance_to_world_matches_finite_differences(expand):
     """An instance of a shapegroup (a cube, split at its edges) as the

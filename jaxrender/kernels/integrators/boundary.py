@@ -267,8 +267,10 @@ def _lens_edge_sample(integrator, ctx: Context, s):
     def passes(prim):
         """Whether camera rays pass through triangle ``prim`` (an emitter's, under hide_emitters)."""
         return (b["hide_emitters"].value != 0) & (b["tri_attr"].read(prim, layout.ATTR_EMITTER) >= 0)
-    ep = material.edge_point(ctx, origin, ctx.rand(s, LENS_EDGE_DIM), ir.Int(-1), b["lens_edge_cdf"],
-                             passes if "hide_emitters" in b else None)
+    # (the launch's samples one stratum each of the edges' total weight, :func:`_stratified`)
+    u = ctx.rand(s, LENS_EDGE_DIM)
+    ep = material.edge_point(ctx, origin, (u[0], u[1], _stratified(ctx, s, u[2]), u[3]), ir.Int(-1),
+                             b["lens_edge_cdf"], passes if "hide_emitters" in b else None)
 
     def film_of(q: Vec) -> Vec:
         return Vec(*motion.film_position(ctx, q, True, cam, eye))

@@ -173,7 +173,8 @@ def edge_point(ctx, x: Vec, u, x_shape, cdf=None, passes=None, x_prim=None) -> E
     analytic shape ``x_shape``, -1: none). The edge is picked uniformly,
     or by the cumulative weights ``cdf`` (a buffer over the edges, then
     the shapes: ``sampling.sample_lengths``; an edge of weight 0 is
-    never one). ``passes(prim)``: whether the rays from ``x`` pass
+    never one), and then where along it by ``u[3]``, or by ``cdf`` by
+    where ``u[2]`` fell within its weight. ``passes(prim)``: whether the rays from ``x`` pass
     through a triangle (a second triangle that does leaves a boundary
     edge). Where the kernel has the input ``instance_edges`` (the welded
     edges of shared shapegroups, one copy per instance, and its instance:
@@ -199,7 +200,7 @@ def edge_point(ctx, x: Vec, u, x_shape, cdf=None, passes=None, x_prim=None) -> E
         pick = ir.minimum(ir.cast(u[2] * ir.cast(n_items, "f32"), "i32"), ir.maximum(n_items - 1, 0))
         items, picked = ir.cast(n_items, "f32"), n_items > 0
     else:
-        pick, _, weight, total = sample_lengths(cdf, u[2])
+        pick, fraction, weight, total = sample_lengths(cdf, u[2])
         pick = ir.minimum(pick, ir.maximum(n_items - 1, 0))
         picked = (weight > 0.0) & (n_items > 0)
         items = ir.select(picked, total / ir.select(weight > 0.0, weight, 1.0), 0.0)
@@ -216,7 +217,9 @@ def edge_point(ctx, x: Vec, u, x_shape, cdf=None, passes=None, x_prim=None) -> E
     # lie on one side of the plane through x and the edge
     v0, v1, a3, b3 = (placed_vertex(plain, tri, slot, instance)
                       for tri, slot in ((tri_a, s0), (tri_a, s1), (tri_a, s3), (tri_b, s3b)))
-    t = u[3]
+    # (by cdf: where u[2] fell within the picked item's weight, so that
+    # strata of u[2] are strata along the items, one after the other)
+    t = u[3] if cdf is None else fraction
     p = v0 + (v1 - v0) * t
     tangent, inner = v1 - v0, a3
     m = ir.cross(v0 - x, v1 - x)
@@ -239,7 +242,7 @@ def edge_point(ctx, x: Vec, u, x_shape, cdf=None, passes=None, x_prim=None) -> E
         part = ir.minimum(ir.cast(u[0] * 4.0, "i32"), 3)
         which = ir.select(kind == 0, 0, ir.select(kind == 1, 1, 2 + part))
         share = ir.select((shape >= 0) & (kind == 2), 4.0, 1.0)     # (a triangle edge: 1, whatever shape 0 is)
-        angle = u[3] * (2.0 * 3.141592653589793)
+        angle = t * (2.0 * 3.141592653589793)
         q, dq = _outline(geo, s, which, x, angle)
         centre = geo.center(s)
         r = geo.shape_value(s, layout.SHAPE_RADIUS)
