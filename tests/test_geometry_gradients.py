@@ -458,16 +458,22 @@ def _ball_among_cards(cx: float) -> dict:
     return d
 
 
-def _boundary_lengths(monkeypatch, scene, key) -> dict:
-    """The film lengths, by kind of segment, that the film's boundary term
-    of a gradient along ``key`` samples."""
+def _film_curves(monkeypatch, scene, key, builder="film_segments"):
+    """(segments, cumulative lengths) that ``render_rules.<builder>`` gives
+    the film's boundary term of a gradient along ``key``."""
     seen = []
-    original = render_rules.film_segments
-    monkeypatch.setattr(render_rules, "film_segments", lambda *a, **k: seen.append(original(*a, **k)) or seen[-1])
+    original = getattr(render_rules, builder)
+    monkeypatch.setattr(render_rules, builder, lambda *a, **k: seen.append(original(*a, **k)) or seen[-1])
     value = jnp.asarray(scene.params[key])
     jax.grad(lambda v: jnp.sum(jaxrender.render(scene, {key: v}, spp=1)))(value)
     monkeypatch.undo()
-    segments, cdf = (np.asarray(x) for x in seen[-1])
+    return tuple(np.asarray(x) for x in seen[-1])
+
+
+def _boundary_lengths(monkeypatch, scene, key) -> dict:
+    """The film lengths, by kind of segment, that the film's boundary term
+    of a gradient along ``key`` samples."""
+    segments, cdf = _film_curves(monkeypatch, scene, key)
     lengths, kind = np.diff(np.concatenate([[0.0], cdf])), segments[:, layout.SEG_KIND]
     return {name: float(lengths[kind == k].sum()) for name, k in
             (("silhouettes", layout.SEG_SILHOUETTE), ("film sides", layout.SEG_FILM_EDGE),
@@ -501,6 +507,57 @@ def test_film_boundary_samples_only_where_moving_geometry_is_seen(monkeypatch):
     fd = _fd(across, key, value, tangent, h=0.02, seeds=range(1000, 1128))
     rev = _reverse(across, key, value, tangent, range(64))
     assert abs(_z(rev, fd)) < 4.0, (rev.mean(), fd.mean())
+
+
+def _lens_sides(monkeypatch, scene, key) -> np.ndarray:
+    """The thin lens's film sides (rows: top, right, bottom, left; start
+    and end points; NaN where dropped) that the film's boundary term of a
+    gradient along ``key`` samples."""
+    segments, cdf = _film_curves(monkeypatch, scene, key, "lens_film_sides")
+    lengths = np.diff(np.concatenate([[0.0], cdf]))
+    return np.where(lengths[:, None] > 0.0, segments[:, :4], np.nan)
+
+
+def test_thin_lens_film_sides_only_where_moving_geometry_is_seen(monkeypatch):
+    """Through a thin lens, geometry alone moving, the film's sides are
+    sampled only inside the film box of what moves grown by how far an
+    aperture point sees its points from where the pinhole does. A ball
+    whose pinhole image ends 3 pixels short of the film's right side,
+    blurred 1.2 pixels across it: that side's part where some aperture point sees the
+    ball beyond it (64 points on the aperture's rim, 4000 on the ball, the
+    lens's projection as ``kernels/sensors/motion.film_position``), and no
+    other side; in focus with a small aperture, no side; a moving camera:
+    all four whole."""
+    def scene_of(radius, focus):
+        d = _sphere_in_the_sky([0.0, 0.0, 0.0])
+        d["ball"].update(center=[0.5, 0.0, 0.0], radius=0.3)
+        d["sensor"] = dict(d["sensor"], type="thinlens", aperture_radius=radius, focus_distance=focus)
+        return jaxrender.load_dict(d)
+
+    blurred = scene_of(0.2, 1.0)
+    sides = _lens_sides(monkeypatch, blurred, "ball.to_world")
+    cam = np.asarray(blurred.kernel_inputs()["camera"], np.float64).reshape(-1)
+    m = cam[layout.CAMERA_TO_WORLD:layout.CAMERA_TO_WORLD + 16].reshape(4, 4)
+    tan_x, tan_y = cam[layout.CAMERA_TAN_X], cam[layout.CAMERA_TAN_Y]
+    v = np.random.default_rng(0).normal(size=(4000, 3))
+    c = (np.array([0.5, 0.0, 0.0]) + 0.3 * v / np.linalg.norm(v, axis=1, keepdims=True) - m[:3, 3]) @ m[:3, :3]
+    pinhole_x = 0.5 * (1.0 - c[:, 0] / (c[:, 2] * tan_x)) * 24
+    assert pinhole_x.max() < 21.0
+    beyond = []
+    for a in np.linspace(0.0, 2.0 * np.pi, 64, endpoint=False):
+        e = 0.2 * np.array([np.cos(a), np.sin(a)])
+        x = 0.5 * (1.0 - (e[0] / 1.0 + (c[:, 0] - e[0]) / c[:, 2]) / tan_x) * 24
+        y = 0.5 * (1.0 - (e[1] / 1.0 + (c[:, 1] - e[1]) / c[:, 2]) / tan_y) * 24
+        beyond.append(y[x > 24.0])
+    beyond = np.concatenate(beyond)
+    assert len(beyond) > 100
+    right = sides[1]      # (24, y0) -> (24, y1)
+    assert np.all(np.isnan(sides[[0, 2, 3]])), sides
+    assert min(right[1], right[3]) <= beyond.min() and max(right[1], right[3]) >= beyond.max(), (right, beyond)
+
+    assert np.all(np.isnan(_lens_sides(monkeypatch, scene_of(0.02, 3.0), "ball.to_world")))
+    whole = _lens_sides(monkeypatch, blurred, blurred.camera_key)
+    np.testing.assert_allclose(np.abs(whole[:, 2:] - whole[:, :2]).sum(), 96.0)
 
 
 def test_edge_samples_favour_the_moving_geometry(tmp_path, monkeypatch):

@@ -322,26 +322,10 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     film box of the moving geometry (:func:`_moving_box`), and a static
     shape's outline is kept whole or dropped by its own box."""
     f32 = jnp.float32
-    cam = jax.lax.stop_gradient(jnp.asarray(camera, f32).reshape(-1))
     tris = jax.lax.stop_gradient(jnp.asarray(tris, f32))
     gh, gw = grid
     film_rows, _ = film_edges(grid)
-    m = cam[layout.CAMERA_TO_WORLD:layout.CAMERA_TO_WORLD + 16].reshape(4, 4)
-    rot, origin = m[:3, :3], m[:3, 3]
-    tan_x, tan_y, near = cam[layout.CAMERA_TAN_X], cam[layout.CAMERA_TAN_Y], cam[layout.CAMERA_NEAR_CLIP]
-    fw, fh = film_size
-
-    inv = jnp.linalg.inv(rot) if orthographic else rot.T
-    view = rot[:, 2] / jnp.linalg.norm(rot[:, 2])      # (an orthographic camera's unit axis)
-
-    def to_cam(p):
-        return (p - origin) @ inv.T        # to_world^-1 (p - o) for rows p
-
-    def project(c):
-        z = jnp.where(c[..., 2] > 0, c[..., 2], 1.0) if not orthographic else 1.0
-        x = 0.5 * (1.0 - c[..., 0] / (z * tan_x)) * fw - grid_origin[0]
-        y = 0.5 * (1.0 - c[..., 1] / (z * tan_y)) * fh - grid_origin[1]
-        return jnp.stack([x, y], axis=-1)
+    origin, view, to_cam, project, near = _camera_maps(camera, film_size, grid_origin, orthographic)
 
     # straight edges: the triangles' welded edges
     topo = jnp.asarray(topology).reshape(-1, 6)
@@ -471,16 +455,78 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
         record = record.at[:, layout.SEG_TRI].set(-1.0).at[:, layout.SEG_INSTANCE].set(-1.0)
         parts.append(record)
         lengths.append(curve_len)
-    side_lengths = jnp.array([gw, gh, gw, gh], f32)
-    if box is not None:
-        # the film's sides inside the moving box
-        a, e_side = film_rows[:, 0:2], film_rows[:, 2:4] - film_rows[:, 0:2]
-        u0, u1, seen = _clip_to_box(a, e_side, box)
-        film_rows = film_rows.at[:, 0:2].set(a + e_side * u0[:, None]).at[:, 2:4].set(a + e_side * u1[:, None])
-        side_lengths = jnp.where(seen, (u1 - u0) * side_lengths, 0.0)
+    film_rows, side_lengths = _sides_within(film_rows, grid, box)
     segments = jnp.concatenate(parts + [film_rows]).astype(f32)
     lengths = jnp.concatenate(lengths + [side_lengths])
     return segments, jnp.cumsum(lengths).astype(f32)
+
+
+def _camera_maps(camera, film_size: tuple, grid_origin: tuple, orthographic: bool = False):
+    """(position, unit axis, to camera space, camera space to grid pixels,
+    near clip) of ``camera`` (its kernel row), without derivatives: the
+    pinhole's projection (a thin lens's from its aperture's centre)."""
+    f32 = jnp.float32
+    cam = jax.lax.stop_gradient(jnp.asarray(camera, f32).reshape(-1))
+    m = cam[layout.CAMERA_TO_WORLD:layout.CAMERA_TO_WORLD + 16].reshape(4, 4)
+    rot, origin = m[:3, :3], m[:3, 3]
+    tan_x, tan_y, near = cam[layout.CAMERA_TAN_X], cam[layout.CAMERA_TAN_Y], cam[layout.CAMERA_NEAR_CLIP]
+    fw, fh = film_size
+    inv = jnp.linalg.inv(rot) if orthographic else rot.T
+    view = rot[:, 2] / jnp.linalg.norm(rot[:, 2])      # (an orthographic camera's unit axis)
+
+    def to_cam(p):
+        return (p - origin) @ inv.T        # to_world^-1 (p - o) for rows p
+
+    def project(c):
+        z = jnp.where(c[..., 2] > 0, c[..., 2], 1.0) if not orthographic else 1.0
+        x = 0.5 * (1.0 - c[..., 0] / (z * tan_x)) * fw - grid_origin[0]
+        y = 0.5 * (1.0 - c[..., 1] / (z * tan_y)) * fh - grid_origin[1]
+        return jnp.stack([x, y], axis=-1)
+    return origin, view, to_cam, project, near
+
+
+def _sides_within(film_rows, grid: tuple, box):
+    """(the film's sides ``film_rows``, their lengths): where ``box`` is
+    not None, only their parts inside it."""
+    gh, gw = grid
+    side_lengths = jnp.array([gw, gh, gw, gh], jnp.float32)
+    if box is None:
+        return film_rows, side_lengths
+    a, e_side = film_rows[:, 0:2], film_rows[:, 2:4] - film_rows[:, 0:2]
+    u0, u1, seen = _clip_to_box(a, e_side, box)
+    film_rows = film_rows.at[:, 0:2].set(a + e_side * u0[:, None]).at[:, 2:4].set(a + e_side * u1[:, None])
+    return film_rows, jnp.where(seen, (u1 - u0) * side_lengths, 0.0)
+
+
+def lens_film_sides(tris, camera, film_size: tuple, grid_origin: tuple, grid: tuple, shape_data=None,
+                    moved=None):
+    """(segments, cumulative lengths) of a thin lens's film boundary on
+    its curves: the sample grid's sides (:func:`film_edges`; its
+    silhouettes are sampled per aperture point, in the kernel). Where
+    only the geometry ``moved`` moves (as :func:`film_segments` takes it),
+    the sides keep their parts inside that geometry's film box grown by
+    the widest blur of its points: seen from aperture point e, a point at
+    depth z lands e (1 / focus - 1 / z) / tan from where the pinhole sees
+    it, and the hull of the points' images from e holds what e sees of the
+    geometry."""
+    film_rows, _ = film_edges(grid)
+    box = None
+    if moved is not None:
+        f32 = jnp.float32
+        cam = jax.lax.stop_gradient(jnp.asarray(camera, f32).reshape(-1))
+        radius, focus = cam[layout.CAMERA_APERTURE], cam[layout.CAMERA_FOCUS]
+        tan = jnp.stack([cam[layout.CAMERA_TAN_X], cam[layout.CAMERA_TAN_Y]])
+        _, _, to_cam, project, near = _camera_maps(camera, film_size, grid_origin)
+
+        def blur(c):
+            """How far (grid pixels, per axis) from its pinhole image an
+            aperture point may see each camera-space point of ``c``."""
+            z = jnp.where(c[..., 2] > 0, c[..., 2], 1.0)
+            return 0.5 * radius * jnp.abs(1.0 / focus - 1.0 / z)[..., None] / tan * jnp.asarray(film_size, f32)
+        box = _moving_box(jax.lax.stop_gradient(jnp.asarray(tris, f32)), shape_data, moved, to_cam, project, near,
+                          blur)
+    film_rows, lengths = _sides_within(film_rows, grid, box)
+    return film_rows, jnp.cumsum(lengths)
 
 
 def moving_items(topology: np.ndarray, leaf: np.ndarray, shapes: np.ndarray) -> np.ndarray:
@@ -503,14 +549,15 @@ def moving_items(topology: np.ndarray, leaf: np.ndarray, shapes: np.ndarray) -> 
 MOVING_BOX_MARGIN = 1.0
 
 
-def _moving_box(tris, shape_data, moved, to_cam, project, near):
+def _moving_box(tris, shape_data, moved, to_cam, project, near, blur=None):
     """(x0, y0, x1, y1): a film box (grid pixels) around everything the
     camera can see of the moving triangles (leaf rows ``moved[0]``) and
     analytic shapes (``shape_data`` rows ``moved[1]``: their object boxes,
     [-1, 1]^3, placed by their to_world): the box of the points' projections
     when all lie in front of the near plane (a convex hull in front of the
     camera projects into the hull of its points' projections), else
-    unbounded; an empty box where nothing moves."""
+    unbounded; an empty box where nothing moves. ``blur(c)``: how far
+    (per point and axis) from its projection each point may also land."""
     points = [jnp.reshape(tris[moved[0]], (-1, 3))]
     if shape_data is not None and shape_data.shape[0] > 0:
         corners = jnp.array([[x, y, z] for x in (-1.0, 1.0) for y in (-1.0, 1.0) for z in (-1.0, 1.0)], jnp.float32)
@@ -522,8 +569,9 @@ def _moving_box(tris, shape_data, moved, to_cam, project, near):
     c = to_cam(points)
     s = project(c)
     bounded = jnp.all(c[:, 2] >= near) & jnp.all(jnp.isfinite(s))
-    lo = jnp.min(s, axis=0) - MOVING_BOX_MARGIN
-    hi = jnp.max(s, axis=0) + MOVING_BOX_MARGIN
+    spread = 0.0 if blur is None else blur(c)
+    lo = jnp.min(s - spread, axis=0) - MOVING_BOX_MARGIN
+    hi = jnp.max(s + spread, axis=0) + MOVING_BOX_MARGIN
     big = jnp.float32(np.inf)
     return (jnp.where(bounded, lo[0], -big), jnp.where(bounded, lo[1], -big),
             jnp.where(bounded, hi[0], big), jnp.where(bounded, hi[1], big))

@@ -42,8 +42,8 @@ from ..kernels import layout
 from ..kernels.context import MOVING, Structure, moves_geometry
 from ..kernels.integrators import Integrator, PathIntegrator
 from ..ir.graph import NUMPY_DTYPE
-from .boundary import (boundary_tangent, canvas_shape, favour_moving_shadows, film_edges, film_segments,
-                       instance_edge_rows, lens_edge_cdf,
+from .boundary import (boundary_tangent, canvas_shape, favour_moving_shadows, film_segments,
+                       instance_edge_rows, lens_edge_cdf, lens_film_sides,
                        shadow_edges)
 from .film import FilmGeometry, crop_canvas, develop, expected_weights, normalize, prefetch_kernels, splat_canvas
 from .film import canvas_shape as film_canvas_shape
@@ -442,7 +442,9 @@ def _film_boundary(config: RenderConfig, inputs, prim, tangents: dict, moved=Non
     instanced = _instanced(inputs, prim)
     if config.structure.sensor == "thinlens":
         # (its silhouettes depend on the aperture point: the kernel samples them per point)
-        segments, cdf = film_edges(config.film.grid)
+        segments, cdf = lens_film_sides(prim["tris"], prim["camera"], (prim["film_width"], prim["film_height"]),
+                                        (prim["grid_x0"], prim["grid_y0"]), config.film.grid, prim.get("shape_data"),
+                                        None if moved is None else (moved.leaf, moved.shapes))
         lens["lens_edge_cdf"] = lens_edge_cdf(prim["tris"], inputs["edge_topology"], prim["camera"],
                                               prim.get("shape_data"), hidden, prim.get("prim_shape"), instanced)
         if config.structure.instanced and "instance_edges" not in prim:     # (a camera moving alone)
