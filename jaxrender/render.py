@@ -492,13 +492,22 @@ def _motion(scene, structure, params, keys):
     MovingRows or None), ...)) for the geometry ``keys``: the derivative
     rules see which of them have tangents, and favour what those move
     (``render_rules._moved``). A concrete value has no tangent, and no
-    eager op is spent on it. (Shared instances: nothing is favoured.)"""
+    eager op is spent on it. In scenes with shared instances, what moves
+    is favoured where it is the scene's own geometry; an instance's
+    to_world or a shapegroup's mesh moves copies the rows do not name."""
     probes = {k: jnp.sum(params[k]) * 0.0 if is_traced(params[k]) else np.float32(0.0) for k in keys}
     cache = scene.__dict__.setdefault("_moving_rows", {})
     for k in keys:
         if k not in cache:
-            rows = None if structure.instanced else scene.moving.moved_rows(k)
-            cache[k] = None if rows is None else MovingRows(*rows, moving_items(edge_topology(scene), *rows[:2]))
+            rows, copies = scene.moving.moved_rows(k), 0
+            if structure.instanced and rows is not None:
+                # (the shared groups' rows follow the scene's own, in group space)
+                own = int(scene.instancing["groups"][0, layout.GROUP_FIRST_ROW])
+                topo = instance_topology(scene)
+                copies = 0 if topo is None else len(np.asarray(topo[0]).reshape(-1, 6))
+                rows = None if topo is None or np.any(rows[0] >= own) else rows
+            cache[k] = None if rows is None else MovingRows(*rows, moving_items(edge_topology(scene), *rows[:2],
+                                                                                 copies))
     return probes, tuple((k, cache[k]) for k in keys)
 
 

@@ -314,8 +314,8 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     group-space edges are placed by each instance's to_world (their
     segments follow the group's triangle placed by the instance).
     ``moved``: (leaf rows of triangles, items as :func:`moving_items`
-    numbers them) of the only geometry that moves (the camera does not),
-    or None (anything may).
+    numbers them, ``shape_data`` rows) of the only geometry that moves
+    (the camera does not), or None (anything may).
     The term vanishes wherever the film sees no moving point on either
     side of a curve (both velocities are zero there), so segments of
     static edges and the film's sides keep only their parts inside the
@@ -332,8 +332,8 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     # what the term can see move: the film box of the moving geometry (the whole film: None)
     box = None
     if moved is not None:
-        items = np.asarray(moved[1])
-        moving_edges, moving_shapes = items[items < len(topo)], items[items >= len(topo)] - len(topo)
+        items, moving_shapes = np.asarray(moved[1]), np.asarray(moved[2])
+        moving_edges = items[items < len(topo)]
         box = _moving_box(tris, shape_data, (moved[0], moving_shapes), to_cam, project, near)
     v0, v1, a3, b3 = _edge_vertices(tris, topo)
     boundary = topo[:, 4] < 0
@@ -395,7 +395,7 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     # clipped to the grid [0, gw] x [0, gh], a static edge to the moving geometry's box too
     clip = (0.0, 0.0, gw, gh)
     if box is not None:
-        edge_moves = np.zeros(len(topo), bool)
+        edge_moves = np.zeros(n_edges, bool)      # (shared instances' copies, after the own edges, do not move)
         edge_moves[moving_edges] = True
         clip = tuple(jnp.where(edge_moves, g, c) for g, c in zip(clip, _within_grid(box, gw, gh)))
     t0, t1, inside = _clip_to_box(s0, e, clip)
@@ -529,19 +529,19 @@ def lens_film_sides(tris, camera, film_size: tuple, grid_origin: tuple, grid: tu
     return film_rows, jnp.cumsum(lengths)
 
 
-def moving_items(topology: np.ndarray, leaf: np.ndarray, shapes: np.ndarray) -> np.ndarray:
+def moving_items(topology: np.ndarray, leaf: np.ndarray, shapes: np.ndarray, copies: int = 0) -> np.ndarray:
     """The items of the derivative kernels' edge samples (the welded edges
-    ``topology``, then the analytic shapes' outlines) that move with the
-    triangles of leaf rows ``leaf`` and the shapes of rows ``shapes``: an
-    edge of a moving triangle moves (scenes without shared instances,
-    whose edge copies would come between)."""
+    ``topology``, then ``copies`` shared instances' edge copies, then the
+    analytic shapes' outlines) that move with the scene's own triangles of
+    leaf rows ``leaf`` and the shapes of rows ``shapes``: an edge of a
+    moving triangle moves (the copies, of static instances, do not)."""
     topo = np.asarray(topology).reshape(-1, 6)
     leaf = np.asarray(leaf, np.int64)
     moves = np.zeros(max(int(topo[:, [0, 4]].max(initial=-1)), int(leaf.max(initial=-1))) + 1, bool)
     moves[leaf] = True
     second = topo[:, 4]
     edge = moves[topo[:, 0]] | ((second >= 0) & moves[np.maximum(second, 0)])
-    return np.concatenate([np.nonzero(edge)[0], len(topo) + np.asarray(shapes, np.int64)]).astype(np.int32)
+    return np.concatenate([np.nonzero(edge)[0], len(topo) + copies + np.asarray(shapes, np.int64)]).astype(np.int32)
 
 
 # Film margin (pixels) of the moving geometry's box: the boundary kernel

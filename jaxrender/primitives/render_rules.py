@@ -454,7 +454,7 @@ def _film_boundary(config: RenderConfig, inputs, prim, tangents: dict, moved=Non
                                       (prim["film_width"], prim["film_height"]), (prim["grid_x0"], prim["grid_y0"]),
                                       config.film.grid, prim.get("shape_data"), hidden, prim.get("prim_shape"),
                                       config.structure.sensor == "orthographic", instanced,
-                                      None if moved is None else (moved.leaf, moved.items))
+                                      None if moved is None else (moved.leaf, moved.items, moved.shapes))
     seed = (jnp.asarray(prim["seed"], jnp.uint32) * jnp.uint32(747796405) + jnp.uint32(2891336453)).astype(jnp.uint32)
     # (its own sample count: its estimates are normalised by it, then scaled as the image kernels' sums are)
     kw = dict(prim, segments=segments, segment_cdf=cdf, canvas_width=np.uint32(canvas_shape(config)[1]), seed=seed,
