@@ -501,14 +501,21 @@ def _motion(scene, structure, params, keys):
         if k not in cache:
             rows, copies = scene.moving.moved_rows(k), 0
             if structure.instanced and rows is not None:
-                # (the shared groups' rows follow the scene's own, in group space)
-                own = int(scene.instancing["groups"][0, layout.GROUP_FIRST_ROW])
                 topo = instance_topology(scene)
                 copies = 0 if topo is None else len(np.asarray(topo[0]).reshape(-1, 6))
-                rows = None if topo is None or np.any(rows[0] >= own) else rows
+                rows = None if topo is None or np.any(rows[0] >= own_rows(scene)) else rows
             cache[k] = None if rows is None else MovingRows(*rows, moving_items(edge_topology(scene), *rows[:2],
                                                                                  copies))
     return probes, tuple((k, cache[k]) for k in keys)
+
+
+def own_rows(scene) -> int:
+    """How many leaf rows of ``tris`` are the scene's own triangles: the
+    rows of shared shapegroups follow them, in group space
+    (``instance_topology``)."""
+    if scene.instancing is None:
+        return len(scene.triangles)
+    return int(scene.instancing["groups"][0, layout.GROUP_FIRST_ROW])
 
 
 def edge_topology(scene):
@@ -517,9 +524,7 @@ def edge_topology(scene):
     computed once per scene."""
     topo = scene.__dict__.get("_edge_topology")
     if topo is None:
-        tris = kernel_inputs(scene)["tris"]
-        # (the rows of shared shapegroups follow the scene's own, in group space: instance_topology)
-        own = len(tris) if scene.instancing is None else int(scene.instancing["groups"][0, layout.GROUP_FIRST_ROW])
+        tris, own = kernel_inputs(scene)["tris"], own_rows(scene)
         topo = xla_aligned(boundary_topology(tris[:own], scene.tri_attr[:own, layout.ATTR_EMITTER] >= 0))
         scene.__dict__["_edge_topology"] = topo
     return topo
