@@ -209,10 +209,6 @@ class SpectrumType:
         """``channels`` floats stored at ``start`` in row ``row`` of ``buf``."""
         return Vec(*(buf.read(row, start + k) for k in range(self.channels)))
 
-    def read_film(self, buf, row, start: int = 0) -> Vec:
-        """``film_channels`` floats at ``start`` of row ``row`` (an image's)."""
-        return Vec(*(buf.read(row, start + k) for k in range(self.film_channels)))
-
     def max(self, v: Vec):
         """The largest channel (of the intensity, when polarized: Mitsuba's
         ``max(unpolarized_spectrum(v))``)."""

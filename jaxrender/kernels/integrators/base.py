@@ -466,11 +466,12 @@ class ReplayIntegrator(Integrator):
         stride = self.channels       # alpha, if any, follows the colour (its derivative: moving weights)
         width = self.film_width
 
-        def read(item, start=0):
-            return Vec(*(b["grad_image"].read(item, start + k) for k in range(width)))
-
-        if footprint == 1:
-            d_item = read(ctx.item)
+        # The item's footprint of cotangents, read once for its samples
+        # (each uses them twice under motion: the splat's transpose, the
+        # moving weights' cotangents). Inside the sample loop they would be
+        # read again per sample: the loop's gradient stores may alias them.
+        d_block = [[b["grad_image"].read(ctx.item, k * stride + c) for c in range(stride)]
+                   for k in range(footprint * footprint)]
         unbound = ctx
 
         def one_sample(s, carry):
@@ -478,11 +479,11 @@ class ReplayIntegrator(Integrator):
             # a weighted gather of the footprint's cotangents, then the
             # film's transpose (a spectral path's wavelengths).
             if footprint == 1:
-                d_l = d_item
+                d_l = Vec(*d_block[0][:width])
             else:
                 d_l = Vec(*(0.0,) * width)
                 for k, w in enumerate(film.splat_weights(unbound, s, footprint)):
-                    d_l = d_l + read(unbound.item, k * stride) * w
+                    d_l = d_l + Vec(*d_block[k][:width]) * w
             ctx = S.bind(unbound, s)
             # Passes that need radiance only (PRB's first pass, RB's
             # re-estimates) run the plain form: the same values without
@@ -576,13 +577,12 @@ class ReplayIntegrator(Integrator):
                     estimate = final.radiance
                 _, weights_pullback = ir.vjp(lambda: motion.attached_weights(ctx, s, footprint, first),
                                              buffer_grads=grads)
-                d_weights = [_dot(S.read_film(b["grad_image"], ctx.item, k * stride), ctx.spectrum.to_film(estimate))
-                             for k in range(footprint * footprint)]
+                film_value = ctx.spectrum.to_film(estimate)
+                d_weights = [_dot(Vec(*d_block[k][:S.film_channels]), film_value) for k in range(footprint * footprint)]
                 if self.alpha:
                     # alpha (whose own derivative is the film boundary's) moves with the weights too
                     alpha = self.sample_alpha(ctx, s)
-                    d_weights = [d + b["grad_image"].read(ctx.item, k * stride + width) * alpha
-                                 for k, d in enumerate(d_weights)]
+                    d_weights = [d + d_block[k][width] * alpha for k, d in enumerate(d_weights)]
                 weights_pullback(d_weights)
             return carry
 
