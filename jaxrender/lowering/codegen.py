@@ -1407,7 +1407,61 @@ class PacketCodegen(ItemCodegen):
                 p = b.extract_element(ptrs, first)
                 b.store(b.fadd(b.load(p, typ=f64), red), p)
             with otherwise:
-                b.call(self._lane_private_adds(), [ptrs, value, ok])
+                b.call(self._segment_private_adds(), [ptrs, value, ok])
+
+    SEGMENTS = 4
+
+    def _segment_private_adds(self) -> ll.Function:
+        """The module's function adding a packet's lanes at their addresses:
+        up to SEGMENTS times, the lanes aimed at the first active lane's
+        address add their sum there; any lanes left go lane by lane. An
+        adjoint's packet often spans a few materials (a Cornell box's
+        walls): a few sums, not sixteen dependent adds."""
+        n = self.lanes
+        it = ll.IntType(n)
+        wide = ll.VectorType(f64, n)
+        vptr = ll.VectorType(ptr, n)
+
+        def body(b, args):
+            ptrs, value, ok = args
+            fn = b.function
+            addrs = b.ptrtoint(ptrs, ll.VectorType(i64, n))
+            widened = b.fpext(value, wide)
+            cttz = self.decl(f"llvm.cttz.i{n}", it, [it, i1])
+            reduce = self.decl(f"llvm.vector.reduce.fadd.v{n}f64", f64, [f64, wide])
+            start = b.bitcast(ok, it)
+            entry = b.block
+            head, seg, rest, done = (fn.append_basic_block(x) for x in ("head", "segment", "rest", "done"))
+            b.branch(head)
+            b.position_at_end(head)
+            bits = b.phi(it)
+            count = b.phi(i32)
+            bits.add_incoming(start, entry)
+            count.add_incoming(i32(0), entry)
+            left = b.icmp_unsigned("!=", bits, ll.Constant(it, 0))
+            b.cbranch(b.and_(left, b.icmp_unsigned("<", count, i32(self.SEGMENTS))), seg, rest)
+            b.position_at_end(seg)
+            first = b.call(cttz, [bits, ll.Constant(i1, 1)])
+            first = b.zext(first, i32) if n < 32 else b.trunc(first, i32)
+            target = b.extract_element(addrs, first)
+            vt = ll.VectorType(i64, n)
+            spread = b.shuffle_vector(b.insert_element(ll.Constant(vt, ll.Undefined), target, i32(0)),
+                                      ll.Constant(vt, ll.Undefined), ll.Constant(ll.VectorType(i32, n), [i32(0)] * n))
+            same = b.and_(b.icmp_unsigned("==", addrs, spread), b.bitcast(bits, self.T(BOOL)))
+            red = b.call(reduce, [ll.Constant(f64, -0.0), b.select(same, widened, ll.Constant(wide, [0.0] * n))])
+            p = b.extract_element(ptrs, first)
+            b.store(b.fadd(b.load(p, typ=f64), red), p)
+            bits.add_incoming(b.and_(bits, b.not_(b.bitcast(same, it))), seg)
+            count.add_incoming(b.add(count, i32(1)), seg)
+            b.branch(head)
+            b.position_at_end(rest)
+            with b.if_then(left, likely=False):
+                b.call(self._lane_private_adds(), [ptrs, value, b.bitcast(bits, self.T(BOOL))])
+            b.branch(done)
+            b.position_at_end(done)
+            b.ret_void()
+
+        return self.outlined("jaxrender.private_fadd.segments", ll.VoidType(), [vptr, self.T(F32), self.T(BOOL)], body)
 
     def _lane_private_adds(self) -> ll.Function:
         """The module's function adding each active lane's value, widened,
