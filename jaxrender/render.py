@@ -493,20 +493,39 @@ def _motion(scene, structure, params, keys):
     rules see which of them have tangents, and favour what those move
     (``render_rules._moved``). A concrete value has no tangent, and no
     eager op is spent on it. In scenes with shared instances, what moves
-    is favoured where it is the scene's own geometry; an instance's
-    to_world or a shapegroup's mesh moves copies the rows do not name."""
+    is favoured where it is the scene's own geometry or an instance (its
+    to_world); a shapegroup's mesh moves copies the rows do not name."""
     probes = {k: jnp.sum(params[k]) * 0.0 if is_traced(params[k]) else np.float32(0.0) for k in keys}
     cache = scene.__dict__.setdefault("_moving_rows", {})
     for k in keys:
         if k not in cache:
-            rows, copies = scene.moving.moved_rows(k), 0
-            if structure.instanced and rows is not None:
-                topo = instance_topology(scene)
-                copies = 0 if topo is None else len(np.asarray(topo[0]).reshape(-1, 6))
-                rows = None if topo is None or np.any(rows[0] >= own_rows(scene)) else rows
-            cache[k] = None if rows is None else MovingRows(*rows, moving_items(edge_topology(scene), *rows[:2],
-                                                                                 copies))
+            cache[k] = _moving_rows(scene, structure, k)
     return probes, tuple((k, cache[k]) for k in keys)
+
+
+def _moving_rows(scene, structure, key: str) -> MovingRows | None:
+    """What parameter ``key`` moves (``_motion``): the scene's own
+    triangles and shapes, or a shared instance (its shapegroup's edge
+    copies, placed by its to_world); None where it moves what the rows
+    cannot name (a shapegroup's own mesh, whose copies every instance
+    shares, or more copies than ``instance_topology`` keeps)."""
+    placement = scene.moving.instances if structure.instanced else None
+    if placement is not None and key in placement.keys:
+        topo = instance_topology(scene)
+        if topo is None:
+            return None
+        mine = np.asarray([i for i, p in enumerate(placement.params) if p == key], np.int32)
+        copies = np.nonzero(np.isin(np.asarray(topo[1]), mine))[0]
+        none = np.zeros(0, np.int32)
+        boxes = np.concatenate([placement.group_lo[mine], placement.group_hi[mine]], axis=1).astype(np.float32)
+        return MovingRows(none, none, none, moving_items(edge_topology(scene), none, none, len(topo[1]), copies),
+                          mine, boxes)
+    rows, copies = scene.moving.moved_rows(key), 0
+    if structure.instanced and rows is not None:
+        topo = instance_topology(scene)
+        copies = 0 if topo is None else len(np.asarray(topo[0]).reshape(-1, 6))
+        rows = None if topo is None or np.any(rows[0] >= own_rows(scene)) else rows
+    return None if rows is None else MovingRows(*rows, moving_items(edge_topology(scene), *rows[:2], copies))
 
 
 def own_rows(scene) -> int:

@@ -333,8 +333,8 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     box = None
     if moved is not None:
         items, moving_shapes = np.asarray(moved[1]), np.asarray(moved[2])
-        moving_edges = items[items < len(topo)]
-        box = _moving_box(tris, shape_data, (moved[0], moving_shapes), to_cam, project, near)
+        box = _moving_box(tris, shape_data, (moved[0], moving_shapes, moved[3] if len(moved) > 3 else None),
+                          to_cam, project, near)
     v0, v1, a3, b3 = _edge_vertices(tris, topo)
     boundary = topo[:, 4] < 0
     usable = jnp.ones(len(topology), bool)
@@ -395,8 +395,8 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     # clipped to the grid [0, gw] x [0, gh], a static edge to the moving geometry's box too
     clip = (0.0, 0.0, gw, gh)
     if box is not None:
-        edge_moves = np.zeros(n_edges, bool)      # (shared instances' copies, after the own edges, do not move)
-        edge_moves[moving_edges] = True
+        edge_moves = np.zeros(n_edges, bool)      # (the own edges, then the shared instances' copies)
+        edge_moves[items[items < n_edges]] = True
         clip = tuple(jnp.where(edge_moves, g, c) for g, c in zip(clip, _within_grid(box, gw, gh)))
     t0, t1, inside = _clip_to_box(s0, e, clip)
     # world points of the clipped ends (perspective-correct along the edge)
@@ -529,19 +529,22 @@ def lens_film_sides(tris, camera, film_size: tuple, grid_origin: tuple, grid: tu
     return film_rows, jnp.cumsum(lengths)
 
 
-def moving_items(topology: np.ndarray, leaf: np.ndarray, shapes: np.ndarray, copies: int = 0) -> np.ndarray:
+def moving_items(topology: np.ndarray, leaf: np.ndarray, shapes: np.ndarray, copies: int = 0,
+                 moving_copies=()) -> np.ndarray:
     """The items of the derivative kernels' edge samples (the welded edges
     ``topology``, then ``copies`` shared instances' edge copies, then the
     analytic shapes' outlines) that move with the scene's own triangles of
-    leaf rows ``leaf`` and the shapes of rows ``shapes``: an edge of a
-    moving triangle moves (the copies, of static instances, do not)."""
+    leaf rows ``leaf``, the shapes of rows ``shapes`` and the copies
+    ``moving_copies`` (those of moving instances): an edge of a moving
+    triangle moves."""
     topo = np.asarray(topology).reshape(-1, 6)
     leaf = np.asarray(leaf, np.int64)
     moves = np.zeros(max(int(topo[:, [0, 4]].max(initial=-1)), int(leaf.max(initial=-1))) + 1, bool)
     moves[leaf] = True
     second = topo[:, 4]
     edge = moves[topo[:, 0]] | ((second >= 0) & moves[np.maximum(second, 0)])
-    return np.concatenate([np.nonzero(edge)[0], len(topo) + copies + np.asarray(shapes, np.int64)]).astype(np.int32)
+    return np.concatenate([np.nonzero(edge)[0], len(topo) + np.asarray(moving_copies, np.int64),
+                           len(topo) + copies + np.asarray(shapes, np.int64)]).astype(np.int32)
 
 
 # Film margin (pixels) of the moving geometry's box: the boundary kernel
@@ -549,20 +552,45 @@ def moving_items(topology: np.ndarray, leaf: np.ndarray, shapes: np.ndarray, cop
 MOVING_BOX_MARGIN = 1.0
 
 
+_CORNERS = np.array([[x, y, z] for x in (0, 1) for y in (0, 1) for z in (0, 1)], np.float32)
+
+
+def _placed_corners(m, lo, hi):
+    """The eight corners of each box [lo, hi] (k, 3) placed by the 3 x 4
+    matrices ``m`` (k, 3, 4): (8 k, 3)."""
+    c = lo[:, None, :] + (hi - lo)[:, None, :] * _CORNERS[None]
+    return jnp.reshape(jnp.einsum("sij,scj->sci", m[:, :, :3], c) + m[:, None, :, 3], (-1, 3))
+
+
+def moving_instance_corners(instances, rows: np.ndarray, boxes: np.ndarray):
+    """The world corners of the shapegroup boxes ``boxes`` (k, 6: lo, hi;
+    group space) of the shared instances of ``rows`` of the ``instances``
+    buffer, placed by each one's to_world: what :func:`_moving_box` bounds
+    of a moving instance."""
+    m = jax.lax.stop_gradient(jnp.asarray(instances, jnp.float32))[
+        np.asarray(rows, np.int32), layout.INSTANCE_TO_WORLD:layout.INSTANCE_TO_WORLD + 12].reshape(-1, 3, 4)
+    boxes = np.asarray(boxes, np.float32).reshape(-1, 6)
+    return _placed_corners(m, jnp.asarray(boxes[:, :3]), jnp.asarray(boxes[:, 3:]))
+
+
 def _moving_box(tris, shape_data, moved, to_cam, project, near, blur=None):
     """(x0, y0, x1, y1): a film box (grid pixels) around everything the
-    camera can see of the moving triangles (leaf rows ``moved[0]``) and
+    camera can see of the moving triangles (leaf rows ``moved[0]``),
     analytic shapes (``shape_data`` rows ``moved[1]``: their object boxes,
-    [-1, 1]^3, placed by their to_world): the box of the points' projections
+    [-1, 1]^3, placed by their to_world) and world points ``moved[2]``
+    where given (moving instances' corners, :func:`moving_instance_corners`):
+    the box of the points' projections
     when all lie in front of the near plane (a convex hull in front of the
     camera projects into the hull of its points' projections), else
     unbounded; an empty box where nothing moves. ``blur(c)``: how far
     (per point and axis) from its projection each point may also land."""
     points = [jnp.reshape(tris[moved[0]], (-1, 3))]
     if shape_data is not None and shape_data.shape[0] > 0:
-        corners = jnp.array([[x, y, z] for x in (-1.0, 1.0) for y in (-1.0, 1.0) for z in (-1.0, 1.0)], jnp.float32)
         m = jnp.asarray(shape_data)[moved[1], layout.SHAPE_TO_WORLD:layout.SHAPE_TO_WORLD + 12].reshape(-1, 3, 4)
-        points.append(jnp.reshape(jnp.einsum("sij,cj->sci", m[:, :, :3], corners) + m[:, None, :, 3], (-1, 3)))
+        k = m.shape[0]
+        points.append(_placed_corners(m, jnp.full((k, 3), -1.0, jnp.float32), jnp.full((k, 3), 1.0, jnp.float32)))
+    if len(moved) > 2 and moved[2] is not None:
+        points.append(jnp.reshape(moved[2], (-1, 3)))
     points = jnp.concatenate(points)
     if points.shape[0] == 0:
         return (1.0, 1.0, 0.0, 0.0)
@@ -653,22 +681,28 @@ def shadow_edges(tris, topology: np.ndarray, emitter_geom, lights: tuple, shape_
 SHADOW_MOVING_SHARE = 0.5
 
 
-def favour_moving_shadows(records, cdf, leaf, shapes, n_leaf: int, n_shapes: int):
+def favour_moving_shadows(records, cdf, leaf, shapes, n_leaf: int, n_shapes: int, instances=(),
+                          n_instances: int = 0):
     """``shadow_edges``' cumulative weights, redrawn so that a share
     SHADOW_MOVING_SHARE of the samples falls on the records of the moving
     geometry by their length (an edge of the leaf rows ``leaf``, an
-    outline of the shape rows ``shapes``) and the rest on all by length:
+    outline of the shape rows ``shapes``, an edge copy of the shared
+    instances of rows ``instances``) and the rest on all by length:
     the kernels divide by each record's share of the total, whatever it
     is (``integrators/shadows.sample``). Unchanged where nothing moving
     casts a shadow."""
     lengths = jnp.diff(jnp.concatenate([jnp.zeros(1, cdf.dtype), cdf]))
     tri = records[:, layout.SHADOW_TRI].astype(jnp.int32)
     tri_b = records[:, layout.SHADOW_TRI_B].astype(jnp.int32)
+    instance = records[:, layout.SHADOW_INSTANCE].astype(jnp.int32)
     leaf_moves = jnp.zeros(max(n_leaf, 1), bool).at[leaf].set(True)
     shape_moves = jnp.zeros(max(n_shapes, 1), bool).at[shapes].set(True)
+    instance_moves = jnp.zeros(max(n_instances, 1), bool).at[np.asarray(instances, np.int32)].set(True)
     shape = jnp.clip(records[:, layout.SHADOW_SLOT0].astype(jnp.int32), 0, max(n_shapes, 1) - 1)
-    moves = jnp.where(tri >= 0, leaf_moves[jnp.maximum(tri, 0)] | ((tri_b >= 0) & leaf_moves[jnp.maximum(tri_b, 0)]),
-                      shape_moves[shape])
+    # (a copy's triangles are its shapegroup's, in every instance: its own instance moves it)
+    own = leaf_moves[jnp.maximum(tri, 0)] | ((tri_b >= 0) & leaf_moves[jnp.maximum(tri_b, 0)])
+    copy = instance_moves[jnp.clip(instance, 0, max(n_instances, 1) - 1)]
+    moves = jnp.where(tri >= 0, jnp.where(instance >= 0, copy, own), shape_moves[shape])
     moving = jnp.where(moves, lengths, 0.0)
     total, total_moving = jnp.sum(lengths), jnp.sum(moving)
     share = jnp.where(total_moving > 0, SHADOW_MOVING_SHARE, 0.0)

@@ -43,7 +43,7 @@ from ..kernels.context import MOVING, Structure, moves_geometry
 from ..kernels.integrators import Integrator, PathIntegrator
 from ..ir.graph import NUMPY_DTYPE
 from .boundary import (boundary_tangent, canvas_shape, favour_moving_shadows, film_segments,
-                       instance_edge_rows, lens_edge_cdf, lens_film_sides,
+                       instance_edge_rows, lens_edge_cdf, lens_film_sides, moving_instance_corners,
                        shadow_edges)
 from .film import FilmGeometry, crop_canvas, develop, expected_weights, normalize, prefetch_kernels, splat_canvas
 from .film import canvas_shape as film_canvas_shape
@@ -100,21 +100,29 @@ class MovingRows:
     rows of their triangles; ``shapes``, their ``shape_data`` rows, and
     ``shape_leaf`` the leaf rows of those; ``items``, the items of the
     derivative kernels' edge samples that move with them
-    (``primitives/boundary.moving_items``). A static of
-    :class:`RenderConfig`, compared by identity (render.py keeps one per
-    scene and parameter)."""
-    FIELDS = ("leaf", "shapes", "shape_leaf", "items")
+    (``primitives/boundary.moving_items``); ``instances``, the rows of the
+    ``instances`` buffer (shared instances) they move, and
+    ``instance_boxes`` (one per row: lo, hi) the group-space box of each
+    one's shapegroup. A static of :class:`RenderConfig`, compared by
+    identity (render.py keeps one per scene and parameter)."""
+    FIELDS = ("leaf", "shapes", "shape_leaf", "items", "instances")
 
-    def __init__(self, leaf: np.ndarray, shapes: np.ndarray, shape_leaf: np.ndarray, items: np.ndarray):
+    def __init__(self, leaf: np.ndarray, shapes: np.ndarray, shape_leaf: np.ndarray, items: np.ndarray,
+                 instances: np.ndarray | None = None, instance_boxes: np.ndarray | None = None):
         self.leaf, self.shapes, self.shape_leaf, self.items = leaf, shapes, shape_leaf, items
+        self.instances = np.zeros(0, np.int32) if instances is None else instances
+        self.instance_boxes = np.zeros((len(self.instances), 6), np.float32) if instance_boxes is None \
+            else instance_boxes
 
     def __repr__(self) -> str:      # (jaxprs print it among the primitive's params)
         return "MovingRows(" + ", ".join(f"{f}: {len(getattr(self, f))}" for f in self.FIELDS) + ")"
 
     @classmethod
     def union(cls, rows: list) -> "MovingRows":
-        return cls(*(np.unique(np.concatenate([np.zeros(0, np.int32)] + [getattr(r, f) for r in rows]))
-                     .astype(np.int32) for f in cls.FIELDS))
+        fields = [np.unique(np.concatenate([np.zeros(0, np.int32)] + [getattr(r, f) for r in rows])).astype(np.int32)
+                  for f in cls.FIELDS]
+        boxes = {int(i): b for r in rows for i, b in zip(r.instances, r.instance_boxes)}
+        return cls(*fields, np.asarray([boxes[int(i)] for i in fields[-1]], np.float32).reshape(-1, 6))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -414,7 +422,9 @@ def _shadow_edges(config: RenderConfig, inputs, prim, moved=None):
                                 prim.get("shape_data"), _instanced(inputs, prim))
     if moved is not None:
         n_shapes = int(np.shape(prim["shape_data"])[0]) if "shape_data" in prim else 0
-        cdf = favour_moving_shadows(records, cdf, moved.leaf, moved.shapes, int(np.shape(prim["tris"])[0]), n_shapes)
+        n_instances = int(np.shape(prim["instances"])[0]) if "instances" in prim else 0
+        cdf = favour_moving_shadows(records, cdf, moved.leaf, moved.shapes, int(np.shape(prim["tris"])[0]), n_shapes,
+                                    moved.instances, n_instances)
     return records, cdf
 
 
@@ -440,11 +450,14 @@ def _film_boundary(config: RenderConfig, inputs, prim, tangents: dict, moved=Non
         hidden = (jnp.asarray(prim["tri_attr"])[:, layout.ATTR_EMITTER] >= 0) & (jnp.asarray(prim["hide_emitters"]) != 0)
     lens = {}
     instanced = _instanced(inputs, prim)
+    corners = None      # (of the moving shared instances)
+    if moved is not None and len(moved.instances):
+        corners = moving_instance_corners(prim["instances"], moved.instances, moved.instance_boxes)
     if config.structure.sensor == "thinlens":
         # (its silhouettes depend on the aperture point: the kernel samples them per point)
         segments, cdf = lens_film_sides(prim["tris"], prim["camera"], (prim["film_width"], prim["film_height"]),
                                         (prim["grid_x0"], prim["grid_y0"]), config.film.grid, prim.get("shape_data"),
-                                        None if moved is None else (moved.leaf, moved.shapes))
+                                        None if moved is None else (moved.leaf, moved.shapes, corners))
         lens["lens_edge_cdf"] = lens_edge_cdf(prim["tris"], inputs["edge_topology"], prim["camera"],
                                               prim.get("shape_data"), hidden, prim.get("prim_shape"), instanced)
         if config.structure.instanced and "instance_edges" not in prim:     # (a camera moving alone)
@@ -454,7 +467,7 @@ def _film_boundary(config: RenderConfig, inputs, prim, tangents: dict, moved=Non
                                       (prim["film_width"], prim["film_height"]), (prim["grid_x0"], prim["grid_y0"]),
                                       config.film.grid, prim.get("shape_data"), hidden, prim.get("prim_shape"),
                                       config.structure.sensor == "orthographic", instanced,
-                                      None if moved is None else (moved.leaf, moved.items, moved.shapes))
+                                      None if moved is None else (moved.leaf, moved.items, moved.shapes, corners))
     seed = (jnp.asarray(prim["seed"], jnp.uint32) * jnp.uint32(747796405) + jnp.uint32(2891336453)).astype(jnp.uint32)
     # (its own sample count: its estimates are normalised by it, then scaled as the image kernels' sums are)
     kw = dict(prim, segments=segments, segment_cdf=cdf, canvas_width=np.uint32(canvas_shape(config)[1]), seed=seed,
