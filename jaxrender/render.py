@@ -509,18 +509,16 @@ def _moving_rows(scene, structure, key: str) -> MovingRows | None:
     copies, placed by its to_world); None where it moves what the rows
     cannot name (a shapegroup's own mesh, whose copies every instance
     shares, or more copies than ``instance_topology`` keeps)."""
+    rows, copies = scene.moving.moved_rows(key), 0
     placement = scene.moving.instances if structure.instanced else None
     if placement is not None and key in placement.keys:
         topo = instance_topology(scene)
         if topo is None:
             return None
         mine = np.asarray([i for i, p in enumerate(placement.params) if p == key], np.int32)
-        copies = np.nonzero(np.isin(np.asarray(topo[1]), mine))[0]
-        none = np.zeros(0, np.int32)
+        theirs = np.nonzero(np.isin(np.asarray(topo[1]), mine))[0]
         boxes = np.concatenate([placement.group_lo[mine], placement.group_hi[mine]], axis=1).astype(np.float32)
-        return MovingRows(none, none, none, moving_items(edge_topology(scene), none, none, len(topo[1]), copies),
-                          mine, boxes)
-    rows, copies = scene.moving.moved_rows(key), 0
+        return MovingRows(*rows, moving_items(edge_topology(scene), *rows[:2], len(topo[1]), theirs), mine, boxes)
     if structure.instanced and rows is not None:
         topo = instance_topology(scene)
         copies = 0 if topo is None else len(np.asarray(topo[0]).reshape(-1, 6))

@@ -314,8 +314,9 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     group-space edges are placed by each instance's to_world (their
     segments follow the group's triangle placed by the instance).
     ``moved``: (leaf rows of triangles, items as :func:`moving_items`
-    numbers them, ``shape_data`` rows) of the only geometry that moves
-    (the camera does not), or None (anything may).
+    numbers them, ``shape_data`` rows, and optionally the world corners of
+    moving shared instances' boxes, :func:`moving_instance_corners`) of the
+    only geometry that moves (the camera does not), or None (anything may).
     The term vanishes wherever the film sees no moving point on either
     side of a curve (both velocities are zero there), so segments of
     static edges and the film's sides keep only their parts inside the
@@ -503,7 +504,8 @@ def lens_film_sides(tris, camera, film_size: tuple, grid_origin: tuple, grid: tu
     """(segments, cumulative lengths) of a thin lens's film boundary on
     its curves: the sample grid's sides (:func:`film_edges`; its
     silhouettes are sampled per aperture point, in the kernel). Where
-    only the geometry ``moved`` moves (as :func:`film_segments` takes it),
+    only the geometry ``moved`` moves ((leaf rows, shape rows, instance
+    corners or None), as :func:`_moving_box` takes it),
     the sides keep their parts inside that geometry's film box grown by
     the widest blur of its points: seen from aperture point e, a point at
     depth z lands e (1 / focus - 1 / z) / tan from where the pinhole sees

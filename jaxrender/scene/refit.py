@@ -161,9 +161,11 @@ class MovingGeometry:
     def moved_rows(self, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """(leaf rows of the triangles, ``shape_data`` rows and the leaf
         rows of those shapes) whose positions parameter ``key`` sets: none
-        for vertex normals and texture coordinates, which move no point;
-        None for a shared instance's ``to_world``, whose copies these
-        buffers do not name."""
+        for vertex normals and texture coordinates, which move no point,
+        nor for a shared instance's ``to_world`` (a parameter only where
+        its group holds meshes, ``loaders/shapes.py``): the copies of its
+        group's meshes these buffers do not name (``render._moving_rows``
+        does)."""
         cache = self.__dict__.setdefault("_moved_rows_cache", {})
         if key not in cache:
             cache[key] = self._moved_rows(key)
@@ -171,8 +173,6 @@ class MovingGeometry:
 
     def _moved_rows(self, key: str):
         none = np.zeros(0, np.int32)
-        if self.instances is not None and key in self.instances.keys:
-            return None
         leaf_of = np.empty(len(self.order), np.int64)
         leaf_of[self.order] = np.arange(len(self.order))      # load-order primitive -> leaf row
         start, rows = 0, [none]
