@@ -1390,7 +1390,7 @@ class PacketCodegen(ItemCodegen):
                                            [self.T(I32)]), [vals])
                 b.atomic_rmw(rmw, b.extract_element(ptrs, first), red, "monotonic")
             with otherwise:
-                b.call(self._lane_atomics(rmw, et), [ptrs, value, ok])
+                b.call(self._segment_atomics(rmw, et), [ptrs, value, ok])
 
     def _private_adds(self, acc: int, off, value, ok) -> None:
         """Plain float64 adds into this thread's own copy (no other thread
@@ -1411,27 +1411,35 @@ class PacketCodegen(ItemCodegen):
 
     SEGMENTS = 4
 
-    def _segment_private_adds(self) -> ll.Function:
-        """The module's function adding a packet's lanes at their addresses:
-        up to SEGMENTS times, the lanes aimed at the first active lane's
-        address add their sum there; any lanes left go lane by lane. An
-        adjoint's packet often spans a few materials (a Cornell box's
-        walls): a few sums, not sixteen dependent adds."""
+    def _segment_adds(self, name: str, et: ll.Type, wide: ll.Type, add, rest) -> ll.Function:
+        """The module's function ``name`` adding a packet's lanes (``et``
+        values) at their addresses: up to SEGMENTS times, the lanes aimed at
+        the first active lane's address add their sum (in ``wide``
+        elements) there, ``add(builder, pointer, sum)``; any lanes left go
+        lane by lane (``rest``, a lane-adds function). An adjoint's packet
+        often spans a few materials or triangles: a few sums, not sixteen
+        dependent (or atomic) adds."""
         n = self.lanes
         it = ll.IntType(n)
-        wide = ll.VectorType(f64, n)
+        wide_v = ll.VectorType(wide, n)
         vptr = ll.VectorType(ptr, n)
+        is_float = isinstance(wide, (ll.FloatType, ll.DoubleType))
+        zero = ll.Constant(wide_v, [0.0 if is_float else 0] * n)
+        suffix = "f64" if isinstance(wide, ll.DoubleType) else "f32" if is_float else f"i{wide.width}"
 
         def body(b, args):
             ptrs, value, ok = args
             fn = b.function
             addrs = b.ptrtoint(ptrs, ll.VectorType(i64, n))
-            widened = b.fpext(value, wide)
+            widened = b.fpext(value, wide_v) if wide is not et else value
             cttz = self.decl(f"llvm.cttz.i{n}", it, [it, i1])
-            reduce = self.decl(f"llvm.vector.reduce.fadd.v{n}f64", f64, [f64, wide])
+            if is_float:
+                reduce = self.decl(f"llvm.vector.reduce.fadd.v{n}{suffix}", wide, [wide, wide_v])
+            else:
+                reduce = self.decl(f"llvm.vector.reduce.add.v{n}{suffix}", wide, [wide_v])
             start = b.bitcast(ok, it)
             entry = b.block
-            head, seg, rest, done = (fn.append_basic_block(x) for x in ("head", "segment", "rest", "done"))
+            head, seg, tail, done = (fn.append_basic_block(x) for x in ("head", "segment", "rest", "done"))
             b.branch(head)
             b.position_at_end(head)
             bits = b.phi(it)
@@ -1439,7 +1447,7 @@ class PacketCodegen(ItemCodegen):
             bits.add_incoming(start, entry)
             count.add_incoming(i32(0), entry)
             left = b.icmp_unsigned("!=", bits, ll.Constant(it, 0))
-            b.cbranch(b.and_(left, b.icmp_unsigned("<", count, i32(self.SEGMENTS))), seg, rest)
+            b.cbranch(b.and_(left, b.icmp_unsigned("<", count, i32(self.SEGMENTS))), seg, tail)
             b.position_at_end(seg)
             first = b.call(cttz, [bits, ll.Constant(i1, 1)])
             first = b.zext(first, i32) if n < 32 else b.trunc(first, i32)
@@ -1448,20 +1456,32 @@ class PacketCodegen(ItemCodegen):
             spread = b.shuffle_vector(b.insert_element(ll.Constant(vt, ll.Undefined), target, i32(0)),
                                       ll.Constant(vt, ll.Undefined), ll.Constant(ll.VectorType(i32, n), [i32(0)] * n))
             same = b.and_(b.icmp_unsigned("==", addrs, spread), b.bitcast(bits, self.T(BOOL)))
-            red = b.call(reduce, [ll.Constant(f64, -0.0), b.select(same, widened, ll.Constant(wide, [0.0] * n))])
-            p = b.extract_element(ptrs, first)
-            b.store(b.fadd(b.load(p, typ=f64), red), p)
+            lanes = b.select(same, widened, zero)
+            red = b.call(reduce, [ll.Constant(wide, -0.0), lanes] if is_float else [lanes])
+            add(b, b.extract_element(ptrs, first), red)
             bits.add_incoming(b.and_(bits, b.not_(b.bitcast(same, it))), seg)
             count.add_incoming(b.add(count, i32(1)), seg)
             b.branch(head)
-            b.position_at_end(rest)
+            b.position_at_end(tail)
             with b.if_then(left, likely=False):
-                b.call(self._lane_private_adds(), [ptrs, value, b.bitcast(bits, self.T(BOOL))])
+                b.call(rest, [ptrs, value, b.bitcast(bits, self.T(BOOL))])
             b.branch(done)
             b.position_at_end(done)
             b.ret_void()
 
-        return self.outlined("jaxrender.private_fadd.segments", ll.VoidType(), [vptr, self.T(F32), self.T(BOOL)], body)
+        return self.outlined(name, ll.VoidType(), [vptr, ll.VectorType(et, n), self.T(BOOL)], body)
+
+    def _segment_private_adds(self) -> ll.Function:
+        """Segmented float64 adds into this thread's own copy (``_segment_adds``)."""
+        def add(b, p, v):
+            b.store(b.fadd(b.load(p, typ=f64), v), p)
+        return self._segment_adds("jaxrender.private_fadd.segments", f32, f64, add, self._lane_private_adds())
+
+    def _segment_atomics(self, rmw: str, et: ll.Type) -> ll.Function:
+        """Segmented atomic adds into a shared buffer (``_segment_adds``):
+        one atomic per group of lanes aimed at one address."""
+        return self._segment_adds(f"jaxrender.atomic_{rmw}.{et}.segments", et, et,
+                                  lambda b, p, v: b.atomic_rmw(rmw, p, v, "monotonic"), self._lane_atomics(rmw, et))
 
     def _lane_private_adds(self) -> ll.Function:
         """The module's function adding each active lane's value, widened,
