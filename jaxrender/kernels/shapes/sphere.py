@@ -120,16 +120,34 @@ def sample_direction(geo, s, p: Vec, u: Vec):
 
 
 # -- material coordinates (moving shapes: integrators/material.py) -------------
+def _fold(u, v):
+    """The octahedron's lower half unfolded onto (or folded back from) the
+    square's corners: its own inverse."""
+    return (1.0 - ir.abs(v)) * ir.copysign(1.0, u), (1.0 - ir.abs(u)) * ir.copysign(1.0, v)
+
+
 def material_coords(local: Vec):
     """Two numbers that locate the object-space point ``local`` on the
-    unit sphere (its azimuth and height), for :func:`material_point`."""
-    return ir.atan2(local.y, local.x), ir.clamp(local.z, -1.0, 1.0)
+    unit sphere, for :func:`material_point`: its octahedral map (the point
+    over |x| + |y| + |z|, the lower half folded out): arithmetic only, where
+    an azimuth would take an atan2 and a cos and sin, double precision
+    calls on the CPU. Moving kernels keep these fixed and use only the
+    relative change of the measure, which is the shape's own
+    (``interaction._on_shape``), so any fixed map serves."""
+    s = ir.abs(local.x) + ir.abs(local.y) + ir.abs(local.z)
+    s = ir.select(s > 0.0, s, 1.0)
+    u, v = local.x / s, local.y / s
+    fu, fv = _fold(u, v)
+    lower = local.z < 0.0
+    return ir.select(lower, fu, u), ir.select(lower, fv, v)
 
 
 def material_point(c1, c2) -> Vec:
     """The object-space point of :func:`material_coords` ``(c1, c2)``."""
-    rho = ir.safe_sqrt(1.0 - c2 * c2)
-    return Vec(ir.cos(c1) * rho, ir.sin(c1) * rho, c2)
+    z = 1.0 - ir.abs(c1) - ir.abs(c2)
+    fu, fv = _fold(c1, c2)
+    lower = z < 0.0
+    return ir.normalize(Vec(ir.select(lower, fu, c1), ir.select(lower, fv, c2), z))
 
 
 def local_normal(local: Vec) -> Vec:
