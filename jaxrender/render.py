@@ -505,25 +505,23 @@ def _motion(scene, structure, params, keys):
 
 def _moving_rows(scene, structure, key: str) -> MovingRows | None:
     """What parameter ``key`` moves (``_motion``): the scene's own
-    triangles and shapes, or a shared instance (its shapegroup's edge
-    copies, placed by its to_world); None where it moves what the rows
-    cannot name (a shapegroup's own mesh, whose copies every instance
-    shares, or more copies than ``instance_topology`` keeps)."""
-    rows, copies = scene.moving.moved_rows(key), 0
-    placement = scene.moving.instances if structure.instanced else None
-    if placement is not None and key in placement.keys:
-        topo = instance_topology(scene)
-        if topo is None:
-            return None
-        mine = np.asarray([i for i, p in enumerate(placement.params) if p == key], np.int32)
-        theirs = np.nonzero(np.isin(np.asarray(topo[1]), mine))[0]
-        boxes = np.concatenate([placement.group_lo[mine], placement.group_hi[mine]], axis=1).astype(np.float32)
-        return MovingRows(*rows, moving_items(edge_topology(scene), *rows[:2], len(topo[1]), theirs), mine, boxes)
-    if structure.instanced and rows is not None:
-        topo = instance_topology(scene)
-        copies = 0 if topo is None else len(np.asarray(topo[0]).reshape(-1, 6))
-        rows = None if topo is None or np.any(rows[0] >= own_rows(scene)) else rows
-    return None if rows is None else MovingRows(*rows, moving_items(edge_topology(scene), *rows[:2], copies))
+    triangles and shapes, and a shared instance's copies of its
+    shapegroup's edges (placed by its to_world); None where it moves what
+    the rows cannot name (a shapegroup's own mesh, whose copies every
+    instance shares, or more copies than ``instance_topology`` keeps)."""
+    rows = scene.moving.moved_rows(key)
+    if not structure.instanced:
+        return MovingRows(*rows, moving_items(edge_topology(scene), *rows[:2]))
+    topo = instance_topology(scene)
+    if topo is None or np.any(rows[0] >= own_rows(scene)):
+        return None
+    placement = scene.moving.instances
+    params = [] if placement is None else placement.params
+    mine = np.asarray([i for i, p in enumerate(params) if p == key], np.int32)
+    theirs = np.nonzero(np.isin(np.asarray(topo[1]), mine))[0]
+    boxes = (np.zeros((0, 6), np.float32) if not len(mine) else
+             np.concatenate([placement.group_lo[mine], placement.group_hi[mine]], axis=1).astype(np.float32))
+    return MovingRows(*rows, moving_items(edge_topology(scene), *rows[:2], len(topo[1]), theirs), mine, boxes)
 
 
 def own_rows(scene) -> int:

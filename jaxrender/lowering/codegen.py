@@ -1452,10 +1452,8 @@ class PacketCodegen(ItemCodegen):
             first = b.call(cttz, [bits, ll.Constant(i1, 1)])
             first = b.zext(first, i32) if n < 32 else b.trunc(first, i32)
             target = b.extract_element(addrs, first)
-            vt = ll.VectorType(i64, n)
-            spread = b.shuffle_vector(b.insert_element(ll.Constant(vt, ll.Undefined), target, i32(0)),
-                                      ll.Constant(vt, ll.Undefined), ll.Constant(ll.VectorType(i32, n), [i32(0)] * n))
-            same = b.and_(b.icmp_unsigned("==", addrs, spread), b.bitcast(bits, self.T(BOOL)))
+            same = b.and_(b.icmp_unsigned("==", addrs, bvh_traversal._splat(b, target, n)),
+                          b.bitcast(bits, self.T(BOOL)))
             lanes = b.select(same, widened, zero)
             red = b.call(reduce, [ll.Constant(wide, -0.0), lanes] if is_float else [lanes])
             add(b, b.extract_element(ptrs, first), red)

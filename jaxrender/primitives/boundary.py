@@ -314,8 +314,8 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     group-space edges are placed by each instance's to_world (their
     segments follow the group's triangle placed by the instance).
     ``moved``: (leaf rows of triangles, items as :func:`moving_items`
-    numbers them, ``shape_data`` rows, and optionally the world corners of
-    moving shared instances' boxes, :func:`moving_instance_corners`) of the
+    numbers them, ``shape_data`` rows, the world corners of moving shared
+    instances' boxes or None, :func:`moving_instance_corners`) of the
     only geometry that moves (the camera does not), or None (anything may).
     The term vanishes wherever the film sees no moving point on either
     side of a curve (both velocities are zero there), so segments of
@@ -334,8 +334,7 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     box = None
     if moved is not None:
         items, moving_shapes = np.asarray(moved[1]), np.asarray(moved[2])
-        box = _moving_box(tris, shape_data, (moved[0], moving_shapes, moved[3] if len(moved) > 3 else None),
-                          to_cam, project, near)
+        box = _moving_box(tris, shape_data, (moved[0], moving_shapes, moved[3]), to_cam, project, near)
     v0, v1, a3, b3 = _edge_vertices(tris, topo)
     boundary = topo[:, 4] < 0
     usable = jnp.ones(len(topology), bool)
@@ -580,7 +579,7 @@ def _moving_box(tris, shape_data, moved, to_cam, project, near, blur=None):
     camera can see of the moving triangles (leaf rows ``moved[0]``),
     analytic shapes (``shape_data`` rows ``moved[1]``: their object boxes,
     [-1, 1]^3, placed by their to_world) and world points ``moved[2]``
-    where given (moving instances' corners, :func:`moving_instance_corners`):
+    unless None (moving instances' corners, :func:`moving_instance_corners`):
     the box of the points' projections
     when all lie in front of the near plane (a convex hull in front of the
     camera projects into the hull of its points' projections), else
@@ -591,7 +590,7 @@ def _moving_box(tris, shape_data, moved, to_cam, project, near, blur=None):
         m = jnp.asarray(shape_data)[moved[1], layout.SHAPE_TO_WORLD:layout.SHAPE_TO_WORLD + 12].reshape(-1, 3, 4)
         k = m.shape[0]
         points.append(_placed_corners(m, jnp.full((k, 3), -1.0, jnp.float32), jnp.full((k, 3), 1.0, jnp.float32)))
-    if len(moved) > 2 and moved[2] is not None:
+    if moved[2] is not None:
         points.append(jnp.reshape(moved[2], (-1, 3)))
     points = jnp.concatenate(points)
     if points.shape[0] == 0:

@@ -119,10 +119,11 @@ class MovingRows:
 
     @classmethod
     def union(cls, rows: list) -> "MovingRows":
-        fields = [np.unique(np.concatenate([np.zeros(0, np.int32)] + [getattr(r, f) for r in rows])).astype(np.int32)
-                  for f in cls.FIELDS]
+        fields = {f: np.unique(np.concatenate([np.zeros(0, np.int32)] + [getattr(r, f) for r in rows]))
+                  .astype(np.int32) for f in cls.FIELDS}
         boxes = {int(i): b for r in rows for i, b in zip(r.instances, r.instance_boxes)}
-        return cls(*fields, np.asarray([boxes[int(i)] for i in fields[-1]], np.float32).reshape(-1, 6))
+        return cls(**fields, instance_boxes=np.asarray([boxes[int(i)] for i in fields["instances"]],
+                                                       np.float32).reshape(-1, 6))
 
 
 @dataclasses.dataclass(frozen=True)

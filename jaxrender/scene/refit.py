@@ -158,7 +158,7 @@ class MovingGeometry:
     def keys(self) -> tuple[str, ...]:
         return self.own_keys + (self.instances.keys if self.instances is not None else ())
 
-    def moved_rows(self, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    def moved_rows(self, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(leaf rows of the triangles, ``shape_data`` rows and the leaf
         rows of those shapes) whose positions parameter ``key`` sets: none
         for vertex normals and texture coordinates, which move no point,
