@@ -181,8 +181,11 @@ def gradient_comparison(gpu, cpu, size=8, spp=4, geometry=False):
     out = {}
     for name, ctx in (("gpu", gpu), ("cpu", cpu)):
         with ctx():
-            grads = [jax.grad(loss)(p0, s) for s in (1, 7)]
-            _, tangent = jax.jvp(lambda p: loss(p, 1), (p0,), (direction,))
+            # jitted: run eagerly, the film boundary's JAX code compiled op by
+            # op, ~850 XLA compiles (19 s) per call of this function
+            grad = jax.jit(jax.grad(loss))
+            grads = [grad(p0, s) for s in (1, 7)]
+            tangent = jax.jit(lambda p, d: jax.jvp(lambda q: loss(q, 1), (p,), (d,))[1])(p0, direction)
             out[name] = ({k: np.asarray(grads[0][k]) for k in keys},
                          {k: np.asarray(grads[1][k]) for k in keys}, float(tangent))
     rows = {}

@@ -27,6 +27,8 @@ from jaxrender.primitives import render_rules
 
 from test_camera_gradients import WEIGHTS, _look_at, _z, uv_sphere_obj
 
+import jitted
+
 
 def _placed(sx, sy, sz, t, facing=None):
     """Scale, then turn a rectangle's +z to +y ("up") or -y ("down"), then translate."""
@@ -359,8 +361,8 @@ def test_silhouette_against_the_sky_and_forward_equals_reverse():
     t = jnp.asarray(np.random.default_rng(4).normal(size=(4, 4)).astype(np.float32)).at[3].set(0.0)
     image = lambda v: jaxrender.render(scene, {key: v}, spp=8, seed=2, seed_grad=5)   # noqa: E731
     c = jnp.asarray(np.random.default_rng(5).normal(size=(24, 24, 3)).astype(np.float32))
-    _, jt = jax.jvp(image, (value,), (t,))
-    (jtc,) = jax.vjp(image, value)[1](c)
+    jt = jitted.jvp(image, value, t)
+    jtc = jitted.vjp(image, value, c)
     lhs, rhs = float(jnp.sum(jt * c)), float(jnp.sum(t * jtc))
     assert abs(lhs - rhs) <= 1e-3 * max(abs(lhs), abs(rhs), 1.0), (lhs, rhs)
 
@@ -386,7 +388,7 @@ def test_direct_adjoint_retracing_one_ray_equals_the_first_pass_form(monkeypatch
 
     def grads():
         f = lambda p: jaxrender.render(scene, p, spp=4, seed=1, seed_grad=3)   # noqa: E731
-        return jax.vjp(f, p0)[1](c)[0]
+        return jitted.vjp(f, p0, c)
 
     short = grads()
     monkeypatch.setitem(integrators.BY_TYPE, "direct", lambda props: PathIntegrator())
@@ -404,9 +406,9 @@ def test_degenerate_triangles_give_finite_derivatives(tmp_path):
                                "v -0.2 0.9 0\nv 0 0.9 0\nv 0.2 0.9 0\nf 1 3 2\nf 1 4 3\nf 5 6 7\nf 5 5 6\n")
     key = "occluder.vertex_positions"
     value = jnp.asarray(scene.params[key])
-    g = jax.grad(lambda v: jnp.sum(jaxrender.render(scene, {key: v}, spp=4) * WEIGHTS))(value)
+    g = jitted.grad(lambda v: jnp.sum(jaxrender.render(scene, {key: v}, spp=4) * WEIGHTS), value)
     assert np.all(np.isfinite(np.asarray(g)))
-    _, t = jax.jvp(lambda v: jaxrender.render(scene, {key: v}, spp=4), (value,), (_translate_x(value),))
+    t = jitted.jvp(lambda v: jaxrender.render(scene, {key: v}, spp=4), value, _translate_x(value))
     assert np.all(np.isfinite(np.asarray(t)))
 
 
@@ -675,8 +677,8 @@ def test_forward_equals_reverse_for_moving_lights(light):
     value = jnp.asarray(scene.params[key])
     tangent = _translate_x(value)
     image = lambda v: jaxrender.render(scene, {key: v}, spp=8, seed=2, seed_grad=5)   # noqa: E731
-    _, jt = jax.jvp(image, (value,), (tangent,))
-    (jtc,) = jax.vjp(image, value)[1](jnp.asarray(WEIGHTS))
+    jt = jitted.jvp(image, value, tangent)
+    jtc = jitted.vjp(image, value, jnp.asarray(WEIGHTS))
     lhs, rhs = float(jnp.sum(jt * WEIGHTS)), float(jnp.sum(tangent * jtc))
     assert abs(lhs - rhs) <= 1e-3 * max(abs(lhs), abs(rhs), 1.0), (lhs, rhs)
     if light == "sphere":
@@ -822,8 +824,8 @@ def test_delta_lights_move_with_the_geometry_they_light():
     value = jnp.asarray(scene.params[key])
     tangent = _translate_x(value)
     image = lambda v: jaxrender.render(scene, {key: v}, spp=8, seed=3, seed_grad=3)   # noqa: E731
-    _, jt = jax.jvp(image, (value,), (tangent,))
-    (jtc,) = jax.vjp(image, value)[1](jnp.asarray(WEIGHTS))
+    jt = jitted.jvp(image, value, tangent)
+    jtc = jitted.vjp(image, value, jnp.asarray(WEIGHTS))
     lhs, rhs = float(jnp.sum(jt * WEIGHTS)), float(jnp.sum(tangent * jtc))
     assert abs(lhs) > 0.1
     assert abs(lhs - rhs) <= 1e-3 * max(abs(lhs), abs(rhs), 1.0), (lhs, rhs)
