@@ -250,6 +250,9 @@ def run(steps: int = 300, res: int = 64, spp: int = 8, target_spp: int = 64, lr:
     views = camera_views(n_views)
     cam = scene.camera_key
 
+    # (jitted: called eagerly, cg builds its loop anew and XLA compiled it
+    # again at every step, 0.13 s each)
+    @jax.jit
     def positions(u):
         return jax.scipy.sparse.linalg.cg(m_apply, u, x0=u, tol=1e-6)[0]
 
