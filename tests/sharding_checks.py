@@ -10,8 +10,9 @@ import re
 import sys
 
 N = int(sys.argv[1])
-# (and the tests' lower XLA optimisation level: see conftest.py)
-os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={N} --xla_backend_optimization_level=0"
+# (and the tests' XLA flags: see conftest.py)
+os.environ["XLA_FLAGS"] = (f"--xla_force_host_platform_device_count={N} --xla_backend_optimization_level=0 "
+                           "--xla_cpu_use_fusion_emitters=false")
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
