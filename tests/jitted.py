@@ -17,4 +17,5 @@ def vjp(f, x, c):
 
 
 def grad(f, x):
+    """The gradient of the scalar ``f`` at ``x``."""
     return jax.jit(jax.grad(f))(x)

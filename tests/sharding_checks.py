@@ -10,9 +10,8 @@ import re
 import sys
 
 N = int(sys.argv[1])
-# (and the tests' XLA flags: see conftest.py)
-os.environ["XLA_FLAGS"] = (f"--xla_force_host_platform_device_count={N} --xla_backend_optimization_level=0 "
-                           "--xla_cpu_use_fusion_emitters=false")
+# (after the tests' own XLA flags, which test_sharding passes on: conftest.py)
+os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={N}".strip()
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _env() -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    env.pop("XLA_FLAGS", None)
+    # XLA_FLAGS (conftest.py's) stay: the processes add their device count to them
     return env
 
 
