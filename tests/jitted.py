@@ -1,8 +1,9 @@
 """Derivatives of a function of a render, taken under ``jax.jit``. Taken
-eagerly, the JAX code around a geometry or camera derivative's kernels (the
-film boundary's segments, the BVH refit) compiles op by op: hundreds of XLA
-compiles per call (the GPU emulation's gradient check: ~850, 19 s of its
-40), against one module jitted."""
+eagerly, the first call of a geometry or camera derivative compiles the JAX
+code around its kernels (``primitives/staged.py``: the film boundary's
+segments, the shadows' edges; the BVH refit) as several XLA computations
+and the rest op by op; jitted, it is one module (a moving sphere's shadow:
+3.4-4.2 s eagerly, 1.4-1.7 s jitted)."""
 import jax
 
 

@@ -32,6 +32,7 @@ from ..kernels.shapes import KIND as SHAPE_KIND
 from . import film
 from .kernel_call import launch
 from .levels import register, sum_unmapped, vmap_levels
+from .staged import staged
 
 
 def edge_topology(tris: np.ndarray, last: np.ndarray | None = None) -> np.ndarray:
@@ -199,6 +200,7 @@ def film_edges(grid: tuple):
     return rows, jnp.cumsum(jnp.array([gw, gh, gw, gh], f32))
 
 
+@staged
 def lens_edge_cdf(tris, topology: np.ndarray, camera, shape_data=None, hidden=None, prim_shape=None,
                   instanced=None):
     """Cumulative weights (edges + shapes,) by which a thin lens's boundary
@@ -292,6 +294,7 @@ def _silhouettes(v0, v1, a3, b3, boundary, normal, rays):
     return (side != 0) & ~(on_a & boundary) & (boundary | crossing), side, flip
 
 
+@staged
 def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_origin: tuple, grid: tuple,
                   shape_data=None, hidden=None, prim_shape=None, orthographic: bool = False, instanced=None,
                   moved=None):
@@ -498,6 +501,7 @@ def _sides_within(film_rows, grid: tuple, box):
     return film_rows, jnp.where(seen, (u1 - u0) * side_lengths, 0.0)
 
 
+@staged
 def lens_film_sides(tris, camera, film_size: tuple, grid_origin: tuple, grid: tuple, shape_data=None,
                     moved=None):
     """(segments, cumulative lengths) of a thin lens's film boundary on
@@ -563,6 +567,7 @@ def _placed_corners(m, lo, hi):
     return jnp.reshape(jnp.einsum("sij,scj->sci", m[:, :, :3], c) + m[:, None, :, 3], (-1, 3))
 
 
+@staged
 def moving_instance_corners(instances, rows: np.ndarray, boxes: np.ndarray):
     """The world corners of the shapegroup boxes ``boxes`` (k, 6: lo, hi;
     group space) of the shared instances of ``rows`` of the ``instances``
@@ -627,6 +632,7 @@ def _clip_to_box(s0, e, box):
     return t0, t1, t1 > t0
 
 
+@staged
 def shadow_edges(tris, topology: np.ndarray, emitter_geom, lights: tuple, shape_data=None, instanced=None):
     """(records (m, layout.SHADOW_ROW), cumulative lengths (m,)) of the
     welded edges that are silhouettes seen from each of ``lights`` ((emitter
@@ -682,6 +688,7 @@ def shadow_edges(tris, topology: np.ndarray, emitter_geom, lights: tuple, shape_
 SHADOW_MOVING_SHARE = 0.5
 
 
+@staged
 def favour_moving_shadows(records, cdf, leaf, shapes, n_leaf: int, n_shapes: int, instances=(),
                           n_instances: int = 0):
     """``shadow_edges``' cumulative weights, redrawn so that a share

@@ -31,6 +31,7 @@ from jax.interpreters import ad, batching, mlir
 
 from ..kernels.sensors import film as film_kernels
 from .kernel_call import launch, prefetch
+from .staged import staged
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,6 +208,7 @@ def develop(blocks, weights, geom: FilmGeometry, channels: int, rows: int | None
     return image if extra is None else image + normalize(crop_canvas(extra, geom), extra_weights)
 
 
+@staged
 def expected_weights(table, radius, geom: FilmGeometry, quadrature: int = 2048):
     """Each crop pixel's expected summed filter weight of one sample per
     grid pixel, uniform in it: (height, width, 1). (Mitsuba's filters are
