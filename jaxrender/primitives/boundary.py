@@ -185,6 +185,10 @@ def _curve_points(shape_data, which, origin, phi):
 
 
 CURVE_POINTS = 64      # the polygon whose film length apportions samples to a curve record
+# The shape kind each curve record (its ``which``, 0-5) belongs to: a
+# sphere's silhouette, a disk's rim, a cylinder's two rims and two
+# silhouette lines (``kernels/integrators/boundary.curve_point``).
+_CURVE_KINDS = ("sphere", "disk", "cylinder", "cylinder", "cylinder", "cylinder")
 
 
 def film_edges(grid: tuple):
@@ -362,10 +366,13 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
         idx = jnp.arange(len(kind))
         shown = jnp.ones(len(kind), bool) if hidden is None else _shown_shapes(len(kind), hidden, prim_shape)
         # curve records: (shape row, which curve) for each sphere, disk, a
-        # cylinder's rims and silhouette lines
-        for which, wanted in ((0, "sphere"), (1, "disk"), (2, "cylinder"), (3, "cylinder"), (4, "cylinder"),
-                              (5, "cylinder")):
-            curves.append((idx, which, (kind == SHAPE_KIND[wanted]) & shown))
+        # cylinder's rims and silhouette lines; every shape row under each
+        # of the six curves (one array, so XLA compiles the curve code once),
+        # present where its kind has that curve
+        curves = _CURVE_KINDS
+        which_of = np.repeat(np.arange(len(curves)), len(kind))
+        idx = jnp.asarray(np.tile(np.arange(len(kind)), len(curves)))
+        present = jnp.concatenate([(kind == SHAPE_KIND[wanted]) & shown for wanted in curves])
     n_edges = v0.shape[0]
 
     # the plane of the edge and the rays that graze it
@@ -426,8 +433,11 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     centres = None if shape_data is None else shape_data[:, layout.SHAPE_TO_WORLD + 3:layout.SHAPE_TO_WORLD + 12:4]
     # where the outlines are seen from: the camera, or far back along an orthographic one's axis
     eye = centres - view * 1e6 if orthographic and centres is not None else origin
-    for idx, which, present in curves:
-        pts = _curve_points(shape_data, jnp.full(len(idx), which), eye, phi)
+    if curves:
+        which = jnp.asarray(which_of)
+        shape_rows = shape_data[idx]
+        from_eye = eye[idx] if eye.ndim == 2 else eye      # (an orthographic camera's: per shape)
+        pts = _curve_points(shape_rows, which, from_eye, phi)
         c = to_cam(pts)
         s = project(c)
         ok = (c[..., 2] > near)
@@ -436,24 +446,26 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
         seg_ok &= inside(s[:, 1:]) | inside(s[:, :-1])
         seg_len = jnp.where(seg_ok, jnp.linalg.norm(s[:, 1:] - s[:, :-1], axis=-1), 0.0)
         valid_curve = present & jnp.all(jnp.isfinite(seg_len), axis=1)
-        if which == 0:         # the camera inside a sphere sees no silhouette
-            r = shape_data[:, layout.SHAPE_RADIUS]
-            valid_curve &= jnp.sum((eye - centres) ** 2, axis=1) > r * r * (1.0 + 1e-4)
-        if which >= 4:         # nor inside a cylinder's (infinite) tube its silhouette lines
-            to_object = _rows(shape_data[:, layout.SHAPE_TO_OBJECT:layout.SHAPE_TO_OBJECT + 12], len(idx))
-            o = _apply(to_object, jnp.broadcast_to(eye, (len(idx), 3)))
-            valid_curve &= o[:, 0] ** 2 + o[:, 1] ** 2 > 1.0 + 1e-4
+        # the camera inside a sphere sees no silhouette
+        r = shape_rows[:, layout.SHAPE_RADIUS]
+        centre = shape_rows[:, layout.SHAPE_TO_WORLD + 3:layout.SHAPE_TO_WORLD + 12:4]
+        valid_curve &= (which != 0) | (jnp.sum((from_eye - centre) ** 2, axis=1) > r * r * (1.0 + 1e-4))
+        # nor inside a cylinder's (infinite) tube its silhouette lines
+        to_object = _rows(shape_rows[:, layout.SHAPE_TO_OBJECT:layout.SHAPE_TO_OBJECT + 12], len(which_of))
+        o = _apply(to_object, jnp.broadcast_to(from_eye, (len(which_of), 3)))
+        valid_curve &= (which < 4) | (o[:, 0] ** 2 + o[:, 1] ** 2 > 1.0 + 1e-4)
         if box is not None:
             # a static outline is sampled whole where its polygon's box meets the moving box
-            moves = np.zeros(len(idx), bool)
+            moves = np.zeros(shape_data.shape[0], bool)
             moves[moving_shapes] = True
+            moves = np.tile(moves, len(curves))
             s_lo, s_hi = jnp.min(s, axis=1), jnp.max(s, axis=1)
             meets = ((s_hi[:, 0] >= box[0]) & (s_lo[:, 0] <= box[2]) & (s_hi[:, 1] >= box[1]) & (s_lo[:, 1] <= box[3])
                      & jnp.all(ok, axis=1))
             valid_curve &= moves | meets | ~jnp.all(ok, axis=1)
         curve_len = jnp.where(valid_curve, jnp.sum(jnp.where(jnp.isfinite(seg_len), seg_len, 0.0), axis=1), 0.0)
-        record = jnp.zeros((len(idx), layout.SEGMENT_ROW), f32)
-        record = record.at[:, layout.SEG_SHAPE].set(idx.astype(f32)).at[:, layout.SEG_CURVE].set(float(which))
+        record = jnp.zeros((len(which_of), layout.SEGMENT_ROW), f32)
+        record = record.at[:, layout.SEG_SHAPE].set(idx.astype(f32)).at[:, layout.SEG_CURVE].set(which.astype(f32))
         record = record.at[:, layout.SEG_SIDE].set(1.0).at[:, layout.SEG_KIND].set(layout.SEG_CURVE_KIND)
         record = record.at[:, layout.SEG_TRI].set(-1.0).at[:, layout.SEG_INSTANCE].set(-1.0)
         parts.append(record)
