@@ -84,3 +84,19 @@ def test_eager_geometry_gradients_trace_the_film_boundary_once(monkeypatch):
     assert len(calls) == traced
     assert np.abs(np.asarray(first[:3, 3])).max() > 0
     np.testing.assert_allclose(second, jax.jit(grad)(moved), rtol=1e-5, atol=1e-6)
+
+
+def test_only_the_last_computations_are_kept():
+    """Each computation holds its numpy constants (a large mesh's edge
+    topology): a process going through many scenes keeps the last few."""
+    traces.clear()
+    _gather_scaled.clear_cache()
+    x = jnp.arange(20.0)
+    for i in range(12):
+        _gather_scaled(x, np.array([i]), 1.0)
+    assert len(_gather_scaled.computations) == 8
+    assert len(traces) == 12
+    _gather_scaled(x, np.array([11]), 1.0)      # (kept)
+    assert len(traces) == 12
+    _gather_scaled(x, np.array([0]), 1.0)       # (dropped: traced again)
+    assert len(traces) == 13

@@ -19,8 +19,10 @@ key the compiled function by their contents (a digest), never by identity.
 """
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
+import threading
 from typing import Any, Callable
 
 import jax
@@ -53,9 +55,12 @@ def _traced(x) -> bool:
     return isinstance(x, (jax.Array, jax.core.Tracer))
 
 
-def staged(fn: Callable) -> Callable:
+def staged(fn: Callable, kept: int = 8) -> Callable:
     """``fn`` compiled as one XLA computation over its JAX-array arguments
-    (see the module docstring); its other arguments are constants.
+    (see the module docstring); its other arguments are constants. The
+    computations of the last ``kept`` argument structures and constants are
+    kept: each holds its constants (a large mesh's edge topology: tens of
+    MB), so a process that goes through many scenes keeps only a few.
 
     Example::
 
@@ -63,22 +68,36 @@ def staged(fn: Callable) -> Callable:
         def segments(tris, topology: np.ndarray, grid: tuple):
             ...
     """
-    @functools.partial(jax.jit, static_argnums=(0, 1))
-    def call(treedef, constants, *traced):
-        it = iter(traced)
-        leaves = [next(it) if c is None else c.value for c in constants]
-        args, kwargs = jax.tree_util.tree_unflatten(treedef, leaves)
-        return fn(*args, **kwargs)
+    computations: collections.OrderedDict = collections.OrderedDict()
+    lock = threading.Lock()
+
+    def computation(treedef, constants):
+        def call(*traced):
+            it = iter(traced)
+            leaves = [next(it) if c is None else c.value for c in constants]
+            args, kwargs = jax.tree_util.tree_unflatten(treedef, leaves)
+            return fn(*args, **kwargs)
+        return jax.jit(call)
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any):
         leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
         constants = tuple(None if _traced(x) else _Constant(x) for x in leaves)
-        return call(treedef, constants, *(x for x in leaves if _traced(x)))
+        key = (treedef, constants)
+        with lock:
+            f = computations.get(key)
+            if f is None:
+                f = computations[key] = computation(treedef, constants)
+                while len(computations) > kept:
+                    computations.popitem(last=False)
+            else:
+                computations.move_to_end(key)
+        return f(*(x for x in leaves if _traced(x)))
 
     # (the computations read module constants when traced: a test that
     # patches one clears them)
-    wrapper.clear_cache = call.clear_cache
+    wrapper.clear_cache = computations.clear
+    wrapper.computations = computations
     return wrapper
 
 
