@@ -50,6 +50,10 @@ def test_traced_once_per_structure_and_constant_contents():
     _gather_scaled(x, np.array([1, 3], np.int64), 3.0)
     _gather_scaled(x, np.array([1, 3], np.int32), 3.0)
     assert len(traces) == 6
+    # (nor a numpy scalar and its one-element array)
+    a = _gather_scaled(x, np.array([1]), np.float32(2.0))
+    b = _gather_scaled(x, np.array([1]), np.array([2.0], np.float32))
+    assert len(traces) == 8 and a.shape == b.shape == (1,)
 
 
 def test_staged_functions_differentiate_and_nest_in_jit():

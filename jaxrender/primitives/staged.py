@@ -38,9 +38,10 @@ class _Constant:
     def __init__(self, value):
         self.value = value
         if isinstance(value, (np.ndarray, np.generic)):
+            # (a numpy scalar is not its 1-element array: the type and shape are the value's own)
             a = np.ascontiguousarray(value)
-            self.key = (np.ndarray, a.dtype.str, a.shape, hashlib.blake2b(a.view(np.uint8).reshape(-1),
-                                                                           digest_size=16).digest())
+            self.key = (type(value), a.dtype.str, np.shape(value),
+                        hashlib.blake2b(a.view(np.uint8).reshape(-1), digest_size=16).digest())
         else:
             self.key = (type(value), value)
 
