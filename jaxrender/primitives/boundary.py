@@ -363,7 +363,6 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
     if shape_data is not None and shape_data.shape[0] > 0:
         shape_data = jax.lax.stop_gradient(jnp.asarray(shape_data, f32))
         kind = shape_data[:, layout.SHAPE_KIND].astype(jnp.int32)
-        idx = jnp.arange(len(kind))
         shown = jnp.ones(len(kind), bool) if hidden is None else _shown_shapes(len(kind), hidden, prim_shape)
         # curve records: (shape row, which curve) for each sphere, disk, a
         # cylinder's rims and silhouette lines; every shape row under each
