@@ -125,7 +125,7 @@ def main() -> dict:
         def moved(m, mm=None, key=key):
             return jnp.sum(jaxrender.render(scene, {key: m}, spp=4, seed=5, mesh=mm) * weights)
 
-        # (jitted: eagerly, the boundary's JAX code compiles op by op)
+        # (jitted: one compile; eagerly the first call compiles several computations)
         grad = jax.jit(jax.grad(moved), static_argnums=1)
         tangent = jax.jit(lambda m, mm: jax.jvp(lambda x: moved(x, mm), (m,), (along,))[1], static_argnums=1)
         out["moving"][key] = [[float(jnp.sum(grad(m0, mm) * along)) for mm in (None, mesh)],

@@ -309,7 +309,7 @@ def test_vmap_over_views_equals_a_loop():
     def loss(v):
         return jnp.sum(jaxrender.render(scene, {key: v}, spp=4, seed=1) * WEIGHTS)
 
-    grad = jax.jit(jax.grad(loss))   # (eagerly, the boundary's JAX code compiles op by op)
+    grad = jax.jit(jax.grad(loss))   # (one compile; eagerly the first call compiles several)
     batched = jax.jit(jax.vmap(grad))(views)
     for i in range(2):
         np.testing.assert_allclose(np.asarray(batched[i]), np.asarray(grad(views[i])), rtol=2e-3, atol=2e-3)
