@@ -634,7 +634,7 @@ def test_edge_samples_favour_the_moving_geometry(tmp_path, monkeypatch):
     _beats_the_setting(monkeypatch, scene, "occluder.to_world", range(64), "MOVING_SHARE", 0.0, 0.2)
 
 
-def test_hard_shadow_samples_favour_the_moving_geometry(tmp_path, monkeypatch, request):
+def test_hard_shadow_samples_favour_the_moving_geometry(tmp_path, monkeypatch):
     """Under a point light, among six static UV spheres whose shadows'
     edges are most of the shadows' length, half the hard shadows' edge
     samples fall on the moving occluder's (``primitives/boundary
@@ -655,10 +655,7 @@ def test_hard_shadow_samples_favour_the_moving_geometry(tmp_path, monkeypatch, r
     tangent = _translate_x(value)
     fd = _fd(scene, key, value, tangent, seeds=range(1000, 1128))
     rev = _reverse(scene, key, value, tangent, range(64), spp_boundary=1)
-    # (the staged function reads the share when it traces: none before, none kept after)
-    request.addfinalizer(boundary.favour_moving_shadows.clear_cache)
     monkeypatch.setattr(boundary, "SHADOW_MOVING_SHARE", 0.0)
-    boundary.favour_moving_shadows.clear_cache()
     by_length = _reverse(scene, key, value, tangent, range(64), spp_boundary=1)
     for estimate in (rev, by_length):
         assert abs(_z(estimate, fd)) < 4.0, (estimate.mean(), fd.mean())

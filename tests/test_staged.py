@@ -46,7 +46,7 @@ def test_traced_once_per_structure_and_constant_contents():
     c = _gather_scaled(x, np.array([1, 3]), 3.0, {"shift": jnp.float32(1.0)})   # (a new structure)
     assert traces == [3, 2, 2, 2, 2]
     np.testing.assert_array_equal(c, [4.0, 10.0])
-    # (a float64 and a float32 array of equal values are different constants)
+    # (an int64 and an int32 array of equal values are different constants)
     _gather_scaled(x, np.array([1, 3], np.int64), 3.0)
     _gather_scaled(x, np.array([1, 3], np.int32), 3.0)
     assert len(traces) == 6

@@ -447,8 +447,7 @@ def film_segments(tris, topology: np.ndarray, camera, film_size: tuple, grid_ori
         valid_curve = present & jnp.all(jnp.isfinite(seg_len), axis=1)
         # the camera inside a sphere sees no silhouette
         r = shape_rows[:, layout.SHAPE_RADIUS]
-        centre = shape_rows[:, layout.SHAPE_TO_WORLD + 3:layout.SHAPE_TO_WORLD + 12:4]
-        valid_curve &= (which != 0) | (jnp.sum((from_eye - centre) ** 2, axis=1) > r * r * (1.0 + 1e-4))
+        valid_curve &= (which != 0) | (jnp.sum((from_eye - centres[idx]) ** 2, axis=1) > r * r * (1.0 + 1e-4))
         # nor inside a cylinder's (infinite) tube its silhouette lines
         to_object = _rows(shape_rows[:, layout.SHAPE_TO_OBJECT:layout.SHAPE_TO_OBJECT + 12], len(which_of))
         o = _apply(to_object, jnp.broadcast_to(from_eye, (len(which_of), 3)))
@@ -701,9 +700,11 @@ SHADOW_MOVING_SHARE = 0.5
 
 @staged
 def favour_moving_shadows(records, cdf, leaf, shapes, n_leaf: int, n_shapes: int, instances=(),
-                          n_instances: int = 0):
+                          n_instances: int = 0, *, moving_share: float):
     """``shadow_edges``' cumulative weights, redrawn so that a share
-    SHADOW_MOVING_SHARE of the samples falls on the records of the moving
+    ``moving_share`` (the renderer passes SHADOW_MOVING_SHARE; an argument,
+    not read here, so that the staged computation is keyed by it) of the
+    samples falls on the records of the moving
     geometry by their length (an edge of the leaf rows ``leaf``, an
     outline of the shape rows ``shapes``, an edge copy of the shared
     instances of rows ``instances``) and the rest on all by length:
@@ -724,7 +725,7 @@ def favour_moving_shadows(records, cdf, leaf, shapes, n_leaf: int, n_shapes: int
     moves = jnp.where(tri >= 0, jnp.where(instance >= 0, copy, own), shape_moves[shape])
     moving = jnp.where(moves, lengths, 0.0)
     total, total_moving = jnp.sum(lengths), jnp.sum(moving)
-    share = jnp.where(total_moving > 0, SHADOW_MOVING_SHARE, 0.0)
+    share = jnp.where(total_moving > 0, moving_share, 0.0)
     weights = (share * moving / jnp.where(total_moving > 0, total_moving, 1.0)
                + (1.0 - share) * lengths / jnp.where(total > 0, total, 1.0))
     return jnp.where(total > 0, jnp.cumsum(weights), cdf).astype(cdf.dtype)

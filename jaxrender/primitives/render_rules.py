@@ -42,6 +42,7 @@ from ..kernels import layout
 from ..kernels.context import MOVING, Structure, moves_geometry
 from ..kernels.integrators import Integrator, PathIntegrator
 from ..ir.graph import NUMPY_DTYPE
+from . import boundary as boundary_terms
 from .boundary import (boundary_tangent, canvas_shape, favour_moving_shadows, film_segments,
                        instance_edge_rows, lens_edge_cdf, lens_film_sides, moving_instance_corners,
                        shadow_edges)
@@ -425,7 +426,7 @@ def _shadow_edges(config: RenderConfig, inputs, prim, moved=None):
         n_shapes = int(np.shape(prim["shape_data"])[0]) if "shape_data" in prim else 0
         n_instances = int(np.shape(prim["instances"])[0]) if "instances" in prim else 0
         cdf = favour_moving_shadows(records, cdf, moved.leaf, moved.shapes, int(np.shape(prim["tris"])[0]), n_shapes,
-                                    moved.instances, n_instances)
+                                    moved.instances, n_instances, moving_share=boundary_terms.SHADOW_MOVING_SHARE)
     return records, cdf
 
 

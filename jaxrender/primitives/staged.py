@@ -96,8 +96,8 @@ def staged(fn: Callable, kept: int = 8) -> Callable:
                 computations.move_to_end(key)
         return f(*(x for x in leaves if _traced(x)))
 
-    # (the computations read module constants when traced: a test that
-    # patches one clears them)
+    # (a staged function reads nothing but its arguments, so no cache goes
+    # stale; a test that counts traces starts from none)
     wrapper.clear_cache = computations.clear
     wrapper.computations = computations
     return wrapper
