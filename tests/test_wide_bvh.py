@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from jaxrender.scene import bvh as B
+from jaxrender.scene import wide_bvh as W
 from jaxrender.scene.wide_bvh import WideBVH, build_wide_bvh, exact_stack_need, leaf_order_tris
 
 F32 = np.float32
@@ -89,57 +90,131 @@ def assert_rows_once(w, n):
 
 
 # ---------------------------------------------------------------------------
-# Per-node recursive reference of the collapse rule
+# The collapse is the cheapest: against exhaustive search and a recursion
 # ---------------------------------------------------------------------------
 
-def reference_collapse(b):
-    """Children lists (binary ids, slot order) of every wide node, level order."""
-    links = b.node_links
-    leaf = links[:, 2] > 0
-    e = np.maximum(b.node_bounds[:, 3:].astype(np.float64) - b.node_bounds[:, :3], 0)
-    area = e[:, 0] * e[:, 1] + e[:, 1] * e[:, 2] + e[:, 2] * e[:, 0]
-
-    def kids(i):
-        return [i + 1, int(links[i + 1, 0])]
-
-    out, queue = [], [0]
-    while queue:
-        nxt = []
-        for n in queue:
-            c = [n] if leaf[n] else kids(n)
-            while len(c) < 8:
-                inner = [k for k in range(len(c)) if not leaf[c[k]]]
-                if not inner:
-                    break
-                k = max(inner, key=lambda k: (area[c[k]], -k))
-                c[k:k + 1] = kids(c[k])
-            out.append(c)
-            nxt += [x for x in c if not leaf[x]]
-        queue = nxt
-    return out
+def half_area(lo, hi):
+    e = np.maximum(np.asarray(hi, np.float64) - lo, 0.0)
+    return float(e[0] * e[1] + e[1] * e[2] + e[2] * e[0])
 
 
-def test_collapse_matches_recursive_reference():
+def tree_cost(w):
+    """The expected cost of a wide BVH, read from its own arrays: each wide
+    node's test (1) and each block's (BLOCK_COST + BLOCK_TRIANGLE_COST per
+    triangle), times its box's half area (a wide node's box: its slots')."""
+    lo = w.bounds[:, :24].reshape(-1, 3, 8)
+    hi = w.bounds[:, 24:].reshape(-1, 3, 8)
+    total = 0.0
+    for n in range(w.num_nodes):
+        used = lo[n, 0] <= hi[n, 0]
+        total += half_area(lo[n][:, used].min(1), hi[n][:, used].max(1))
+        for k in np.flatnonzero(used & (w.children[n] < 0)):
+            count = int((w.leaf_prims[~w.children[n, k]] >= 0).sum())
+            total += (W.BLOCK_COST + W.BLOCK_TRIANGLE_COST * count) * half_area(lo[n, :, k], hi[n, :, k])
+    return total
+
+
+class BinaryTree:
+    def __init__(self, b):
+        self.links, self.bounds = b.node_links, b.node_bounds
+
+    def leaf(self, n):
+        return self.links[n, 2] > 0
+
+    def kids(self, n):
+        return n + 1, int(self.links[n + 1, 0])
+
+    def prims(self, n):
+        return int(self.links[n, 2]) if self.leaf(n) else sum(self.prims(c) for c in self.kids(n))
+
+    def area(self, n):
+        return half_area(self.bounds[n, :3], self.bounds[n, 3:])
+
+
+def exhaustive_cost(b):
+    """The least cost over every wide BVH of the binary tree, by listing
+    each wide node's every choice of slots (cuts of its subtree into at
+    most 8 subtrees) and each slot's as a block or a wide node."""
+    t = BinaryTree(b)
+
+    def cuts(n):            # every cut of n's subtree, as lists of subtrees
+        out = [[n]]
+        if not t.leaf(n):
+            a, c = t.kids(n)
+            out += [x + y for x in cuts(a) for y in cuts(c) if len(x) + len(y) <= 8]
+        return out
+
+    def as_block(n):
+        return (W.BLOCK_COST + W.BLOCK_TRIANGLE_COST * t.prims(n)) * t.area(n) if t.prims(n) <= 4 else np.inf
+
+    def as_node(n):
+        if t.leaf(n):
+            return np.inf
+        a, c = t.kids(n)
+        return t.area(n) + min(sum(min(as_block(m), as_node(m)) for m in x + y)
+                               for x in cuts(a) for y in cuts(c) if len(x) + len(y) <= 8)
+
+    # (a tiny tree's root block sits in a wide node of its own)
+    return min(as_block(0) + t.area(0), as_node(0))
+
+
+def recursive_cost(b):
+    """The same least cost by the recursion on slot counts the collapse
+    runs level by level, here per node and memoized."""
+    import functools
+    t = BinaryTree(b)
+
+    @functools.lru_cache(maxsize=None)
+    def in_slots(n, i):
+        best = as_slot(n)
+        if i > 1 and not t.leaf(n):
+            a, c = t.kids(n)
+            best = min(best, min(in_slots(a, k) + in_slots(c, i - k) for k in range(1, i)))
+        return best
+
+    def as_block(n):
+        return (W.BLOCK_COST + W.BLOCK_TRIANGLE_COST * t.prims(n)) * t.area(n) if t.prims(n) <= 4 else np.inf
+
+    @functools.lru_cache(maxsize=None)
+    def as_node(n):
+        if t.leaf(n):
+            return np.inf
+        a, c = t.kids(n)
+        return t.area(n) + min(in_slots(a, k) + in_slots(c, 8 - k) for k in range(1, 8))
+
+    def as_slot(n):
+        return min(as_block(n), as_node(n))
+
+    return min(as_block(0) + t.area(0), as_node(0))
+
+
+@pytest.mark.parametrize("n,seed", [(3, 0), (6, 1), (9, 2), (12, 3)])
+def test_collapse_is_cheapest_of_all(n, seed):
+    v, f = B.random_soup(n, size=0.3, seed=seed)
+    b, tris, w = wide_of(v, f, max_leaf_size=1)
+    w.check(n_tris=n, tris=tris)
+    assert tree_cost(w) == pytest.approx(exhaustive_cost(b), rel=1e-9)
+
+
+@pytest.mark.parametrize("leaf", [1, 4])
+def test_collapse_reaches_the_least_cost(leaf):
     v, f = B.random_soup(3000, size=0.05, seed=3)
-    b, tris, w = wide_of(v, f)
-    ref = reference_collapse(b)
-    assert w.num_nodes == len(ref)
-    leaf_ids = np.flatnonzero(b.node_links[:, 2] > 0)
-    wide_of_bin = {}
-    nxt = 1
-    for n, c in enumerate(ref):
-        for x in c:
-            if b.node_links[x, 2] == 0:
-                wide_of_bin[x] = nxt
-                nxt += 1
-    for n, c in enumerate(ref):
-        want = [wide_of_bin[x] if b.node_links[x, 2] == 0 else ~int(np.searchsorted(leaf_ids, x)) for x in c]
-        want += [-1] * (8 - len(c))
-        assert w.children[n].tolist() == want, n
-        lo = w.bounds[n, :24].reshape(3, 8)[:, :len(c)].T
-        hi = w.bounds[n, 24:].reshape(3, 8)[:, len(c):]
-        np.testing.assert_array_equal(lo, b.node_bounds[c, :3])
-        assert np.all(hi == -np.inf)
+    b, tris, w = wide_of(v, f, max_leaf_size=leaf)
+    w.check(n_tris=3000, tris=tris)
+    assert tree_cost(w) == pytest.approx(recursive_cost(b), rel=1e-9)
+
+
+def test_cornell_box_walls_and_light_are_blocks_of_their_own():
+    """The Cornell box's 36 triangles: two wide levels, each wall, the
+    light and each face of the boxes a block (faces at right angles
+    share no box)."""
+    import jaxrender
+    scene = jaxrender.load_dict(jaxrender.cornell_box())
+    nodes, leaves = scene.wide_bvh
+    children = nodes[:, 48:]
+    assert len(nodes) == 3 and np.all(children[1:] < 0)
+    rows = leaves[:, 36:]
+    assert len(rows) > 16 and (rows >= 0).sum(1).max() <= 2
 
 
 # ---------------------------------------------------------------------------

@@ -28,21 +28,26 @@ Layout (a fixed contract with the native traversal)
 
 Collapse
 --------
-Standard BVH2 -> BVH8 collapse: a wide node starts with its binary node's
-two children; while it has fewer than 8 and one of them is interior, the
-interior child with the largest surface area is replaced *in place* by its
-two children (first of equal areas wins).  Replacing in place keeps the slots
-in the binary tree's left-to-right order, so the binary build's child order
-(small-area subtree first) survives as the slot order, and filled slots
-always come first.  Children that stay interior become wide nodes.  Wide
-nodes are numbered level by level (root 0), so a child's index is always
-larger than its parent's.  Each binary leaf (1..4 primitives) becomes one
-block, blocks in the binary leaves' pre-order, so block ``b``'s lanes hold
-consecutive rows and ``leaf_prims`` read row-major lists every row once, in
-order.
+The wide tree of least expected cost (SAH) that a binary BVH allows
+(:func:`_optimal_slots`): every slot of a wide node holds a subtree of
+the binary tree, as a leaf block (at most 4 triangles) or as a wide node
+of its own, and the choice of which subtrees fill a node's up to 8 slots
+is made by dynamic programming from the leaves up. Binary leaves stay
+whole, so scenes build the binary tree with one triangle per leaf
+(:func:`triangle_bvh`) and let the collapse choose the blocks, knowing
+the slots a node has free: the Cornell box's walls, light and box faces
+get blocks of their own under one node where a fixed rule (fill a node
+with the largest subtrees, keep the binary build's leaves) mixed faces at
+right angles. Slots keep the binary tree's left-to-right order (its child
+order: smaller area first), filled slots first; every wide node but a
+tiny tree's root (one block) has at least two. Wide nodes are numbered
+level by level (root 0), so a child's index is always larger than its
+parent's; blocks by their first row, so block ``b``'s lanes hold
+consecutive rows and ``leaf_prims`` read row-major lists every row once,
+in order.
 
-All wide nodes of one level are expanded together on (n, 8) arrays; the
-Python loop runs once per level and expansion step, never per node.
+All nodes of one binary level are costed together, and all wide nodes of
+one level opened together, on arrays: the Python loops run once per level.
 """
 from __future__ import annotations
 
@@ -285,14 +290,15 @@ def build_wide_bvh(bvh: BVH, tris: np.ndarray) -> WideBVH:
 
     ``tris`` (N, 9) float32 holds ``p0, p1, p2`` per row in leaf order (see
     :func:`leaf_order_tris`).  Raises ``ValueError`` when a binary leaf has
-    more than 4 primitives (build with ``max_leaf_size=4``) or the shapes do
-    not match.
+    more than 4 primitives or the shapes do not match (a build with
+    ``max_leaf_size=1``, :func:`triangle_bvh`'s, leaves the collapse every
+    choice of blocks).
 
     Example::
 
         >>> from jaxrender.scene import bvh
         >>> v, f = bvh.sphere_mesh(20, 40)
-        >>> b = bvh.build_bvh(v, f, max_leaf_size=4)
+        >>> b = bvh.build_bvh(v, f, max_leaf_size=1)
         >>> w = build_wide_bvh(b, leaf_order_tris(b, v, f))
         >>> w.check(n_tris=len(f)); w.depth <= b.depth()
         True
@@ -329,65 +335,169 @@ def build_wide_bvh(bvh: BVH, tris: np.ndarray) -> WideBVH:
     right[~is_leaf] = skip[idx[~is_leaf] + 1]
     lo64 = nb[:, :3].astype(np.float64)
     ext = np.maximum(nb[:, 3:].astype(np.float64) - lo64, 0.0)
-    # Only interior nodes are expansion candidates; leaves get -inf so argmax
-    # never picks them.  (Half area: the factor 2 does not change the order.)
-    area = np.where(is_leaf, -np.inf, ext[:, 0] * ext[:, 1] + ext[:, 1] * ext[:, 2] + ext[:, 2] * ext[:, 0])
+    area = ext[:, 0] * ext[:, 1] + ext[:, 1] * ext[:, 2] + ext[:, 2] * ext[:, 0]   # half the surface area
+    plan = _optimal_slots(left, right, is_leaf, count, area)
+    # (a subtree's primitives are one run of rows, from its first leaf's)
+    first_row = start.copy()
+    for level in plan.levels[::-1]:
+        inner = level[~is_leaf[level]]
+        first_row[inner] = first_row[left[inner]]
 
-    # Blocks: one per binary leaf, in pre-order.
-    leaf_ids = np.flatnonzero(is_leaf)
-    block_of = np.full(M, -1, np.int64)
-    block_of[leaf_ids] = np.arange(leaf_ids.size)
-    leaf_prims, leaf_tris = _pack_blocks(tris, start[leaf_ids], count[leaf_ids])
-
-    slot = np.arange(WIDTH)
-    level_bounds, level_children = [], []
+    block_start, block_count = [], []
+    level_bounds, level_children, level_blocks = [], [], []
     frontier = np.zeros(1, np.int64)  # binary node of each wide node of the level
-    next_index = 1
-    depth = 0
+    next_index, n_blocks, depth = 1, 0, 0
     while frontier.size:
+        wide, node = _slots_of(frontier, plan, left, right)
         n = frontier.size
-        cand = np.full((n, WIDTH), -1, np.int64)
-        cand[:, 0] = frontier
-        ca = np.full((n, WIDTH), -np.inf)
-        ca[:, 0] = area[frontier]
-        cnt = np.ones(n, np.int64)
-        # Starting from the binary node itself, the first step opens it into
-        # its two children, so 7 steps fill up to 8 slots; a binary leaf at
-        # the root stays the root's only (leaf) child.
-        for _ in range(WIDTH - 1):
-            arg = np.argmax(ca, axis=1)
-            rows = np.flatnonzero((cnt < WIDTH) & (ca[np.arange(n), arg] > -np.inf))
-            if rows.size == 0:
-                break
-            a = arg[rows][:, None]
-            par = cand[rows, arg[rows]]
-            # Insert in place: slots after `a` shift right by one (slot 7 is
-            # empty because cnt < 8), keeping the binary left-to-right order.
-            src = np.where(slot <= a, slot, slot - 1)
-            c = np.take_along_axis(cand[rows], src, axis=1)
-            c = np.where(slot == a, left[par][:, None], c)
-            c = np.where(slot == a + 1, right[par][:, None], c)
-            cand[rows] = c
-            ca[rows] = np.where(c >= 0, area[np.maximum(c, 0)], -np.inf)
-            cnt[rows] += 1
-        filled = cand >= 0
-        safe = np.maximum(cand, 0)
-        inner = filled & ~is_leaf[safe]
+        per_wide = np.bincount(wide, minlength=n)
+        slot = np.arange(wide.size) - np.repeat(np.cumsum(per_wide) - per_wide, per_wide)
+        block = plan.block[node]
         ch = np.full((n, WIDTH), -1, np.int64)
-        n_inner = int(inner.sum())
-        ch[inner] = next_index + np.arange(n_inner)  # row-major: level order numbering
-        leaf = filled & is_leaf[safe]
-        ch[leaf] = ~block_of[cand[leaf]]
-        bb = nb[safe]  # (n, 8, 6)
-        bb[~filled] = np.array([_INF, _INF, _INF, -_INF, -_INF, -_INF], _F)
+        n_inner = int((~block).sum())
+        ch[wide[~block], slot[~block]] = next_index + np.arange(n_inner)  # row-major: level order numbering
+        ch[wide[block], slot[block]] = ~(n_blocks + np.arange(int(block.sum())))
+        block_start.append(first_row[node[block]])
+        block_count.append(plan.prims[node[block]])
+        n_blocks += int(block.sum())
+        bb = np.empty((n, WIDTH, 6), _F)
+        bb[:] = np.array([_INF, _INF, _INF, -_INF, -_INF, -_INF], _F)
+        bb[wide, slot] = nb[node]
         level_bounds.append(bb.transpose(0, 2, 1).reshape(n, 48))
-        level_children.append(ch.astype(np.int32))
+        level_children.append(ch)
+        is_block = np.zeros((n, WIDTH), bool)
+        is_block[wide[block], slot[block]] = True
+        level_blocks.append(is_block)
         next_index += n_inner
-        frontier = cand[inner]
+        frontier = node[~block]
         depth += 1
     children = np.concatenate(level_children)
+    # Blocks numbered by their first row: lanes list the rows in order, and
+    # neighbouring blocks are neighbours in memory.
+    block_start, block_count = np.concatenate(block_start), np.concatenate(block_count)
+    order = np.argsort(block_start, kind="stable")
+    renumber = np.empty_like(order)
+    renumber[order] = np.arange(order.size)
+    is_block = np.concatenate(level_blocks)
+    children[is_block] = ~renumber[~children[is_block]]
+    leaf_prims, leaf_tris = _pack_blocks(tris, block_start[order], block_count[order])
     bounds = np.ascontiguousarray(np.concatenate(level_bounds))
+    children = children.astype(np.int32)
     return WideBVH(bounds, children, leaf_tris, leaf_prims, depth, exact_stack_need(children, bounds))
+
+
+# The costs the collapse minimizes (relative to a wide node's test: its 8
+# slab tests, the pushes): a leaf block's test, fixed plus per triangle
+# (the 4 lanes are one vector step, then the hit lanes are resolved), each
+# times the probability a ray meets its box (SAH: the box's surface area).
+# Measured against a block priced as its 4 lanes whatever they hold
+# (BLOCK_COST 1, BLOCK_TRIANGLE_COST 0; scenes of bench_primal, 128^2,
+# 64 spp): the Cornell box 0.94x the time, a 1M-triangle sphere and the
+# envmap scene the same.
+BLOCK_COST = 0.5
+BLOCK_TRIANGLE_COST = 0.25
+
+
+@dataclass
+class _SlotPlan:
+    """The cheapest collapse of a binary BVH (see :func:`_optimal_slots`)."""
+    levels: list           # binary node ids by depth (root first)
+    prims: np.ndarray      # (M,) primitives under each node
+    block: np.ndarray      # (M,) the node, as one slot, is a leaf block (else a wide node)
+    used: np.ndarray       # (M, 9) slots the cheapest cover of node n in at most i slots takes
+    split: np.ndarray      # (M, 9) of which its first child's cover takes (where used > 1)
+
+
+def _optimal_slots(left, right, is_leaf, count, area) -> _SlotPlan:
+    """The collapse of least expected cost (SAH; Ylitie, Karras and Laine,
+    "Efficient incoherent ray traversal on GPUs through compressed wide
+    BVHs", 2017, section 4.1), by dynamic programming from the leaves up:
+    ``cost[n, i]``, the least cost of binary node n's subtree as at most i
+    slots of its wide parent, is either its cost as one slot (the cheaper
+    of a leaf block, where it has at most 4 triangles, and a wide node:
+    its own test plus its children's subtrees in 8 slots) or the best
+    division of i slots between its two children. Binary leaves stay whole
+    (so a binary BVH built with one triangle per leaf gives the collapse
+    every choice)."""
+    M = left.size
+    levels, frontier = [], np.zeros(1, np.int64)
+    while frontier.size:
+        levels.append(frontier)
+        inner = frontier[~is_leaf[frontier]]
+        frontier = np.concatenate([left[inner], right[inner]])
+    prims = count.copy()
+    cost = np.full((M, WIDTH + 1), np.inf)
+    used = np.ones((M, WIDTH + 1), np.int8)
+    split = np.zeros((M, WIDTH + 1), np.int8)
+    block = np.zeros(M, bool)
+    for nodes in levels[::-1]:
+        inner = nodes[~is_leaf[nodes]]
+        a, b = left[inner], right[inner]
+        prims[inner] = prims[a] + prims[b]
+        cost_a, cost_b = cost[a], cost[b]
+        # divided[:, j]: the children's subtrees in j slots together, the
+        # first child's taking split_here[:, j]
+        divided = np.full((inner.size, WIDTH + 1), np.inf)
+        split_here = np.zeros((inner.size, WIDTH + 1), np.int8)
+        pairs = cost_a[:, 1:, None] + cost_b[:, None, 1:]     # [:, k - 1, m - 1]: k and m slots
+        for j in range(2, WIDTH + 1):
+            k = np.arange(1, j)
+            options = pairs[:, k - 1, j - k - 1]
+            best = np.argmin(options, axis=1)
+            divided[:, j] = np.take_along_axis(options, best[:, None], axis=1)[:, 0]
+            split_here[:, j] = best + 1
+        split[inner] = split_here
+        as_block = np.where(prims[nodes] <= LEAF_WIDTH,
+                            (BLOCK_COST + BLOCK_TRIANGLE_COST * prims[nodes]) * area[nodes], np.inf)
+        as_node = np.full(nodes.size, np.inf)
+        as_node[~is_leaf[nodes]] = area[inner] + divided[:, WIDTH]
+        block[nodes] = as_block <= as_node
+        here = np.empty((nodes.size, WIDTH + 1))
+        take = np.ones((nodes.size, WIDTH + 1), np.int8)
+        here[:, 1] = np.minimum(as_block, as_node)
+        opened = np.full((nodes.size, WIDTH + 1), np.inf)
+        opened[~is_leaf[nodes]] = divided
+        for i in range(2, WIDTH + 1):
+            # (ties open: more slots filled, a shallower tree, where boxes have no area)
+            better = opened[:, i] <= here[:, i - 1]
+            here[:, i] = np.where(better, opened[:, i], here[:, i - 1])
+            take[:, i] = np.where(better, i, take[:, i - 1])
+        cost[nodes], used[nodes] = here, take
+    # The root's wide node holds it as a block only in a tree of at most 4
+    # triangles, at the cost of its own test as well.
+    block[0] = as_block[0] + area[0] <= as_node[0]
+    return _SlotPlan(levels, prims, block, used, split)
+
+
+def _slots_of(wide_nodes, plan: _SlotPlan, left, right):
+    """(wide node of each slot, binary node in it), in slot order: the
+    binary subtrees of ``wide_nodes`` divided as ``plan`` chose, each wide
+    node's slots in the binary tree's left-to-right order. A wide node
+    that is itself a leaf block (the root of a tiny tree) is its own only
+    slot."""
+    own = plan.block[wide_nodes]
+    rows = np.flatnonzero(~own)
+    k = plan.split[wide_nodes[rows], WIDTH].astype(np.int64)
+    wide = np.concatenate([np.flatnonzero(own), np.repeat(rows, 2)])
+    node = np.concatenate([wide_nodes[own], np.stack([left[wide_nodes[rows]], right[wide_nodes[rows]]], 1).ravel()])
+    slots = np.concatenate([np.ones(int(own.sum()), np.int64), np.stack([k, WIDTH - k], 1).ravel()])
+    order = np.argsort(wide, kind="stable")
+    wide, node, slots = wide[order], node[order], slots[order]
+    while True:
+        take = plan.used[node, slots].astype(np.int64)
+        opens = take > 1
+        if not opens.any():
+            return wide, node
+        k = plan.split[node, take].astype(np.int64)
+        reps = np.where(opens, 2, 1)
+        pos = np.repeat(np.arange(node.size), reps)
+        second = np.zeros(pos.size, bool)
+        second[np.cumsum(reps)[opens] - 1] = True
+        first = ~second
+        o = opens[pos]
+        new_node = np.where(o & first, left[node[pos]], np.where(o, right[node[pos]], node[pos]))
+        new_slots = np.where(o & first, k[pos], np.where(o, take[pos] - k[pos], 1))
+        wide, node, slots = wide[pos], new_node, new_slots
 
 
 def _pack_blocks(tris, start, count):
@@ -599,20 +709,12 @@ def _check(w: WideBVH, n_tris, tris) -> None:
         _fail(f"stack_need = {w.stack_need} < {need} needed")
 
 
-# SAH traversal cost (relative to one triangle test) of the binary BVH that
-# a triangle-only scene (or a shapegroup) collapses into its 8-wide BVH.
-# Measured on a 1M triangle mesh in the Cornell box (random rays): 1 -> 2
-# gave 8.5 -> 10.3 Mrays/s; 1.5 and 3 were slower than 2.
-WIDE_BVH_C_TRAV = 2.0
-
-
 def triangle_bvh(tris: np.ndarray):
     """The binary BVH over the triangle rows ``tris`` (N, 9) that a wide one
-    is collapsed from. The kernels test a leaf's (up to 4) triangles in one
-    4-wide step, so a traversal step is priced at two triangle tests: fuller
-    leaves, a smaller tree (and fewer cache misses) than the default 1:1."""
+    is collapsed from: one triangle per leaf, so that the collapse chooses
+    the leaf blocks (:func:`_optimal_slots`) as well as the wide nodes."""
     verts = tris.reshape(-1, 3).astype(np.float32)
-    return build_bvh(verts, np.arange(len(verts), dtype=np.int32).reshape(-1, 3), c_trav=WIDE_BVH_C_TRAV)
+    return build_bvh(verts, np.arange(len(verts), dtype=np.int32).reshape(-1, 3), max_leaf_size=1)
 
 
 def kernel_buffers(bvh: BVH, tris: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
