@@ -352,13 +352,14 @@ def build_wide_bvh(bvh: BVH, tris: np.ndarray) -> WideBVH:
         n = frontier.size
         per_wide = np.bincount(wide, minlength=n)
         slot = np.arange(wide.size) - np.repeat(np.cumsum(per_wide) - per_wide, per_wide)
-        block = plan.block[node]
+        col = plan.at[node]
+        block = plan.block[col]
         ch = np.full((n, WIDTH), -1, np.int64)
         n_inner = int((~block).sum())
         ch[wide[~block], slot[~block]] = next_index + np.arange(n_inner)  # row-major: level order numbering
         ch[wide[block], slot[block]] = ~(n_blocks + np.arange(int(block.sum())))
         block_start.append(first_row[node[block]])
-        block_count.append(plan.prims[node[block]])
+        block_count.append(plan.prims[col[block]])
         n_blocks += int(block.sum())
         bb = np.empty((n, WIDTH, 6), _F)
         bb[:] = np.array([_INF, _INF, _INF, -_INF, -_INF, -_INF], _F)
@@ -387,25 +388,28 @@ def build_wide_bvh(bvh: BVH, tris: np.ndarray) -> WideBVH:
 
 
 # The costs the collapse minimizes (relative to a wide node's test: its 8
-# slab tests, the pushes): a leaf block's test, fixed plus per triangle
-# (the 4 lanes are one vector step, then the hit lanes are resolved), each
-# times the probability a ray meets its box (SAH: the box's surface area).
-# Measured against a block priced as its 4 lanes whatever they hold
-# (BLOCK_COST 1, BLOCK_TRIANGLE_COST 0; scenes of bench_primal, 128^2,
-# 64 spp): the Cornell box 0.94x the time, a 1M-triangle sphere and the
-# envmap scene the same.
+# slab tests, the pushes): a leaf block's test, fixed plus per triangle,
+# each times the probability a ray meets its box (SAH: the box's surface
+# area). Measured (bench_primal's scenes, 128^2, 64 spp, in one process):
+# against a block priced as its 4 lanes whatever they hold (1 and 0), the
+# Cornell box 0.94x the time, the 1M-triangle sphere and the envmap scene
+# the same; a wide node dearer or cheaper (0.35 and 0.17, 0.7 and 0.35)
+# built the same Cornell box, and the sphere within the noise.
 BLOCK_COST = 0.5
 BLOCK_TRIANGLE_COST = 0.25
 
 
 @dataclass
 class _SlotPlan:
-    """The cheapest collapse of a binary BVH (see :func:`_optimal_slots`)."""
+    """The cheapest collapse of a binary BVH (see :func:`_optimal_slots`).
+    Per node, at column ``at[n]`` of binary node ``n`` (the nodes in level
+    order):"""
     levels: list           # binary node ids by depth (root first)
+    at: np.ndarray         # (M,) each binary node's column
     prims: np.ndarray      # (M,) primitives under each node
     block: np.ndarray      # (M,) the node, as one slot, is a leaf block (else a wide node)
-    used: np.ndarray       # (M, 9) slots the cheapest cover of node n in at most i slots takes
-    split: np.ndarray      # (M, 9) of which its first child's cover takes (where used > 1)
+    used: np.ndarray       # (9, M) [i]: slots the cheapest cover of the node in at most i slots takes
+    split: np.ndarray      # (9, M) [i]: of which its first child's cover takes (where used > 1)
 
 
 def _optimal_slots(left, right, is_leaf, count, area) -> _SlotPlan:
@@ -420,53 +424,75 @@ def _optimal_slots(left, right, is_leaf, count, area) -> _SlotPlan:
     (so a binary BVH built with one triangle per leaf gives the collapse
     every choice)."""
     M = left.size
+    # Level d + 1 lists the first children of level d's interior nodes, then
+    # their second children: a level's children are two runs of the next.
     levels, frontier = [], np.zeros(1, np.int64)
     while frontier.size:
         levels.append(frontier)
         inner = frontier[~is_leaf[frontier]]
         frontier = np.concatenate([left[inner], right[inner]])
-    prims = count.copy()
-    cost = np.full((M, WIDTH + 1), np.inf)
-    used = np.ones((M, WIDTH + 1), np.int8)
-    split = np.zeros((M, WIDTH + 1), np.int8)
-    block = np.zeros(M, bool)
+    # (per level, deepest first; slot counts first: each count's column of a
+    # level is one run of memory)
+    used, split, block, prims = [], [], [], []
+    below = below_prims = None        # the next level's costs (WIDTH + 1, n) and primitives
     for nodes in levels[::-1]:
-        inner = nodes[~is_leaf[nodes]]
-        a, b = left[inner], right[inner]
-        prims[inner] = prims[a] + prims[b]
-        cost_a, cost_b = cost[a], cost[b]
-        # divided[:, j]: the children's subtrees in j slots together, the
-        # first child's taking split_here[:, j]
-        divided = np.full((inner.size, WIDTH + 1), np.inf)
-        split_here = np.zeros((inner.size, WIDTH + 1), np.int8)
-        pairs = cost_a[:, 1:, None] + cost_b[:, None, 1:]     # [:, k - 1, m - 1]: k and m slots
-        for j in range(2, WIDTH + 1):
-            k = np.arange(1, j)
-            options = pairs[:, k - 1, j - k - 1]
-            best = np.argmin(options, axis=1)
-            divided[:, j] = np.take_along_axis(options, best[:, None], axis=1)[:, 0]
-            split_here[:, j] = best + 1
-        split[inner] = split_here
-        as_block = np.where(prims[nodes] <= LEAF_WIDTH,
-                            (BLOCK_COST + BLOCK_TRIANGLE_COST * prims[nodes]) * area[nodes], np.inf)
+        interior = ~is_leaf[nodes]
+        inner = nodes[interior]
+        n_in = inner.size
+        here_prims = count[nodes].copy()
+        if n_in:
+            cost_a, cost_b = below[:, :n_in], below[:, n_in:]
+            leaf_a, leaf_b = is_leaf[left[inner]], is_leaf[right[inner]]
+            here_prims[interior] = below_prims[:n_in] + below_prims[n_in:]
+        # divided[j]: the children's subtrees in j slots together, the
+        # first child's taking first[j]. A leaf's cost is the same in any
+        # number of slots, so beside one the other child takes all but one
+        # (its cost never rises with more); only where both children are
+        # interior are the divisions compared.
+        divided = np.empty((WIDTH + 1, n_in))
+        first = np.zeros((WIDTH + 1, n_in), np.int8)
+        first_here = np.zeros((WIDTH + 1, nodes.size), np.int8)
+        if n_in:
+            both = np.flatnonzero(~leaf_a & ~leaf_b)
+            ca, cb = cost_a[:, both], cost_b[:, both]
+            for j in range(2, WIDTH + 1):
+                first[j] = np.where(leaf_a, 1, j - 1)
+                divided[j] = np.where(leaf_a, cost_a[1] + cost_b[j - 1], cost_a[j - 1] + cost_b[1])
+                best, at = ca[1] + cb[j - 1], np.ones(both.size, np.int8)
+                for k in range(2, j):
+                    c = ca[k] + cb[j - k]
+                    better = c < best
+                    best = np.where(better, c, best)
+                    at[better] = k
+                divided[j, both], first[j, both] = best, at
+        area_here = area[nodes]
+        as_block = np.where(here_prims <= LEAF_WIDTH, (BLOCK_COST + BLOCK_TRIANGLE_COST * here_prims) * area_here,
+                            np.inf)
         as_node = np.full(nodes.size, np.inf)
-        as_node[~is_leaf[nodes]] = area[inner] + divided[:, WIDTH]
-        block[nodes] = as_block <= as_node
-        here = np.empty((nodes.size, WIDTH + 1))
-        take = np.ones((nodes.size, WIDTH + 1), np.int8)
-        here[:, 1] = np.minimum(as_block, as_node)
-        opened = np.full((nodes.size, WIDTH + 1), np.inf)
-        opened[~is_leaf[nodes]] = divided
+        as_node[interior] = area_here[interior] + divided[WIDTH]
+        here = np.empty((WIDTH + 1, nodes.size))
+        take = np.ones((WIDTH + 1, nodes.size), np.int8)
+        here[1] = np.minimum(as_block, as_node)
+        opened = np.full((WIDTH + 1, nodes.size), np.inf)
+        opened[:, interior] = divided
         for i in range(2, WIDTH + 1):
             # (ties open: more slots filled, a shallower tree, where boxes have no area)
-            better = opened[:, i] <= here[:, i - 1]
-            here[:, i] = np.where(better, opened[:, i], here[:, i - 1])
-            take[:, i] = np.where(better, i, take[:, i - 1])
-        cost[nodes], used[nodes] = here, take
+            better = opened[i] <= here[i - 1]
+            here[i] = np.where(better, opened[i], here[i - 1])
+            take[i] = np.where(better, i, take[i - 1])
+        first_here[:, interior] = first
+        used.append(take)
+        split.append(first_here)
+        block.append(as_block <= as_node)
+        prims.append(here_prims)
+        below, below_prims = here, here_prims
     # The root's wide node holds it as a block only in a tree of at most 4
     # triangles, at the cost of its own test as well.
-    block[0] = as_block[0] + area[0] <= as_node[0]
-    return _SlotPlan(levels, prims, block, used, split)
+    block[-1][0] = as_block[0] + area[0] <= as_node[0]
+    at = np.empty(M, np.int64)
+    at[np.concatenate(levels)] = np.arange(M)
+    return _SlotPlan(levels, at, np.concatenate(prims[::-1]), np.concatenate(block[::-1]),
+                     np.concatenate(used[::-1], axis=1), np.concatenate(split[::-1], axis=1))
 
 
 def _slots_of(wide_nodes, plan: _SlotPlan, left, right):
@@ -475,20 +501,21 @@ def _slots_of(wide_nodes, plan: _SlotPlan, left, right):
     node's slots in the binary tree's left-to-right order. A wide node
     that is itself a leaf block (the root of a tiny tree) is its own only
     slot."""
-    own = plan.block[wide_nodes]
+    own = plan.block[plan.at[wide_nodes]]
     rows = np.flatnonzero(~own)
-    k = plan.split[wide_nodes[rows], WIDTH].astype(np.int64)
+    k = plan.split[WIDTH, plan.at[wide_nodes[rows]]].astype(np.int64)
     wide = np.concatenate([np.flatnonzero(own), np.repeat(rows, 2)])
     node = np.concatenate([wide_nodes[own], np.stack([left[wide_nodes[rows]], right[wide_nodes[rows]]], 1).ravel()])
     slots = np.concatenate([np.ones(int(own.sum()), np.int64), np.stack([k, WIDTH - k], 1).ravel()])
     order = np.argsort(wide, kind="stable")
     wide, node, slots = wide[order], node[order], slots[order]
     while True:
-        take = plan.used[node, slots].astype(np.int64)
+        col = plan.at[node]
+        take = plan.used[slots, col].astype(np.int64)
         opens = take > 1
         if not opens.any():
             return wide, node
-        k = plan.split[node, take].astype(np.int64)
+        k = plan.split[take, col].astype(np.int64)
         reps = np.where(opens, 2, 1)
         pos = np.repeat(np.arange(node.size), reps)
         second = np.zeros(pos.size, bool)
