@@ -1,7 +1,7 @@
-"""8-wide BVH (jaxrender.scene.wide_bvh): layout invariants, the collapse rule
-against a per-node recursive reference, closest hits of the reference
-traversal against the binary BVH and brute force, degenerate inputs, and
-check() rejecting corrupted trees."""
+"""8-wide BVH (jaxrender.scene.wide_bvh): layout invariants, the collapse's
+cost against an exhaustive search (tiny trees) and a memoized recursion,
+closest hits of the reference traversal against the binary BVH and brute
+force, degenerate inputs, and check() rejecting corrupted trees."""
 from __future__ import annotations
 
 import time
