@@ -398,12 +398,11 @@ def test_triangle_only_kernels_do_not_touch_shape_buffers():
         k = PathIntegrator().primal_kernel(structure)
         used = used_inputs(k)
         assert not (used & unused), (structure, used & unused)
-        # Triangle-only scenes query the 8-wide BVH; analytic shapes need the skip-link one.
+        # Triangles are in the 8-wide BVH; analytic shapes add the skip-link one of their own.
         wide = {"wide_nodes", "wide_leaves"}
         skip_links = {"bvh_bounds", "bvh_links"}
-        assert "tris" in used
-        assert (wide <= used and not used & skip_links) if not structure.analytic else \
-            (skip_links <= used and not used & wide), structure
+        assert "tris" in used and wide <= used
+        assert skip_links <= used if structure.analytic else not used & skip_links, structure
 
 
 # ---------------------------------------------------------------------------

@@ -189,7 +189,8 @@ class Context:
         instances = Instances(b) if structure.instanced else None
         if structure.analytic:
             geo = SceneGeometry(b["tris"], b["bvh_bounds"], b["bvh_links"], b["prim_shape"], b["shape_data"],
-                                instances=instances, kinds=tuple(SHAPE_KIND[n] for n in structure.analytic))
+                                wide=(b["wide_nodes"], b["wide_leaves"]), instances=instances,
+                                kinds=tuple(SHAPE_KIND[n] for n in structure.analytic))
         else:
             geo = SceneGeometry(b["tris"], b["bvh_bounds"], b["bvh_links"],
                                 wide=(b["wide_nodes"], b["wide_leaves"]), instances=instances)

@@ -1,16 +1,21 @@
-"""Ray queries against the scene's primitives through a stackless BVH.
+"""Ray queries against the scene's primitives.
 
-The BVH (``jaxrender.scene.bvh``) is stored depth-first with skip links:
-visiting node ``i``, a ray that hits its box continues at ``i + 1`` (the first
-child) unless it is a leaf, and at ``skip[i]`` otherwise. No stack, so the
-loop state is three scalars per ray, which suits SIMD packets and GPUs.
+Triangles are in an 8-wide BVH that the engine's traversal routine walks
+(``ir.bvh_query``, ``jaxrender.scene.wide_bvh``). Mitsuba's analytic
+shapes (spheres, disks, cylinders), in scenes that have them, are in a
+binary BVH of their own, stored depth-first with skip links
+(``jaxrender.scene.bvh``): visiting node ``i``, a ray that hits its box
+continues at ``i + 1`` (the first child) unless it is a leaf, and at
+``skip[i]`` otherwise, so the loop state is three scalars per ray. A query
+walks it after the triangles' query, keeping the nearer hit: a scene with
+one sphere among its triangles pays for a walk over one box, not for
+walking every triangle through skip links.
 
-Primitives are triangles and, in scenes that have them, Mitsuba's analytic
-spheres and disks. Every primitive has a row of ``tris`` (an analytic one's is
-unused); with analytic shapes ``prim_shape`` says, per leaf entry, -1 for a
-triangle or the row of ``shape_data`` (``jaxrender.scene.shapes.AnalyticShape
-.row``) of the shape, and the leaf loop branches on it. A scene without them
-passes no ``prim_shape`` and gets the triangle-only loop.
+Every primitive has a row of ``tris`` (an analytic one's is unused; the
+shapes' rows follow the triangles'), and ``prim_shape`` says, per row, -1
+for a triangle or the row of ``shape_data`` (``jaxrender.scene.shapes
+.AnalyticShape.row``) of the shape; the skip-link BVH's leaves name rows.
+A scene without analytic shapes passes no ``prim_shape``.
 
 In scenes whose instances share shapegroups (``Instances``,
 ``jaxrender.scene.instancing``), a query then walks the skip-link BVH over
@@ -31,14 +36,15 @@ INF = float("inf")
 
 
 class SceneGeometry:
-    """Kernel-side handles of the geometry buffers; ``prim_shape`` and
+    """Kernel-side handles of the geometry buffers; ``bvh_bounds`` /
+    ``bvh_links`` (the shapes' skip-link BVH), ``prim_shape`` and
     ``shape_data`` only for scenes with analytic shapes."""
 
     def __init__(self, tris, bvh_bounds, bvh_links, prim_shape=None, shape_data=None, wide=None, instances=None,
                  kinds: tuple | None = None):
         self.tris = tris              # (N, 9): p0, p1, p2 per triangle, in BVH leaf order
-        self.bounds = bvh_bounds      # (M, 6): box min, box max
-        self.links = bvh_links        # (M, 3): skip, first primitive, primitive count (0: interior)
+        self.bounds = bvh_bounds      # analytic shapes' BVH (M, 6): box min, box max
+        self.links = bvh_links        # (M, 3): skip, first row, row count (0: interior)
         self.prim_shape = prim_shape  # (N,): -1 (triangle) or analytic shape index
         self.shape_data = shape_data  # (S, SHAPE_ROW)
         self.analytic = prim_shape is not None
@@ -46,9 +52,8 @@ class SceneGeometry:
         # None: all): code for the others is not traced, one kind is a constant.
         every = tuple(range(len(shapes.ANALYTIC)))
         self.kinds = (every if kinds is None else tuple(kinds)) if self.analytic else ()
-        # Triangle-only scenes: the 8-wide BVH's buffers (nodes, leaves;
-        # ir.bvh_query), queried by the builtin traversal instead of the
-        # skip links.
+        # The triangles' 8-wide BVH (nodes, leaves; ir.bvh_query), queried by
+        # the engine's traversal routine.
         self.wide = wide
         self.instances = instances    # Instances, in scenes that share shapegroups
 
@@ -144,16 +149,6 @@ def _affine(m, v: Vec, point: bool):
     return Vec(*(r + m[4 * k + 3] for k, r in enumerate(rows))) if point else Vec(*rows)
 
 
-def intersect_primitive(geo: SceneGeometry, idx, o: Vec, d: Vec, t_min):
-    """(t, b1, b2) of leaf entry ``idx``: a triangle, or an analytic shape
-    (then b1 = b2 = 0) where the scene has them."""
-    if not geo.analytic:
-        return triangle.intersect(o, d, *geo.triangle(idx))
-    s = geo.prim_shape[idx]
-    return ir.cond(s < 0, lambda: triangle.intersect(o, d, *geo.triangle(idx)),
-                   lambda: (shapes.intersect(geo, s, o, d, t_min), ir.Float(0.0), ir.Float(0.0)))
-
-
 def _fmin(a, b):
     # One instruction (minps) where _box_entry needs no NaN handling.
     return ir.select(a < b, a, b)
@@ -238,20 +233,21 @@ def _walk_any(bounds, links, o: Vec, inv_d: Vec, t_max, probe, accept=lambda x: 
 
 
 def _scene_closest(geo: SceneGeometry, o: Vec, d: Vec, inv_d: Vec, t_min, t_max):
-    """(t, primitive, b1, b2) of the nearest of the scene's own primitives."""
-    if geo.wide is not None:
-        return ir.bvh_query.closest_hit(geo.wide, o, d, inv_d, t_min, t_max)
+    """(t, primitive, b1, b2) of the nearest of the scene's own primitives:
+    the triangles' in the 8-wide BVH, then (scenes with analytic shapes)
+    the shapes' skip-link BVH walked for a nearer one."""
+    hit = ir.bvh_query.closest_hit(geo.wide, o, d, inv_d, t_min, t_max)
+    if not geo.analytic:
+        return hit
 
-    def primitive(idx, st):
+    def shape(row, st):
         bt, bi, u0, v0 = st
-        t, u, v = intersect_primitive(geo, idx, o, d, t_min)
+        t = shapes.intersect(geo, geo.prim_shape[row], o, d, t_min)
         closer = (t > t_min) & (t < bt)
-        return (ir.select(closer, t, bt), ir.select(closer, idx, bi),
-                ir.select(closer, u, u0), ir.select(closer, v, v0))
+        return (ir.select(closer, t, bt), ir.select(closer, row, bi),
+                ir.select(closer, 0.0, u0), ir.select(closer, 0.0, v0))
 
-    return _walk_nearest(geo.bounds, geo.links, o, inv_d,
-                         (ir.Float(t_max) if not isinstance(t_max, ir.Var) else t_max,
-                          ir.Int(-1), ir.Float(0.0), ir.Float(0.0)), primitive)
+    return _walk_nearest(geo.bounds, geo.links, o, inv_d, hit, shape)
 
 
 def _walks_inline(geo: SceneGeometry) -> bool:
@@ -259,7 +255,7 @@ def _walks_inline(geo: SceneGeometry) -> bool:
     shapes, instances), not only in the engine's traversal routines: then
     each query is a subroutine, which the code of a kernel that queries from
     several places shares (a derivative kernel's passes, its shadow rays)."""
-    return geo.wide is None or geo.instances is not None
+    return geo.analytic or geo.instances is not None
 
 
 def closest_hit(geo: SceneGeometry, o: Vec, d: Vec, t_min, t_max):
@@ -301,12 +297,11 @@ def occluded(geo: SceneGeometry, o: Vec, d: Vec, t_min, t_max):
 
 def _occluded(geo: SceneGeometry, o: Vec, d: Vec, t_min, t_max):
     inv_d = _safe_inv(d)
-    if geo.wide is not None:
-        found = ir.bvh_query.any_hit(geo.wide, o, d, inv_d, t_min, t_max)
-    else:
-        found = _walk_any(geo.bounds, geo.links, o, inv_d, t_max,
-                          lambda idx: intersect_primitive(geo, idx, o, d, t_min)[0],
-                          lambda t: (t > t_min) & (t < t_max))
+    found = ir.bvh_query.any_hit(geo.wide, o, d, inv_d, t_min, t_max)
+    if geo.analytic:
+        found = ir.cond(found, lambda: ir.Bool(True), lambda: _walk_any(
+            geo.bounds, geo.links, o, inv_d, t_max, lambda row: shapes.intersect(geo, geo.prim_shape[row], o, d, t_min),
+            lambda t: (t > t_min) & (t < t_max)))
     inst = geo.instances
     if inst is None:
         return found

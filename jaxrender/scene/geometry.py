@@ -17,7 +17,7 @@ import numpy as np
 
 from ..kernels import emitters as kemitters
 from ..kernels import layout
-from .bvh import build_bvh_from_bounds, triangle_bounds
+from .bvh import BVH, build_bvh_from_bounds
 from .errors import SceneError
 from .refit import MovingGeometry
 from .instancing import instance_tables
@@ -35,13 +35,14 @@ def scene_fields(b: SceneBuilder) -> dict:
     """The keyword arguments of ``Scene`` for everything ``b`` loaded."""
     if not b.meshes and not b.shapes and not b.instances:
         raise SceneError("the scene has no shapes")
-    prims, bvh = _primitives(b)
-    order = bvh.prim_index
+    prims, order, bvh, shape_bvh = _primitives(b)
     own = dict(tris=prims["tris"][order].astype(np.float32), attrs=prims["attrs"][order],
                uvs=prims["uvs"][order].astype(np.float32),
                normals=None if prims["normals"] is None else prims["normals"][order].astype(np.float32))
     prim_shape = prims["prim_shape"]
-    wide = None if b.shapes else kernel_buffers(bvh, own["tris"])
+    n_tris = len(bvh.prim_index)
+    wide = kernel_buffers(bvh, own["tris"][:n_tris])
+    skip_link = bvh if shape_bvh is None else shape_bvh
     instancing = instance_tables(b.groups, b.instances, len(order))
     rows = own if instancing is None else _with_group_rows(own, instancing.rows)
     if prim_shape is not None:
@@ -53,7 +54,7 @@ def scene_fields(b: SceneBuilder) -> dict:
     camera_key, camera = b.sensors[0]
     emitters = _emitter_tables(b, tri, attr)
     return dict(camera=camera, integrator=b.integrator, triangles=tri, tri_attr=attr,
-                bvh_bounds=bvh.node_bounds.astype(np.float32), bvh_links=bvh.node_links.astype(np.int32),
+                bvh_bounds=skip_link.node_bounds.astype(np.float32), bvh_links=skip_link.node_links.astype(np.int32),
                 **emitters, env_emitter=b.env, camera_key=camera_key, params=b.params,
                 prim_media=media if (media >= 0).any() else np.zeros((0, layout.PRIM_MEDIA_ROW), np.int32),
                 media=b.media, bsdfs=b.bsdfs, emitter_keys=b.emitter_keys, nondifferentiable=b.nondiff, frozen=b.frozen,
@@ -66,7 +67,7 @@ def scene_fields(b: SceneBuilder) -> dict:
                 shape_data=np.array([s.row() for s in b.shapes], np.float32).reshape(-1, layout.SHAPE_ROW),
                 shapes=b.shapes, sensors=b.sensors, wide_bvh=wide,
                 instancing=None if instancing is None else instancing.buffers,
-                moving=_moving(b, prims, order, bvh, wide, attr, emitters["emitter_meta"], rows, instancing))
+                moving=_moving(b, prims, order, shape_bvh, wide, attr, emitters["emitter_meta"], rows, instancing))
 
 
 def _with_group_rows(own: dict, group: dict) -> dict:
@@ -80,7 +81,7 @@ def _with_group_rows(own: dict, group: dict) -> dict:
     return out
 
 
-def _moving(b: SceneBuilder, prims: dict, order: np.ndarray, bvh, wide, attr: np.ndarray,
+def _moving(b: SceneBuilder, prims: dict, order: np.ndarray, shape_bvh, wide, attr: np.ndarray,
             meta: np.ndarray, rows: dict, instancing) -> MovingGeometry | None:
     """The refit plan of a scene with meshes placed by parameters (None without)."""
     placed_instances = None if instancing is None or not instancing.placement.keys else instancing.placement
@@ -99,12 +100,15 @@ def _moving(b: SceneBuilder, prims: dict, order: np.ndarray, bvh, wide, attr: np
     return MovingGeometry.plan([m[0] for m in b.meshes], [m[4] for m in b.meshes],
                                None if normals is None else normals[:n_tris].astype(np.float32), prims["uvs"],
                                order, n_tris,
-                               b.shapes, bvh, wide, lights, shape_lights, group_rows, placed_instances)
+                               b.shapes, shape_bvh, wide, lights, shape_lights, group_rows, placed_instances)
 
 
-def _primitives(b: SceneBuilder) -> tuple[dict, object]:
+def _primitives(b: SceneBuilder) -> tuple:
     """Every primitive's rows in load order (tris, attrs, uvs; normals and
-    prim_shape or None when no primitive needs them) and the BVH over them."""
+    prim_shape or None when no primitive needs them), the leaf order of
+    the rows (leaf row -> load-order row), the BVH over the triangles (the
+    first rows) and, with analytic shapes, the skip-link BVH over them,
+    whose leaves name their leaf rows (after the triangles') (else None)."""
     tri = np.concatenate([m[0] for m in b.meshes]).astype(np.float64) if b.meshes else np.zeros((0, 9))
     width = layout.ATTR_ROW + layout.PRIM_MEDIA_ROW
     attr = np.concatenate([m[1] for m in b.meshes]).astype(np.int32) if b.meshes else np.zeros((0, width), np.int32)
@@ -114,21 +118,24 @@ def _primitives(b: SceneBuilder) -> tuple[dict, object]:
     smooth = any(m[3] is not None for m in b.meshes)
     normals = np.concatenate([np.zeros((len(m[0]), 9)) if m[3] is None else m[3] for m in b.meshes]) \
         if smooth else None
+    bvh = triangle_bvh(tri)
     if not b.shapes:
-        bvh = triangle_bvh(tri)
-        return dict(tris=tri, attrs=attr, uvs=uvs, normals=normals, prim_shape=None), bvh
-    # Analytic shapes are BVH primitives after the triangles, boxed by their extent.
-    verts = tri.reshape(-1, 3).astype(np.float32)
-    lo_t, hi_t = triangle_bounds(verts, np.arange(len(verts), dtype=np.int32).reshape(-1, 3))
+        return (dict(tris=tri, attrs=attr, uvs=uvs, normals=normals, prim_shape=None), bvh.prim_index, bvh, None)
+    # The analytic shapes, boxed by their extent, in a BVH of their own: one
+    # sphere among triangles no longer sends every ray of the scene through
+    # a skip-link walk (the triangles' 8-wide traversal is ~2x faster).
     boxes = [sh.bounds() for sh in b.shapes]
-    bvh = build_bvh_from_bounds(np.concatenate([lo_t, [bx[0] for bx in boxes]]),
-                                np.concatenate([hi_t, [bx[1] for bx in boxes]]))
+    shape_bvh = build_bvh_from_bounds(np.array([bx[0] for bx in boxes]), np.array([bx[1] for bx in boxes]))
     n_t, n_s = len(tri), len(b.shapes)
+    links = shape_bvh.node_links.copy()
+    links[:, 1] += np.int32(n_t)          # (leaf entries are leaf rows: the shapes follow the triangles)
+    shape_bvh = BVH(shape_bvh.node_bounds, links, shape_bvh.prim_index)
+    order = np.concatenate([bvh.prim_index, n_t + shape_bvh.prim_index]).astype(np.int32)
     return dict(tris=np.concatenate([tri, np.zeros((n_s, 9))]),
                 attrs=np.concatenate([attr, np.array(b.shape_attrs, np.int32).reshape(-1, width)]),
                 uvs=np.concatenate([uvs, np.tile(_IDENTITY_UV, (n_s, 1))]),
                 normals=None if normals is None else np.concatenate([normals, np.zeros((n_s, 9))]),
-                prim_shape=np.concatenate([np.full(n_t, -1), np.arange(n_s)]).astype(np.int32)), bvh
+                prim_shape=np.concatenate([np.full(n_t, -1), np.arange(n_s)]).astype(np.int32)), order, bvh, shape_bvh
 
 
 def _emitter_tables(b: SceneBuilder, tri: np.ndarray, attr: np.ndarray) -> dict:

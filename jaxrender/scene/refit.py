@@ -137,8 +137,8 @@ class MovingGeometry:
     analytic_hi: np.ndarray
     shapes: list                         # shapes.AnalyticShape per shape_data row
     shape_data: np.ndarray               # their loaded rows
-    wide: dict | None                    # refit plan of the 8-wide BVH (None: the skip-link BVH)
-    binary: dict | None                  # refit plan of the skip-link BVH
+    wide: dict                           # refit plan of the triangles' 8-wide BVH
+    binary: dict | None                  # refit plan of the analytic shapes' skip-link BVH (None: no shapes)
     lights: list                         # (emitter index, leaf rows of its triangles) per mesh emitter
     shape_lights: list                   # (emitter index, shape_data row) per emitter on an analytic shape
     # The rows after the scene's own (shapegroups shared by instances,
@@ -188,7 +188,7 @@ class MovingGeometry:
     # -- load time -------------------------------------------------------------------------
 
     @classmethod
-    def plan(cls, triangles, placements, loaded_normals, loaded_uvs, order, n_tris, shapes, bvh, wide_nodes,
+    def plan(cls, triangles, placements, loaded_normals, loaded_uvs, order, n_tris, shapes, shape_bvh, wide_nodes,
              emitter_rows, shape_lights, group_rows, instances=None) -> "MovingGeometry":
         """The refit plan of a loaded scene (see the class docstring)."""
         lo = np.array([s.bounds()[0] for s in shapes], np.float64).reshape(-1, 3)
@@ -197,15 +197,15 @@ class MovingGeometry:
         return cls([np.asarray(t, _F) for t in triangles], placements,
                    loaded_normals, np.asarray(loaded_uvs, _F), np.asarray(order, np.int64), n_tris,
                    _to_f32_conservative("lo", lo, -1), _to_f32_conservative("hi", hi, +1), list(shapes), rows,
-                   _wide_plan(wide_nodes) if wide_nodes is not None else None,
-                   None if wide_nodes is not None else _binary_plan(bvh.node_links), emitter_rows, shape_lights,
+                   _wide_plan(wide_nodes), None if shape_bvh is None else _binary_plan(shape_bvh.node_links),
+                   emitter_rows, shape_lights,
                    group_rows, instances)
 
     # -- render time -----------------------------------------------------------------------
 
     def buffers(self, p, xp, emitter_geom: np.ndarray) -> dict:
-        """``tris``, the BVH buffers (``wide_nodes`` / ``wide_leaves`` or
-        ``bvh_bounds``), ``tri_normals``, and the mesh emitters' ``light_cdf``
+        """``tris``, the BVH buffers (``wide_nodes`` / ``wide_leaves``, and
+        with analytic shapes ``bvh_bounds``), ``tri_normals``, and the mesh emitters' ``light_cdf``
         and areas in ``emitter_geom`` (the loaded one, updated), for the
         parameter values ``p``; a mesh whose key ``p`` does not have keeps
         its loaded vertices. Moved instances: ``instances`` and
@@ -241,9 +241,8 @@ class MovingGeometry:
         out["tris"] = tris
         if analytic is not None:
             out["shape_data"] = analytic[0]
-        if self.wide is not None:
-            out["wide_nodes"], out["wide_leaves"] = _refit_wide(self.wide, tris, xp)
-        else:
+        out["wide_nodes"], out["wide_leaves"] = _refit_wide(self.wide, tris, xp)
+        if self.binary is not None:
             out["bvh_bounds"] = _refit_binary(self.binary, self._prim_boxes(tris, analytic, xp), xp)
         out["light_cdf"], areas = self._light_tables(tris, xp)
         if analytic is not None:
@@ -374,7 +373,7 @@ def _refit_wide(plan: dict, tris, xp):
 
 
 # ---------------------------------------------------------------------------
-# The binary skip-link BVH (scenes with analytic shapes)
+# The binary skip-link BVH of the analytic shapes (its leaves name leaf rows)
 # ---------------------------------------------------------------------------
 
 def _binary_plan(links: np.ndarray) -> dict:

@@ -33,7 +33,6 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..ir.bvh_query import LEAF_WORDS, NODE_WORDS
 from ..kernels import emitters as kemitters
 from ..kernels import layout
 from ..kernels import spectrum as kspectrum
@@ -140,9 +139,10 @@ class Scene:
     prim_shape: np.ndarray = field(default_factory=lambda: np.zeros((0,), np.int32))
     shape_data: np.ndarray = field(default_factory=lambda: np.zeros((0, SHAPE_ROW), np.float32))
     shapes: list = field(default_factory=list)            # AnalyticShape per shape_data row
-    # Triangle-only scenes: the 8-wide BVH the kernels traverse, as the
-    # (nodes, leaves) buffers of wide_bvh.WideBVH.packed; None with analytic
-    # shapes, whose kernels walk bvh_bounds / bvh_links.
+    # The 8-wide BVH over the scene's triangles that the kernels traverse,
+    # as the (nodes, leaves) buffers of wide_bvh.WideBVH.packed; analytic
+    # shapes are in the skip-link BVH bvh_bounds / bvh_links, whose leaves
+    # name their rows (after the triangles').
     wide_bvh: tuple | None = None
     # Instanced shapegroups: the buffers of layout.instance_inputs
     # (scene/instancing.py), whose primitives' rows follow the scene's own
@@ -331,8 +331,9 @@ class Scene:
         order = self.structure.bsdfs
         bsdf_type = np.array([order.index(t) for t, _, _ in self.bsdfs], np.int32)
         w = self.wide_bvh
-        bvh = (dict(_NO_SKIP_LINK_BVH, wide_nodes=w[0], wide_leaves=w[1]) if w is not None else
-               dict(_NO_WIDE_BVH, bvh_bounds=self.bvh_bounds, bvh_links=self.bvh_links))
+        bvh = dict(_NO_SKIP_LINK_BVH, wide_nodes=w[0], wide_leaves=w[1])
+        if self.shapes:
+            bvh.update(bvh_bounds=self.bvh_bounds, bvh_links=self.bvh_links)
         buffers = dict(tris=self.triangles, tri_attr=self.tri_attr, **bvh, bsdf_type=bsdf_type,
                     light_tris=self.light_tris, light_cdf=self.light_cdf, emitter_meta=self.emitter_meta,
                     emitter_geom=self.emitter_geom, env_emitter=np.int32(self.env_emitter),
@@ -589,4 +590,3 @@ def _check_finite(key: str, value) -> None:
 
 # The BVH a scene's kernels do not read gets no rows (see Scene.wide_bvh).
 _NO_SKIP_LINK_BVH = dict(bvh_bounds=np.zeros((0, 6), np.float32), bvh_links=np.zeros((0, 3), np.int32))
-_NO_WIDE_BVH = dict(wide_nodes=np.zeros((0, NODE_WORDS), np.int32), wide_leaves=np.zeros((0, LEAF_WORDS), np.int32))
