@@ -9,6 +9,7 @@ import pytest
 import jaxrender
 from jaxrender import ir
 from jaxrender.kernels import geometry
+from jaxrender.kernels.shapes import triangle
 from jaxrender import SceneError
 from jaxrender.scene import bvh as B
 from jaxrender.scene.wide_bvh import build_wide_bvh, leaf_order_tris
@@ -23,14 +24,40 @@ OUTPUTS = {k: ir.Out(t) for k, t in (("t", "f32"), ("prim", "i32"), ("b1", "f32"
 
 
 def query_kernel(wide: bool) -> ir.Kernel:
+    """The scene's queries (the 8-wide BVH, ``wide``) or the reference: the
+    same triangles walked through the binary skip-link BVH in the kernel
+    language, triangle by triangle (``geometry``'s walks, which the scene
+    keeps for analytic shapes and instances)."""
     def body(o, d, t_max, tris, bounds, links, wide_nodes, wide_leaves):
         i = ir.item_index()
-        geo = geometry.SceneGeometry(tris, bounds, links, wide=(wide_nodes, wide_leaves) if wide else None)
         ray_o, ray_d = ir.Vec(*o[i]), ir.Vec(*d[i])
-        t, prim, b1, b2, _ = geometry.closest_hit(geo, ray_o, ray_d, ir.Float(1e-4), geometry.INF)
-        occ = geometry.occluded(geo, ray_o, ray_d, ir.Float(1e-4), t_max[i])
+        t_min = ir.Float(1e-4)
+        if wide:
+            geo = geometry.SceneGeometry(tris, bounds, links, wide=(wide_nodes, wide_leaves))
+            t, prim, b1, b2, _ = geometry.closest_hit(geo, ray_o, ray_d, t_min, geometry.INF)
+            occ = geometry.occluded(geo, ray_o, ray_d, t_min, t_max[i])
+        else:
+            t, prim, b1, b2 = skip_link_closest(tris, bounds, links, ray_o, ray_d, t_min)
+            occ = skip_link_any(tris, bounds, links, ray_o, ray_d, t_min, t_max[i])
         return {"t": t, "prim": prim, "b1": b1, "b2": b2, "occluded": ir.cast(occ, "i32")}
     return ir.trace(body, INPUTS, OUTPUTS)
+
+
+def skip_link_closest(tris, bounds, links, o, d, t_min):
+    def primitive(idx, st):
+        bt, bi, u0, v0 = st
+        t, u, v = triangle.intersect(o, d, *triangle.vertices(tris, idx))
+        closer = (t > t_min) & (t < bt)
+        return (ir.select(closer, t, bt), ir.select(closer, idx, bi),
+                ir.select(closer, u, u0), ir.select(closer, v, v0))
+    return geometry._walk_nearest(bounds, links, o, geometry._safe_inv(d),
+                                  (ir.Float(geometry.INF), ir.Int(-1), ir.Float(0.0), ir.Float(0.0)), primitive)
+
+
+def skip_link_any(tris, bounds, links, o, d, t_min, t_max):
+    return geometry._walk_any(bounds, links, o, geometry._safe_inv(d), t_max,
+                              lambda idx: triangle.intersect(o, d, *triangle.vertices(tris, idx))[0],
+                              lambda t: (t > t_min) & (t < t_max))
 
 
 def scene_arrays(v, f):
