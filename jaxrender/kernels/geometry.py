@@ -7,9 +7,9 @@ binary BVH of their own, stored depth-first with skip links
 (``jaxrender.scene.bvh``): visiting node ``i``, a ray that hits its box
 continues at ``i + 1`` (the first child) unless it is a leaf, and at
 ``skip[i]`` otherwise, so the loop state is three scalars per ray. A query
-walks it after the triangles' query, keeping the nearer hit: a scene with
-one sphere among its triangles pays for a walk over one box, not for
-walking every triangle through skip links.
+walks it first, then the triangles' query up to the nearest shape hit: a
+scene with one sphere among its triangles pays for a walk over one box,
+not for walking every triangle through skip links.
 
 Every primitive has a row of ``tris`` (an analytic one's is unused; the
 shapes' rows follow the triangles'), and ``prim_shape`` says, per row, -1
@@ -234,11 +234,10 @@ def _walk_any(bounds, links, o: Vec, inv_d: Vec, t_max, probe, accept=lambda x: 
 
 def _scene_closest(geo: SceneGeometry, o: Vec, d: Vec, inv_d: Vec, t_min, t_max):
     """(t, primitive, b1, b2) of the nearest of the scene's own primitives:
-    the triangles' in the 8-wide BVH, then (scenes with analytic shapes)
-    the shapes' skip-link BVH walked for a nearer one."""
-    hit = ir.bvh_query.closest_hit(geo.wide, o, d, inv_d, t_min, t_max)
+    in scenes with analytic shapes the shapes' skip-link BVH first (a few
+    boxes), then the triangles' 8-wide BVH up to the nearest shape hit."""
     if not geo.analytic:
-        return hit
+        return ir.bvh_query.closest_hit(geo.wide, o, d, inv_d, t_min, t_max)
 
     def shape(row, st):
         bt, bi, u0, v0 = st
@@ -247,7 +246,11 @@ def _scene_closest(geo: SceneGeometry, o: Vec, d: Vec, inv_d: Vec, t_min, t_max)
         return (ir.select(closer, t, bt), ir.select(closer, row, bi),
                 ir.select(closer, 0.0, u0), ir.select(closer, 0.0, v0))
 
-    return _walk_nearest(geo.bounds, geo.links, o, inv_d, hit, shape)
+    near = _walk_nearest(geo.bounds, geo.links, o, inv_d, (ir.Float(t_max) if not isinstance(t_max, ir.Var) else t_max,
+                                                            ir.Int(-1), ir.Float(0.0), ir.Float(0.0)), shape)
+    hit = ir.bvh_query.closest_hit(geo.wide, o, d, inv_d, t_min, near[0])
+    triangle_nearer = hit[1] >= 0
+    return tuple(ir.select(triangle_nearer, a, b) for a, b in zip(hit, near))
 
 
 def _walks_inline(geo: SceneGeometry) -> bool:
@@ -297,11 +300,14 @@ def occluded(geo: SceneGeometry, o: Vec, d: Vec, t_min, t_max):
 
 def _occluded(geo: SceneGeometry, o: Vec, d: Vec, t_min, t_max):
     inv_d = _safe_inv(d)
-    found = ir.bvh_query.any_hit(geo.wide, o, d, inv_d, t_min, t_max)
-    if geo.analytic:
-        found = ir.cond(found, lambda: ir.Bool(True), lambda: _walk_any(
-            geo.bounds, geo.links, o, inv_d, t_max, lambda row: shapes.intersect(geo, geo.prim_shape[row], o, d, t_min),
-            lambda t: (t > t_min) & (t < t_max)))
+    if geo.analytic:     # (the shapes' few boxes first)
+        found = _walk_any(geo.bounds, geo.links, o, inv_d, t_max,
+                          lambda row: shapes.intersect(geo, geo.prim_shape[row], o, d, t_min),
+                          lambda t: (t > t_min) & (t < t_max))
+        found = ir.cond(found, lambda: ir.Bool(True),
+                        lambda: ir.bvh_query.any_hit(geo.wide, o, d, inv_d, t_min, t_max))
+    else:
+        found = ir.bvh_query.any_hit(geo.wide, o, d, inv_d, t_min, t_max)
     inst = geo.instances
     if inst is None:
         return found
