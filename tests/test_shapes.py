@@ -496,3 +496,21 @@ def test_material_coordinates_give_back_the_point(kind):
     k = ir.trace(body, {"x": ir.In("f32", (3,))}, {"q": ir.Out("f32", (3,))}, name=f"material_{kind}")
     q = np.asarray(launch(k, (len(p),), x=p)["q"])
     np.testing.assert_allclose(q, p, atol=1e-6, rtol=0)
+
+
+def test_few_triangles_share_the_analytic_shapes_bvh():
+    """Beside analytic shapes, up to SKIP_LINK_TRIANGLES triangles stay in
+    the shapes' skip-link BVH (the wide one is empty); more go to the wide
+    BVH and the skip-link one holds the shapes alone. Both see the same."""
+    from jaxrender.scene.geometry import SKIP_LINK_TRIANGLES
+    ball = {"type": "sphere", "center": [0.3, -0.5, 0.2], "radius": 0.3, "bsdf": {"type": "ref", "id": "white"}}
+    many = jaxrender.load_dict({**jaxrender.cornell_box(), "ball": ball})
+    assert len(many.triangles) - 1 > SKIP_LINK_TRIANGLES
+    assert many.wide_bvh[1].shape[0] > 0 and int(many.bvh_links[:, 2].sum()) == 1
+    few = jaxrender.cornell_box()
+    few = {k: v for k, v in few.items() if k not in ("small-box", "large-box", "back", "left", "right")}
+    few["ball"] = ball
+    scene = jaxrender.load_dict(few)
+    assert len(scene.triangles) - 1 <= SKIP_LINK_TRIANGLES
+    assert scene.wide_bvh[1].shape[0] == 0 and int(scene.bvh_links[:, 2].sum()) == len(scene.triangles)
+    assert np.isfinite(np.asarray(jaxrender.render(scene, spp=4))).all()

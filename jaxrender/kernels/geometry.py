@@ -3,7 +3,8 @@
 Triangles are in an 8-wide BVH that the engine's traversal routine walks
 (``ir.bvh_query``, ``jaxrender.scene.wide_bvh``). Mitsuba's analytic
 shapes (spheres, disks, cylinders), in scenes that have them, are in a
-binary BVH of their own, stored depth-first with skip links
+binary BVH of their own (with the triangles, where there are at most
+``scene.geometry.SKIP_LINK_TRIANGLES``: then one walk is cheaper than two), stored depth-first with skip links
 (``jaxrender.scene.bvh``): visiting node ``i``, a ray that hits its box
 continues at ``i + 1`` (the first child) unless it is a leaf, and at
 ``skip[i]`` otherwise, so the loop state is three scalars per ray. A query
@@ -149,6 +150,14 @@ def _affine(m, v: Vec, point: bool):
     return Vec(*(r + m[4 * k + 3] for k, r in enumerate(rows))) if point else Vec(*rows)
 
 
+def _intersect_row(geo: SceneGeometry, row, o: Vec, d: Vec, t_min):
+    """(t, b1, b2) of a row of the skip-link BVH: an analytic shape (b1 = b2
+    = 0) or, in scenes of few triangles, a triangle."""
+    s = geo.prim_shape[row]
+    return ir.cond(s < 0, lambda: triangle.intersect(o, d, *geo.triangle(row)),
+                   lambda: (shapes.intersect(geo, s, o, d, t_min), ir.Float(0.0), ir.Float(0.0)))
+
+
 def _fmin(a, b):
     # One instruction (minps) where _box_entry needs no NaN handling.
     return ir.select(a < b, a, b)
@@ -241,16 +250,22 @@ def _scene_closest(geo: SceneGeometry, o: Vec, d: Vec, inv_d: Vec, t_min, t_max)
 
     def shape(row, st):
         bt, bi, u0, v0 = st
-        t = shapes.intersect(geo, geo.prim_shape[row], o, d, t_min)
+        t, u, v = _intersect_row(geo, row, o, d, t_min)
         closer = (t > t_min) & (t < bt)
         return (ir.select(closer, t, bt), ir.select(closer, row, bi),
-                ir.select(closer, 0.0, u0), ir.select(closer, 0.0, v0))
+                ir.select(closer, u, u0), ir.select(closer, v, v0))
 
     near = _walk_nearest(geo.bounds, geo.links, o, inv_d, (ir.Float(t_max) if not isinstance(t_max, ir.Var) else t_max,
                                                             ir.Int(-1), ir.Float(0.0), ir.Float(0.0)), shape)
-    hit = ir.bvh_query.closest_hit(geo.wide, o, d, inv_d, t_min, near[0])
+    # (no call where the wide BVH is empty: its few triangles are in the walk)
+    hit = ir.cond(_has_wide(geo), lambda: ir.bvh_query.closest_hit(geo.wide, o, d, inv_d, t_min, near[0]),
+                  lambda: (near[0], ir.Int(-1), ir.Float(0.0), ir.Float(0.0)))
     triangle_nearer = hit[1] >= 0
     return tuple(ir.select(triangle_nearer, a, b) for a, b in zip(hit, near))
+
+
+def _has_wide(geo: SceneGeometry):
+    return ir.cast(geo.wide[0].len, "i32") > 0
 
 
 def _walks_inline(geo: SceneGeometry) -> bool:
@@ -302,9 +317,9 @@ def _occluded(geo: SceneGeometry, o: Vec, d: Vec, t_min, t_max):
     inv_d = _safe_inv(d)
     if geo.analytic:     # (the shapes' few boxes first)
         found = _walk_any(geo.bounds, geo.links, o, inv_d, t_max,
-                          lambda row: shapes.intersect(geo, geo.prim_shape[row], o, d, t_min),
+                          lambda row: _intersect_row(geo, row, o, d, t_min)[0],
                           lambda t: (t > t_min) & (t < t_max))
-        found = ir.cond(found, lambda: ir.Bool(True),
+        found = ir.cond(found | ~_has_wide(geo), lambda: found,
                         lambda: ir.bvh_query.any_hit(geo.wide, o, d, inv_d, t_min, t_max))
     else:
         found = ir.bvh_query.any_hit(geo.wide, o, d, inv_d, t_min, t_max)

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..kernels import emitters as kemitters
 from ..kernels import layout
-from .bvh import BVH, build_bvh_from_bounds
+from .bvh import BVH, build_bvh_from_bounds, triangle_bounds
 from .errors import SceneError
 from .refit import MovingGeometry
 from .instancing import instance_tables
@@ -25,6 +25,13 @@ from .wide_bvh import kernel_buffers, triangle_bvh
 
 if TYPE_CHECKING:
     from .builder import SceneBuilder
+
+# Scenes with analytic shapes and at most this many triangles keep the
+# triangles in the shapes' skip-link BVH: a second query (the 8-wide
+# traversal's call) cost more than it saved there (a sphere over a
+# 4-triangle floor and light: 10-12 -> 11-14 ms), while the Cornell box's
+# 36 triangles beside a sphere ran 2.5x faster in the wide BVH.
+SKIP_LINK_TRIANGLES = 16
 
 # Without texture coordinates an analytic hit reports its (u, v) where a
 # triangle reports (b1, b2): its UV row is the identity map.
@@ -40,8 +47,8 @@ def scene_fields(b: SceneBuilder) -> dict:
                uvs=prims["uvs"][order].astype(np.float32),
                normals=None if prims["normals"] is None else prims["normals"][order].astype(np.float32))
     prim_shape = prims["prim_shape"]
-    n_tris = len(bvh.prim_index)
-    wide = kernel_buffers(bvh, own["tris"][:n_tris])
+    n_wide = len(bvh.prim_index)          # (the first rows: the triangles in the wide BVH)
+    wide = kernel_buffers(bvh, own["tris"][:n_wide])
     skip_link = bvh if shape_bvh is None else shape_bvh
     instancing = instance_tables(b.groups, b.instances, len(order))
     rows = own if instancing is None else _with_group_rows(own, instancing.rows)
@@ -118,24 +125,32 @@ def _primitives(b: SceneBuilder) -> tuple:
     smooth = any(m[3] is not None for m in b.meshes)
     normals = np.concatenate([np.zeros((len(m[0]), 9)) if m[3] is None else m[3] for m in b.meshes]) \
         if smooth else None
-    bvh = triangle_bvh(tri)
     if not b.shapes:
+        bvh = triangle_bvh(tri)
         return (dict(tris=tri, attrs=attr, uvs=uvs, normals=normals, prim_shape=None), bvh.prim_index, bvh, None)
     # The analytic shapes, boxed by their extent, in a BVH of their own: one
     # sphere among triangles no longer sends every ray of the scene through
-    # a skip-link walk (the triangles' 8-wide traversal is ~2x faster).
-    boxes = [sh.bounds() for sh in b.shapes]
-    shape_bvh = build_bvh_from_bounds(np.array([bx[0] for bx in boxes]), np.array([bx[1] for bx in boxes]))
+    # a skip-link walk (the triangles' 8-wide traversal is ~2x faster). Few
+    # triangles join the shapes there instead (the wide BVH stays empty).
     n_t, n_s = len(tri), len(b.shapes)
-    links = shape_bvh.node_links.copy()
-    links[:, 1] += np.int32(n_t)          # (leaf entries are leaf rows: the shapes follow the triangles)
-    shape_bvh = BVH(shape_bvh.node_bounds, links, shape_bvh.prim_index)
-    order = np.concatenate([bvh.prim_index, n_t + shape_bvh.prim_index]).astype(np.int32)
+    boxes = [sh.bounds() for sh in b.shapes]
+    lo, hi = np.array([bx[0] for bx in boxes]), np.array([bx[1] for bx in boxes])
+    if n_t <= SKIP_LINK_TRIANGLES:
+        verts = tri.reshape(-1, 3).astype(np.float32)
+        lo_t, hi_t = triangle_bounds(verts, np.arange(len(verts), dtype=np.int32).reshape(-1, 3))
+        skip_link = build_bvh_from_bounds(np.concatenate([lo_t, lo]), np.concatenate([hi_t, hi]))
+        bvh, order = triangle_bvh(np.zeros((0, 9))), skip_link.prim_index
+    else:
+        bvh, skip_link = triangle_bvh(tri), build_bvh_from_bounds(lo, hi)
+        links = skip_link.node_links.copy()
+        links[:, 1] += np.int32(n_t)          # (leaf entries are leaf rows: the shapes follow the triangles)
+        skip_link = BVH(skip_link.node_bounds, links, skip_link.prim_index)
+        order = np.concatenate([bvh.prim_index, n_t + skip_link.prim_index]).astype(np.int32)
     return dict(tris=np.concatenate([tri, np.zeros((n_s, 9))]),
                 attrs=np.concatenate([attr, np.array(b.shape_attrs, np.int32).reshape(-1, width)]),
                 uvs=np.concatenate([uvs, np.tile(_IDENTITY_UV, (n_s, 1))]),
                 normals=None if normals is None else np.concatenate([normals, np.zeros((n_s, 9))]),
-                prim_shape=np.concatenate([np.full(n_t, -1), np.arange(n_s)]).astype(np.int32)), order, bvh, shape_bvh
+                prim_shape=np.concatenate([np.full(n_t, -1), np.arange(n_s)]).astype(np.int32)), order, bvh, skip_link
 
 
 def _emitter_tables(b: SceneBuilder, tri: np.ndarray, attr: np.ndarray) -> dict:
