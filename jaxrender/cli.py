@@ -120,8 +120,8 @@ def cmd_info(args) -> None:
     cam = scene.camera
     print(f"film {cam.width}x{cam.height}, {cam.spp} spp, filter {cam.rfilter}; integrator {scene.integrator}")
     n_shapes = len(scene.shapes)
-    print(f"{len(scene.triangles) - n_shapes} triangles, {n_shapes} analytic shapes, {len(scene.bvh_bounds)} BVH "
-          f"nodes, {len(scene.light_tris)} emissive triangles")
+    print(f"{len(scene.triangles) - n_shapes} triangles, {n_shapes} analytic shapes, {len(scene.wide_bvh[0])} "
+          f"8-wide BVH nodes, {len(scene.bvh_bounds)} shape BVH nodes, {len(scene.light_tris)} emissive triangles")
     print("parameters:")
     for k, v in scene.params.items():
         v = np.asarray(v)

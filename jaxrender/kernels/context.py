@@ -187,13 +187,10 @@ class Context:
     def create(cls, b: dict, structure: Structure = Structure(), diff: bool = False,
                spectrum: SpectrumType = RGB) -> "Context":
         instances = Instances(b) if structure.instanced else None
-        if structure.analytic:
-            geo = SceneGeometry(b["tris"], b["bvh_bounds"], b["bvh_links"], b["prim_shape"], b["shape_data"],
-                                wide=(b["wide_nodes"], b["wide_leaves"]), instances=instances,
-                                kinds=tuple(SHAPE_KIND[n] for n in structure.analytic))
-        else:
-            geo = SceneGeometry(b["tris"], b["bvh_bounds"], b["bvh_links"],
-                                wide=(b["wide_nodes"], b["wide_leaves"]), instances=instances)
+        analytic = structure.analytic
+        geo = SceneGeometry(b["tris"], b["bvh_bounds"], b["bvh_links"], b["prim_shape"] if analytic else None,
+                            b["shape_data"] if analytic else None, wide=(b["wide_nodes"], b["wide_leaves"]),
+                            instances=instances, kinds=tuple(SHAPE_KIND[n] for n in analytic) if analytic else None)
         item = ir.item_index()
         pixel = item + b["item_offset"].value
         return cls(b, geo, pixel, diff, structure, spectrum,

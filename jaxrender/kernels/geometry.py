@@ -3,14 +3,15 @@
 Triangles are in an 8-wide BVH that the engine's traversal routine walks
 (``ir.bvh_query``, ``jaxrender.scene.wide_bvh``). Mitsuba's analytic
 shapes (spheres, disks, cylinders), in scenes that have them, are in a
-binary BVH of their own (with the triangles, where there are at most
-``scene.geometry.SKIP_LINK_TRIANGLES``: then one walk is cheaper than two), stored depth-first with skip links
-(``jaxrender.scene.bvh``): visiting node ``i``, a ray that hits its box
-continues at ``i + 1`` (the first child) unless it is a leaf, and at
-``skip[i]`` otherwise, so the loop state is three scalars per ray. A query
-walks it first, then the triangles' query up to the nearest shape hit: a
-scene with one sphere among its triangles pays for a walk over one box,
-not for walking every triangle through skip links.
+binary BVH of their own (with the triangles where there are at most
+``scene.geometry.SKIP_LINK_TRIANGLES``: then one walk is cheaper than
+two), stored depth-first with skip links (``jaxrender.scene.bvh``):
+visiting node ``i``, a ray that hits its box continues at ``i + 1`` (the
+first child) unless it is a leaf, and at ``skip[i]`` otherwise, so the
+loop state is three scalars per ray. A query walks it first, then the
+triangles' query up to the nearest shape hit: a scene with one sphere
+among its triangles pays for a walk over one box, not for walking every
+triangle through skip links.
 
 Every primitive has a row of ``tris`` (an analytic one's is unused; the
 shapes' rows follow the triangles'), and ``prim_shape`` says, per row, -1

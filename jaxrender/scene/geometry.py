@@ -49,7 +49,6 @@ def scene_fields(b: SceneBuilder) -> dict:
     prim_shape = prims["prim_shape"]
     n_wide = len(bvh.prim_index)          # (the first rows: the triangles in the wide BVH)
     wide = kernel_buffers(bvh, own["tris"][:n_wide])
-    skip_link = bvh if shape_bvh is None else shape_bvh
     instancing = instance_tables(b.groups, b.instances, len(order))
     rows = own if instancing is None else _with_group_rows(own, instancing.rows)
     if prim_shape is not None:
@@ -61,7 +60,11 @@ def scene_fields(b: SceneBuilder) -> dict:
     camera_key, camera = b.sensors[0]
     emitters = _emitter_tables(b, tri, attr)
     return dict(camera=camera, integrator=b.integrator, triangles=tri, tri_attr=attr,
-                bvh_bounds=skip_link.node_bounds.astype(np.float32), bvh_links=skip_link.node_links.astype(np.int32),
+                # (the shapes' skip-link BVH; no rows without analytic shapes)
+                bvh_bounds=(np.zeros((0, 6), np.float32) if shape_bvh is None else
+                            shape_bvh.node_bounds.astype(np.float32)),
+                bvh_links=(np.zeros((0, 3), np.int32) if shape_bvh is None else
+                           shape_bvh.node_links.astype(np.int32)),
                 **emitters, env_emitter=b.env, camera_key=camera_key, params=b.params,
                 prim_media=media if (media >= 0).any() else np.zeros((0, layout.PRIM_MEDIA_ROW), np.int32),
                 media=b.media, bsdfs=b.bsdfs, emitter_keys=b.emitter_keys, nondifferentiable=b.nondiff, frozen=b.frozen,

@@ -98,7 +98,7 @@ class Scene:
     # (N, 9) world space, leaf order (zero rows: analytic shapes), then the shared shapegroups' rows
     triangles: np.ndarray
     tri_attr: np.ndarray                   # (N, 2) bsdf index, emitter index (-1: none), per primitive
-    bvh_bounds: np.ndarray
+    bvh_bounds: np.ndarray                 # the analytic shapes' skip-link BVH (no rows without them)
     bvh_links: np.ndarray
     light_tris: np.ndarray                 # emissive triangles, grouped by emitter
     light_cdf: np.ndarray                  # area CDF within each emitter's group
@@ -140,9 +140,10 @@ class Scene:
     shape_data: np.ndarray = field(default_factory=lambda: np.zeros((0, SHAPE_ROW), np.float32))
     shapes: list = field(default_factory=list)            # AnalyticShape per shape_data row
     # The 8-wide BVH over the scene's triangles that the kernels traverse,
-    # as the (nodes, leaves) buffers of wide_bvh.WideBVH.packed; analytic
-    # shapes are in the skip-link BVH bvh_bounds / bvh_links, whose leaves
-    # name their rows (after the triangles').
+    # as the (nodes, leaves) buffers of wide_bvh.WideBVH.packed (set by
+    # every loader); analytic shapes are in the skip-link BVH bvh_bounds /
+    # bvh_links, whose leaves name their rows (with a few triangles', see
+    # scene.geometry.SKIP_LINK_TRIANGLES).
     wide_bvh: tuple | None = None
     # Instanced shapegroups: the buffers of layout.instance_inputs
     # (scene/instancing.py), whose primitives' rows follow the scene's own
@@ -331,10 +332,8 @@ class Scene:
         order = self.structure.bsdfs
         bsdf_type = np.array([order.index(t) for t, _, _ in self.bsdfs], np.int32)
         w = self.wide_bvh
-        bvh = dict(_NO_SKIP_LINK_BVH, wide_nodes=w[0], wide_leaves=w[1])
-        if self.shapes:
-            bvh.update(bvh_bounds=self.bvh_bounds, bvh_links=self.bvh_links)
-        buffers = dict(tris=self.triangles, tri_attr=self.tri_attr, **bvh, bsdf_type=bsdf_type,
+        buffers = dict(tris=self.triangles, tri_attr=self.tri_attr, wide_nodes=w[0], wide_leaves=w[1],
+                       bvh_bounds=self.bvh_bounds, bvh_links=self.bvh_links, bsdf_type=bsdf_type,
                     light_tris=self.light_tris, light_cdf=self.light_cdf, emitter_meta=self.emitter_meta,
                     emitter_geom=self.emitter_geom, env_emitter=np.int32(self.env_emitter),
                     emitter_frame=self.emitter_frame, tri_normals=self.tri_normals, prim_shape=self.prim_shape,
@@ -587,6 +586,3 @@ def _check_finite(key: str, value) -> None:
         raise SceneError(f"parameter {key!r} has {int(bad.sum())} non-finite value(s) ({what}); "
                          "values must be finite")
 
-
-# The BVH a scene's kernels do not read gets no rows (see Scene.wide_bvh).
-_NO_SKIP_LINK_BVH = dict(bvh_bounds=np.zeros((0, 6), np.float32), bvh_links=np.zeros((0, 3), np.int32))
