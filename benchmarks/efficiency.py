@@ -53,8 +53,16 @@ def variance_ratio_interval(ours: Any, theirs: Any, level: float = 0.9, resample
     agree within 2% over 96 seeds, so a ratio is quoted with its interval."""
     a, b = (np.asarray(x, np.float64).reshape(len(x), -1) for x in (ours, theirs))
     rng = np.random.default_rng(seed)
-    ratios = [seed_variance(b[rng.integers(0, len(b), len(b))]) / seed_variance(a[rng.integers(0, len(a), len(a))])
-              for _ in range(resamples)]
+
+    def resample(x):
+        # a draw of one seed K times has no spread (a zero variance): with
+        # 4 seeds that is 1 draw in 64, so such draws are drawn again
+        while True:
+            pick = rng.integers(0, len(x), len(x))
+            if np.any(pick != pick[0]):
+                return x[pick]
+
+    ratios = [seed_variance(resample(b)) / seed_variance(resample(a)) for _ in range(resamples)]
     tail = 50.0 * (1.0 - level)
     lo, hi = np.percentile(ratios, [tail, 100.0 - tail])
     return float(lo), float(hi)

@@ -69,6 +69,13 @@ def test_variance_ratio_interval_covers_the_true_ratio_and_narrows_with_seeds():
     assert many[1] - many[0] < 0.5 * (few[1] - few[0])
 
 
+def test_variance_ratio_interval_of_few_seeds_is_finite():
+    # with 4 seeds, 1 bootstrap draw in 64 repeats one seed: a zero variance
+    rng = np.random.default_rng(5)
+    lo, hi = variance_ratio_interval(rng.normal(0.0, 1.0, (4, 50)), rng.normal(0.0, 1.0, (4, 50)))
+    assert 0.0 < lo <= hi < np.inf
+
+
 def test_mean_difference_z():
     # Means 1 and 0, each from K=2 seeds 1 either side of it: unbiased
     # variance 2 each, standard error of the difference sqrt(2/2 + 2/2).
