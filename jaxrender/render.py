@@ -274,6 +274,10 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     try:
         integrator = integrators.create(scene.integrator)
         settings = integrator.settings(scene.integrator)
+        kernels_of = transport_settings(scene)
+        if kernels_of is not scene.integrator:
+            integrator = integrators.create(kernels_of)
+            settings = integrator.settings(kernels_of)
     except ValueError as exc:
         raise SceneError(str(exc)) from None
     sheets = sorted({t.plugin for t in scene.bsdf_types if t.plugin in _SHEETS})
@@ -358,8 +362,39 @@ _REPLAY_ONLY = ("prb", "prb_projective", "direct_projective")
 
 def _transport(scene) -> str:
     """The integrator type that traces the scene's paths (a stokes integrator's nested one)."""
-    settings = scene.integrator
+    settings = transport_settings(scene)
     return settings["nested"]["type"] if settings["type"] == "stokes" else settings["type"]
+
+
+def transport_settings(scene) -> Mapping[str, Any]:
+    """The integrator settings whose kernels render ``scene``: its own
+    (``scene.integrator``, that very object), except that ``volpath`` and
+    ``prbvolpath`` (a stokes integrator's nested one too) render a scene
+    without participating media or pass-through (null, mask) surfaces with
+    the path tracer's kernels. There their paths are the path tracer's,
+    the same estimate in expectation (Russian roulette aside, which moves
+    the noise only), and the path tracer's kernels take camera and
+    geometry derivatives and follow dispersive refractions.
+
+    Example::
+
+        scene = jaxrender.load_dict({**jaxrender.cornell_box(), "integrator": {"type": "prbvolpath"}})
+        transport_settings(scene)["type"]      # "path" (max_depth 6, prbvolpath's default)
+    """
+    props = scene.integrator
+    if props["type"] == "stokes":
+        nested = _medium_free(scene, props["nested"])
+        return props if nested is props["nested"] else {**props, "nested": nested}
+    return _medium_free(scene, props)
+
+
+def _medium_free(scene, props: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``props``, or the path tracer's settings where ``props`` is a
+    volumetric path tracer with nothing volumetric to trace in ``scene``."""
+    if props["type"] not in ("volpath", "prbvolpath") or scene.media or samples_null(scene.structure):
+        return props
+    # (prbvolpath's own default depth is Mitsuba's ADIntegrator's)
+    return {**({"max_depth": 6} if props["type"] == "prbvolpath" else {}), **props, "type": "path"}
 
 
 def _check_variant(scene, cam) -> None:
@@ -425,7 +460,7 @@ def _camera_why(scene, integrator, settings, structure) -> str | None:
     """Why this render cannot differentiate its camera, or None."""
     if "camera" not in integrator.differentiable:
         return (f"camera derivatives are implemented for the path and direct integrators, not "
-                f"{scene.integrator['type']!r}")
+                f"{scene.integrator['type']!r}" + _VOLUMETRIC_NOTE.get(integrator.name, ""))
     return _moving_why("camera", "the camera", scene, settings, structure)
 
 
@@ -442,11 +477,17 @@ def _geometry_keys(scene) -> list:
             + list(g.instances.keys if g.instances is not None else ()))
 
 
+# (volpath's kernels differentiate neither; transport_settings)
+_VOLUMETRIC_NOTE = {"volpath": " in a scene with participating media or pass-through (null, mask) surfaces "
+                               "(without them it renders with the path tracer's kernels, which do)"}
+
+
 def _surface_why(what: str, buffer: str, integrator) -> str | None:
     """Why ``what`` derivatives (of the input ``buffer``) are unsupported by
     this integrator, or None."""
     if buffer not in integrator.differentiable:
-        return f"{what} derivatives are implemented for the path and direct integrators, not {integrator.name!r}"
+        return (f"{what} derivatives are implemented for the path and direct integrators, not {integrator.name!r}"
+                + _VOLUMETRIC_NOTE.get(integrator.name, ""))
     return None
 
 

@@ -243,9 +243,12 @@ def test_geometry_derivatives_and_bad_values_raise():
     scene = jaxrender.load_dict(_cornell())
     key = "small-box.vertex_positions"
     v = scene.params[key]
-    # (the path tracer differentiates them: tests/test_geometry_gradients.py; volpath does not)
+    # (the path tracer differentiates them: tests/test_geometry_gradients.py; volpath's kernels, in a scene
+    # with a medium, do not)
     assert np.all(np.isfinite(np.asarray(jax.grad(lambda p: jaxrender.render(scene, {key: p}, spp=1).mean())(v))))
-    volpath = jaxrender.load_dict(dict(_cornell(), integrator={"type": "volpath"}))
+    d = _cornell()
+    d["sensor"]["medium"] = {"type": "homogeneous", "sigma_t": 0.1}
+    volpath = jaxrender.load_dict(dict(d, integrator={"type": "volpath"}))
     with pytest.raises(jaxrender.NotDifferentiableError, match=key):
         jax.grad(lambda p: jaxrender.render(volpath, {key: p}, spp=1).mean())(v)
     with pytest.raises(jaxrender.NotDifferentiableError, match="light.to_world"):
