@@ -172,9 +172,18 @@ def test_hits_match_mitsuba(name):
         assert np.max(np.abs(ours["ns"][both] - ours["ng"][both])) > 0.05     # really smooth-shaded
 
 
-def test_mixed_bvh_matches_brute_force():
+@pytest.mark.parametrize("walk", [True, False])
+def test_mixed_bvh_matches_brute_force(walk, monkeypatch):
     """Many spheres and disks among triangles: closest hits and occlusion
-    through the BVH equal a brute-force loop over the same primitives."""
+    through the BVH (walked, or each of its 40 rows tested:
+    geometry.ALL_ROWS_AT_MOST) equal a brute-force loop over the same
+    primitives."""
+    if walk:
+        monkeypatch.setattr(geometry, "ALL_ROWS_AT_MOST", 0)
+    else:
+        assert geometry.ALL_ROWS_AT_MOST >= 40
+    hit_kernel.cache_clear()
+    occluded_kernel.cache_clear()
     rng = np.random.default_rng(3)
     shapes = {}
     for k in range(40):
@@ -203,6 +212,8 @@ def test_mixed_bvh_matches_brute_force():
     for frac, want in ((0.999, False), (1.001, True)):
         occ = occluded(scene, o[hit], d[hit], best[hit] * frac)
         assert np.array_equal(occ, np.full(hit.sum(), want))
+    hit_kernel.cache_clear()
+    occluded_kernel.cache_clear()
 
 
 @functools.cache
@@ -514,3 +525,39 @@ def test_few_triangles_share_the_analytic_shapes_bvh():
     assert len(scene.triangles) - 1 <= SKIP_LINK_TRIANGLES
     assert scene.wide_bvh[1].shape[0] == 0 and int(scene.bvh_links[:, 2].sum()) == len(scene.triangles)
     assert np.isfinite(np.asarray(jaxrender.render(scene, spp=4))).all()
+
+
+@pytest.mark.parametrize("cubes", [1, 2])
+def test_few_rows_are_each_tested_as_the_walk_finds_them(cubes, monkeypatch):
+    """Where the skip-link BVH holds at most geometry.ALL_ROWS_AT_MOST rows
+    (every row: 14 triangles and three shapes; or, 26 triangles being in
+    the wide BVH, the three shapes), a query tests each row, all lanes
+    alike: closest hits (t, point, normals, UVs) and occlusion equal the
+    walk's bit for bit."""
+    spec = {"plane": {"type": "rectangle", "to_world": T().translate([0.0, -0.9, 0.0]).rotate([1, 0, 0], -80)},
+            "ball": {"type": "sphere", "center": [0.3, -0.2, 0.2], "radius": 0.35},
+            "disk": {"type": "disk", "to_world": T().translate([-0.4, 0.3, 0.1]).rotate([0, 1, 0], 35).scale(0.4)},
+            "tube": {"type": "cylinder", "p0": [0.5, 0.4, -0.6], "p1": [-0.5, 0.6, -0.2], "radius": 0.2}}
+    for k in range(cubes):
+        spec[f"box{k}"] = {"type": "cube", "to_world": T().translate([-0.3 + 0.5 * k, -0.4, -0.3]).scale(0.25)}
+    scene = jaxrender.load_dict({"type": "scene", "sensor": _sensor(), **spec})
+    rows = int(scene.bvh_links[:, 2].sum())
+    assert rows == (17 if cubes == 1 else 3) and rows <= geometry.ALL_ROWS_AT_MOST
+    o, d = _rays(2000, seed=11)
+    each = our_hits(scene, o, d)
+    hit = each["t"] > 0
+    assert 0.3 < hit.mean() < 0.95
+    t_max = np.where(hit, each["t"], 10.0) * np.where(np.arange(len(o)) % 2, 0.999, 1.001)
+    each_occluded = occluded(scene, o, d, t_max)
+    monkeypatch.setattr(geometry, "ALL_ROWS_AT_MOST", 0)
+    hit_kernel.cache_clear()
+    occluded_kernel.cache_clear()
+    try:
+        walked = our_hits(scene, o, d)
+        walked_occluded = occluded(scene, o, d, t_max)
+    finally:
+        hit_kernel.cache_clear()
+        occluded_kernel.cache_clear()
+    for k in each:
+        assert each[k].tobytes() == walked[k].tobytes(), k
+    assert np.array_equal(each_occluded, walked_occluded) and each_occluded.any() and not each_occluded.all()
