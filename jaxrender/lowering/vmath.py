@@ -1,5 +1,5 @@
-"""sin, cos, atan, atan2, asin and acos for the CPU code generators, in
-double precision, inline.
+"""sin, cos, atan, atan2, asin, acos, exp and log for the CPU code
+generators, in double precision, inline.
 
 The C library's ``sinf``/``cosf`` are scalar calls: a SIMD packet makes one
 per lane, which profiles showed to be 10-15% of a path-tracing kernel
@@ -24,6 +24,12 @@ inputs); asin and acos are atan2 of (x, sqrt((1 - x)(1 + x))) and its swap.
 Each is rounded once to float. Inputs where a formula does not hold (0/0 and
 inf/inf in atan2, |x| > 1 in asin/acos, NaN) take the C library for their lanes.
 
+exp and log (constants below): a power of two times the exponential of
+the remainder, the exponent field written directly; a power of two times
+m in [sqrt(1/2), sqrt(2)), whose log is 2 atanh((m - 1) / (m + 1)). exp
+clamps its argument where the float result is 0 or inf and passes NaN
+through; log leaves 0, negative, inf and NaN arguments to the C library.
+
 The polynomials are near-minimax: f(z) = (g(sqrt z) / sqrt z - 1) / z for
 g = sin, atan (and (cos(sqrt z) - 1) / z) interpolated at Chebyshev nodes
 of z over the reduced range in 60-digit arithmetic, rounded to double, the
@@ -35,9 +41,12 @@ envmap's sample and lookup 20% less.
 """
 from __future__ import annotations
 
+import math
+
 from llvmlite import ir as ll
 
 f64 = ll.DoubleType()
+i64 = ll.IntType(64)
 
 INV_PIO2 = 6.36619772367581382433e-01    # 2/pi, rounded to double
 PIO2_HI = 1.57079631090164184570e+00     # the first 25 bits of pi/2
@@ -53,7 +62,20 @@ ATAN_COEF = [-0.33333333331440707, 0.19999998917276623, -0.14285612510464937, 0.
              -0.09028983181607796, 0.07135323312870018, -0.04043221003181974]
 TAN_PI_8 = 0.41421356237309503   # tan(pi/8), rounded to double
 PI = 3.141592653589793
-FUNCS = ("sinf", "cosf", "atanf", "atan2f", "asinf", "acosf")
+# exp x = 2^k exp r, k = rint(x / ln 2), |r| <= ln(2) / 2: the Taylor series
+# to r^11 (remainder under 2^-47 relative); arguments clamped to
+# [EXP_LO, EXP_HI], beyond which the float result is 0 or inf (and k fits a
+# double's exponent).
+LN2 = 0.6931471805599453
+INV_LN2 = 1.4426950408889634
+EXP_LO, EXP_HI = -110.0, 100.0
+EXP_COEF = [1.0 / math.factorial(n) for n in range(12)]
+# log x = e ln 2 + 2 atanh s, s = (m - 1) / (m + 1), x = m 2^e with m in
+# [sqrt(1/2), sqrt(2)): |s| <= 0.1716, 2 atanh s = 2 s (1 + z / 3 + z^2 / 5
+# + ... + z^7 / 15), z = s^2 (remainder under 2^-44 relative).
+SQRT2 = 1.4142135623730951
+LOG_COEF = [1.0 / (2 * n + 1) for n in range(8)]
+FUNCS = ("sinf", "cosf", "atanf", "atan2f", "asinf", "acosf", "expf", "logf")
 
 
 class _Shape:
@@ -62,9 +84,13 @@ class _Shape:
     def __init__(self, cg):
         self.cg, self.b, self.n = cg, cg.b, cg.lanes
         self.dt = f64 if self.n == 1 else ll.VectorType(f64, self.n)
+        self.it = i64 if self.n == 1 else ll.VectorType(i64, self.n)
 
     def c64(self, v):
         return self.cg.broadcast(ll.Constant(f64, v))
+
+    def ci64(self, v: int):
+        return self.cg.broadcast(ll.Constant(i64, v))
 
     def horner(self, z, coef):
         b = self.b
@@ -84,6 +110,10 @@ def emit(cg, name: str, *args):
     is needed)."""
     if name in ("sinf", "cosf"):
         fast, special = _sincos(cg, name, args[0])
+    elif name == "expf":
+        return _exp(cg, args[0])
+    elif name == "logf":
+        fast, special = _log(cg, args[0])
     else:
         fast, special = _arc(cg, name, args)
     return _with_fallback(cg, name, args, fast, special)
@@ -169,3 +199,37 @@ def _sincos(cg, name: str, x):
     # Large, infinite or NaN arguments: the C library, for those lanes only.
     fabs = cg.intrinsic("llvm.fabs", "f32", ["f32"], [x])
     return fast, b.fcmp_unordered(">=", fabs, cg.cf32(FAST_LIMIT))
+
+
+def _exp(cg, x):
+    """exp of float ``x``, in double, rounded once (NaN passes through)."""
+    sh = _Shape(cg)
+    b, c64 = sh.b, sh.c64
+    xd = b.fpext(x, sh.dt)
+    # (minnum / maxnum would drop a NaN: it is put back at the end)
+    xc = sh.f64_intrinsic("maxnum", [sh.f64_intrinsic("minnum", [xd, c64(EXP_HI)]), c64(EXP_LO)])
+    k = sh.f64_intrinsic("rint", [b.fmul(xc, c64(INV_LN2))])
+    r = sh.f64_intrinsic("fma", [b.fneg(k), c64(LN2), xc])
+    scale = b.bitcast(b.shl(b.add(b.fptosi(k, sh.it), sh.ci64(1023)), sh.ci64(52)), sh.dt)
+    fast = b.fptrunc(b.fmul(sh.horner(r, EXP_COEF), scale), cg.T("f32"))
+    return b.select(b.fcmp_unordered("uno", x, x), x, fast)
+
+
+def _log(cg, x):
+    """(log of float ``x`` > 0 and finite in double, rounded once; the lanes
+    that are not: 0, negative, inf and NaN, the C library's)."""
+    sh = _Shape(cg)
+    b, c64 = sh.b, sh.c64
+    xd = b.fpext(x, sh.dt)
+    bits = b.bitcast(xd, sh.it)          # (a positive float is a normal double)
+    e = b.sub(b.lshr(bits, sh.ci64(52)), sh.ci64(1023))
+    m = b.bitcast(b.or_(b.and_(bits, sh.ci64((1 << 52) - 1)), sh.ci64(1023 << 52)), sh.dt)
+    big = b.fcmp_ordered(">", m, c64(SQRT2))
+    m = b.select(big, b.fmul(m, c64(0.5)), m)
+    e = b.select(big, b.add(e, sh.ci64(1)), e)
+    s = b.fdiv(b.fsub(m, c64(1.0)), b.fadd(m, c64(1.0)))
+    log_m = b.fmul(b.fmul(c64(2.0), s), sh.horner(b.fmul(s, s), LOG_COEF))
+    fast = b.fptrunc(b.fadd(b.fmul(b.sitofp(e, sh.dt), c64(LN2)), log_m), cg.T("f32"))
+    inf = cg.cf32(float("inf"))
+    special = b.or_(b.fcmp_unordered("<=", x, cg.cf32(0.0)), b.fcmp_ordered("==", x, inf))
+    return fast, special
