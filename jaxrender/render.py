@@ -343,7 +343,7 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
     why = (("camera", scene.nondifferentiable.get(cam_key, "")), ("tris", _GEOMETRY_WHY),
            ("shape_data", _GEOMETRY_WHY), ("tri_normals", _GEOMETRY_WHY), ("tri_uv", _GEOMETRY_WHY),
            ("instances", _GEOMETRY_WHY))
-    film = FilmGeometry(grid=cam.grid_size[::-1], border=cam.border, footprint=cam.footprint)
+    film = FilmGeometry(grid=cam.grid_size[::-1], border=cam.border, footprint=cam.footprint, rfilter=cam.filter_spec)
     config = RenderConfig(film, method, why, structure, integrator, split, scene.delta_lights, motion)
     image = render_image(config, inputs)
     # mono: the film's one colour channel is the luminance, whatever the format (as Mitsuba's)

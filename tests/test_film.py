@@ -10,11 +10,18 @@ apart.
 """
 from __future__ import annotations
 
+import functools
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 import jaxrender
-from jaxrender.scene.camera import filter_table
+from jaxrender import ir
+from jaxrender.kernels import layout
+from jaxrender.kernels.sensors import film as film_kernels, filters
+from jaxrender.primitives import launch
+from jaxrender.scene.camera import filter_constants
 from test_scene_parsing import to_mitsuba
 
 mi = pytest.importorskip("mitsuba")
@@ -32,20 +39,35 @@ FILTERS = [({"type": "box"}, "box", ()),
            ({"type": "catmullrom"}, "catmullrom", ())]
 
 
-def _ours(table, radius, x):
-    a = np.minimum(np.abs(x) / radius, 1.0) * (len(table) - 1)
-    return np.where(np.abs(x) <= radius, np.interp(a, np.arange(len(table)), table), 0.0)
+@functools.cache
+def _filter_kernel():
+    """The kernels' filter (``film.filter_weights``) at distances ``x``."""
+    inputs = {"x": ir.In("f32"), **{k: layout.scene_inputs()[k]
+                                    for k in ("filter_kind", "filter_radius", "filter_a", "filter_b")}}
+
+    def body(x, **b):
+        ctx = SimpleNamespace(b=b)
+        return {"w": film_kernels.filter_weights(ctx, [x[ir.item_index()]])[0]}
+    return ir.trace(body, inputs, {"w": ir.Out("f32")}, name="test_filter_weights")
 
 
 @pytest.mark.parametrize("spec,kind,params", FILTERS, ids=[str(f[0]) for f in FILTERS])
 def test_filter_values_and_radius_match_mitsuba(spec, kind, params):
+    """Mitsuba's filter against ``filters.value`` (the host's, in double)
+    and the kernels' (the same code in the kernel language, float32)."""
     f = mi.load_dict(spec)
-    table, radius = filter_table(kind, params)
+    radius, shape = filter_constants(kind, params)
     assert radius == pytest.approx(f.radius(), abs=1e-4)
     x = np.linspace(-radius - 0.5, radius + 0.5, 301) + 1.234e-3    # off the support's ends
     theirs = np.array([f.eval(float(v)) for v in x])
+    ours = filters.value(kind, radius, shape, x)
     # Mitsuba's CPU Gaussian is a polynomial fit of exp: 8e-4 from ours.
-    np.testing.assert_allclose(_ours(table, radius, x), theirs, atol=1e-3)
+    np.testing.assert_allclose(ours, theirs, atol=1e-3)
+    kernel = launch(_filter_kernel(), (len(x),), x=x.astype(np.float32),
+                    filter_kind=np.int32(filters.KINDS.index(kind)), filter_radius=np.float32(radius),
+                    filter_a=np.float32(shape[0]), filter_b=np.float32(shape[1]))
+    # (float32: the cubics cancel to ~4e-7 near their zeros)
+    np.testing.assert_allclose(np.asarray(kernel["w"]), ours, rtol=1e-5, atol=1e-6)
 
 
 def _scene(size=24, **film):
@@ -216,7 +238,7 @@ def test_expected_film_weights_are_the_weight_kernels_mean(rfilter, crop, monkey
         weights.append(np.asarray(render_rules.crop_canvas(render_rules.splat_canvas(
             w, *config.film.grid, config.film.footprint, 1), config.film)))
     measured = np.mean(weights, axis=0) / 64.0
-    expected = np.asarray(expected_weights(inputs["filter_table"], inputs["filter_radius"], config.film))
+    expected = np.asarray(expected_weights(config.film))
     assert expected.shape == measured.shape == (*config.film.crop, 1)
     spread = np.std(weights, axis=0) / 64.0 / np.sqrt(len(weights))
     assert np.all(np.abs(measured - expected) < 5.0 * spread + 1e-4), np.abs(measured - expected).max()

@@ -193,8 +193,10 @@ def scene_inputs(spectrum=None) -> dict:
         "env_dist": ir.In("f32"),                         # envmap sampling tables (emitters/envmap.py)
         "env_frame": ir.In("f32", (ENV_FRAME_ROW,)),
         "camera": ir.In("f32", (CAMERA_ROW,)),
-        "filter_table": ir.In("f32"),                     # the pixel filter from distance 0 to its radius
-        "filter_radius": ir.Scalar("f32"),
+        "filter_kind": ir.Scalar("i32"),                  # the pixel filter: sensors/filters.KINDS index,
+        "filter_radius": ir.Scalar("f32"),                # radius and shape constants (filters.constants)
+        "filter_a": ir.Scalar("f32"),
+        "filter_b": ir.Scalar("f32"),
         "width": ir.Scalar("u32"),                        # the sample grid (work items), sensors/film.py
         "item_offset": ir.Scalar("u32"),                  # grid item of the launch's first work item
         "height": ir.Scalar("u32"),

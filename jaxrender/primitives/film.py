@@ -22,25 +22,29 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax._src import dispatch
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from ..kernels.sensors import film as film_kernels
+from ..kernels.sensors import filters
 from .kernel_call import launch, prefetch
-from .staged import staged
 
 
 @dataclasses.dataclass(frozen=True)
 class FilmGeometry:
     """The static shape of a render's film: the sample grid (height,
-    width), its border around the crop window and the splat footprint."""
+    width), its border around the crop window, the splat footprint and the
+    reconstruction filter (kind, radius, shape constants: ``filters.value``'s)."""
     grid: tuple
     border: int = 0
     footprint: int = 1
+    rfilter: tuple = ("box", 0.5, (0.0, 0.0))
 
     @property
     def crop(self) -> tuple:
@@ -208,13 +212,13 @@ def develop(blocks, weights, geom: FilmGeometry, channels: int, rows: int | None
     return image if extra is None else image + normalize(crop_canvas(extra, geom), extra_weights)
 
 
-@staged
-def expected_weights(table, radius, geom: FilmGeometry, quadrature: int = 2048):
+@functools.lru_cache(maxsize=None)
+def expected_weights(geom: FilmGeometry, quadrature: int = 2048) -> np.ndarray:
     """Each crop pixel's expected summed filter weight of one sample per
-    grid pixel, uniform in it: (height, width, 1). (Mitsuba's filters are
-    separable: per axis, the filter's mean over each neighbouring pixel of
-    the grid, summed; ``table`` and ``radius`` as ``filter_table``'s, read
-    as the kernels read them, by linear interpolation.)
+    grid pixel, uniform in it: (height, width, 1) float32. (Mitsuba's
+    filters are separable: per axis, the filter's mean over each
+    neighbouring pixel of the grid, summed; ``geom.rfilter`` is evaluated
+    as the kernels evaluate it, ``filters.value``, here in double.)
 
     The boundary term of camera and geometry derivatives is an integral
     along curves of the film, estimated by its own samples: over the
@@ -222,24 +226,20 @@ def expected_weights(table, radius, geom: FilmGeometry, quadrature: int = 2048):
     to; over the weight its samples happened to bring (``develop``'s
     ``weights``) it took their noise, about 6% per pixel at 16 spp with the
     gaussian filter, which outweighed the rest of a silhouette's estimate."""
-    table = jnp.asarray(table, jnp.float32)
-    n_table = table.shape[0] - 1
+    kind, radius, shape = geom.rfilter
     reach = geom.footprint // 2
-    u = (jnp.arange(quadrature, dtype=jnp.float32) + 0.5) / quadrature
-
-    def f(x):
-        a = jnp.minimum(jnp.abs(x) / radius, 1.0) * n_table
-        return jnp.where(jnp.abs(x) <= radius, jnp.interp(a, jnp.arange(n_table + 1, dtype=jnp.float32), table), 0.0)
-
+    u = (np.arange(quadrature) + 0.5) / quadrature
     # (a sample of the pixel d before has its distance to this pixel's centre d + 0.5 - u)
-    mean = {d: jnp.mean(f(d + 0.5 - u)) for d in range(-reach, reach + 1)}
+    mean = {d: float(np.mean(filters.value(kind, radius, shape, d + 0.5 - u))) for d in range(-reach, reach + 1)}
 
     def axis(size: int, grid: int):
-        at = jnp.arange(size) + geom.border
-        return sum(jnp.where((at - d >= 0) & (at - d < grid), m, 0.0) for d, m in mean.items())
+        at = np.arange(size) + geom.border
+        return sum(np.where((at - d >= 0) & (at - d < grid), m, 0.0) for d, m in mean.items())
 
     (h, w), (gh, gw) = geom.crop, geom.grid
-    return (axis(h, gh)[:, None] * axis(w, gw)[None, :])[..., None]
+    out = (axis(h, gh)[:, None] * axis(w, gw)[None, :])[..., None].astype(np.float32)
+    out.flags.writeable = False
+    return out
 
 
 def normalize(total, weights):

@@ -372,8 +372,8 @@ def _render_jvp(config: RenderConfig, primals, tangents):
     if moving:
         extra = _film_boundary(config, inputs, prim, {n: tin[n] for n in moving}, moved)
         # (its own samples: over the weight expected of the tangent's, film.expected_weights)
-        extra_weights = weights if config.film.footprint == 1 else expected_weights(
-            prim["filter_table"], prim["filter_radius"], config.film) * jnp.asarray(prim["spp"], jnp.float32)
+        extra_weights = weights if config.film.footprint == 1 else jnp.asarray(
+            expected_weights(config.film)) * jnp.asarray(prim["spp"], jnp.float32)
     # The tangent's samples are seed_grad's, so are its weights (constants:
     # JAX transposes the develop step for the adjoint).
     return out, _develop(config, t_blocks, weights, extra, extra_weights)

@@ -1,14 +1,14 @@
 """A loaded sensor (:class:`Camera`), its film and its reconstruction
 filter as the kernels read them (``layout.CAMERA_*``, the film scalars and
-``filter_table`` of ``kernels/sensors/film.py``).
+the filter's of ``kernels/sensors/film.py``).
 
-Filters are Mitsuba 3's (``FILTERS``: name -> the filter's radius and its
-values from its shape parameters), tabulated at ``TABLE_SIZE`` + 1
-distances from 0 to the radius.
+Filters are Mitsuba 3's (``kernels/sensors/filters.py``: a kind, its
+radius and shape constants, and its values, written once for the kernels
+and the host).
 
 Example::
 
-    table, radius = filter_table("gaussian", (("stddev", 0.5),))
+    radius, shape = filter_constants("gaussian", (("stddev", 0.5),))
     radius                              # 2.0: Mitsuba cuts the Gaussian at 4 stddev
 """
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..kernels.sensors import filters
 from .errors import SceneError
 from .sampler import SamplerSpec
 
@@ -78,7 +79,12 @@ class Camera:
 
     @property
     def radius(self) -> float:
-        return filter_table(self.rfilter, self.rfilter_params)[1]
+        return filter_constants(self.rfilter, self.rfilter_params)[0]
+
+    @property
+    def filter_spec(self) -> tuple:
+        """(kind, radius, shape constants) of its filter (``filters.value``'s)."""
+        return (self.rfilter, *filter_constants(self.rfilter, self.rfilter_params))
 
     @property
     def footprint(self) -> int:
@@ -98,9 +104,10 @@ class Camera:
 
     def film_inputs(self) -> dict:
         """The kernel inputs of its film and filter (``kernels/sensors/film.py``)."""
-        table, radius = filter_table(self.rfilter, self.rfilter_params)
+        radius, (a, b) = filter_constants(self.rfilter, self.rfilter_params)
         gw, gh = self.grid_size
-        return {"filter_table": table, "filter_radius": np.float32(radius),
+        return {"filter_kind": np.int32(filters.KINDS.index(self.rfilter)), "filter_radius": np.float32(radius),
+                "filter_a": np.float32(a), "filter_b": np.float32(b),
                 "width": np.uint32(gw), "height": np.uint32(gh), "item_offset": np.uint32(0),
                 "grid_x0": np.float32(self.crop_offset[0] - self.border),
                 "grid_y0": np.float32(self.crop_offset[1] - self.border),
@@ -115,63 +122,14 @@ def is_rigid(to_world) -> bool:
     return bool(np.all(np.isfinite(m)) and np.all(np.abs(lin @ lin.T - np.eye(3)) <= 1e-3))
 
 
-TABLE_SIZE = 1024
-
-
-def _box(params):
-    return 0.5, lambda x: np.ones_like(x)
-
-
-def _tent(params):
-    r = params["radius"]
-    return r, lambda x: np.maximum(0.0, 1.0 - np.abs(x) / r)
-
-
-def _gaussian(params):
-    sigma = params["stddev"]
-    r = 4.0 * sigma
-    # Shifted down so that it reaches zero at the cut-off radius.
-    return r, lambda x: np.maximum(0.0, np.exp(-x * x / (2 * sigma * sigma)) - np.exp(-r * r / (2 * sigma * sigma)))
-
-
-def _lanczos(params):
-    lobes = float(params["lobes"])
-    return lobes, lambda x: np.sinc(x) * np.sinc(x / lobes)
-
-
-def _cubic(b: float, c: float):
-    """Mitchell and Netravali's two-parameter cubic family, radius 2."""
-    def f(x):
-        x = np.abs(x)
-        near = (12 - 9 * b - 6 * c) * x ** 3 + (-18 + 12 * b + 6 * c) * x ** 2 + (6 - 2 * b)
-        far = (-b - 6 * c) * x ** 3 + (6 * b + 30 * c) * x ** 2 + (-12 * b - 48 * c) * x + (8 * b + 24 * c)
-        return np.where(x < 1, near, np.where(x < 2, far, 0.0)) / 6.0
-    return 2.0, f
-
-
-def _mitchell(params):
-    return _cubic(params["B"], params["C"])
-
-
-def _catmullrom(params):
-    return _cubic(0.0, 0.5)
-
-
-# Mitsuba's reconstruction filters: name -> (shape parameters -> (radius, values)).
-FILTERS = {"box": _box, "tent": _tent, "gaussian": _gaussian, "lanczos": _lanczos,
-           "mitchell": _mitchell, "catmullrom": _catmullrom}
-
 
 @functools.lru_cache(maxsize=None)
-def filter_table(kind: str, params: tuple = ()) -> tuple[np.ndarray, float]:
-    """The filter ``kind`` with shape parameters ``params`` (``((name,
-    value), ...)``) at ``TABLE_SIZE`` + 1 evenly spaced distances from 0 to
-    its radius (float32, read by linear interpolation), and its radius."""
-    if kind not in FILTERS:
-        raise SceneError(f"rfilter {kind!r} is not supported ({', '.join(sorted(FILTERS))})")
-    radius, f = FILTERS[kind](dict(params))
-    table = f(np.linspace(0.0, radius, TABLE_SIZE + 1)).astype(np.float32)
-    table.flags.writeable = False
-    return table, float(radius)
+def filter_constants(kind: str, params: tuple = ()) -> tuple[float, tuple[float, float]]:
+    """(radius, shape constants) of the filter ``kind`` with Mitsuba's shape
+    parameters ``params`` (``((name, value), ...)``): ``filters.constants``,
+    a SceneError for a kind Mitsuba does not have."""
+    if kind not in filters.KINDS:
+        raise SceneError(f"rfilter {kind!r} is not supported ({', '.join(sorted(filters.KINDS))})")
+    return filters.constants(kind, dict(params))
 
 

@@ -45,7 +45,7 @@ from . import textures as tex_io
 from .arrays import is_immutable, is_traced, xla_aligned
 from . import variants
 from .builder import SceneBuilder
-from .camera import Camera, filter_table, fov_key, is_rigid
+from .camera import Camera, filter_constants, fov_key, is_rigid
 from .errors import SceneError
 from .plugin_names import did_you_mean
 from .geometry import scene_fields
@@ -53,7 +53,7 @@ from .loaders.media import grid_majorant
 from .refit import MovingGeometry
 from .shapes import SHAPE_ROW
 
-__all__ = ["Camera", "Scene", "SceneError", "filter_table", "load_dict"]
+__all__ = ["Camera", "Scene", "SceneError", "filter_constants", "load_dict"]
 
 (EMITTER_AREA, EMITTER_POINT, EMITTER_DIRECTIONAL, EMITTER_CONSTANT, EMITTER_SPOT, EMITTER_ENVMAP, EMITTER_SPHERE,
  EMITTER_DISK, EMITTER_CYLINDER, EMITTER_SUNSKY) = (kemitters.TYPE_ID[n] for n in kemitters.NAMES)

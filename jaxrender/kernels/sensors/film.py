@@ -13,8 +13,9 @@ their overlap-added sum divided by the summed weights (``develop`` in
 in its noise. With the box filter the footprint is the pixel itself and
 every weight is one.
 
-Buffers (``layout.scene_inputs``): ``filter_table`` holds the filter at
-``n + 1`` evenly spaced distances from 0 to ``filter_radius``; ``width`` x
+Buffers (``layout.scene_inputs``): ``filter_kind`` (an index of
+``filters.KINDS``), ``filter_radius`` and the shape constants ``filter_a``,
+``filter_b`` (``filters.constants``) name the filter; ``width`` x
 ``height`` is the sample grid; ``grid_x0`` / ``grid_y0`` the film pixel of
 its first item; ``film_width`` / ``film_height`` the whole film (the
 sensor maps positions on it to rays).
@@ -24,6 +25,7 @@ from __future__ import annotations
 import functools
 
 from ... import ir
+from . import filters
 
 # Random dimension of the position within the pixel (``Context.rand``).
 POSITION_DIM = 0
@@ -46,15 +48,15 @@ def sample_position(ctx, s):
     return (px + ux) / b["film_width"].value, (py + uy) / b["film_height"].value
 
 
-def filter_weight(ctx, d):
-    """The reconstruction filter at signed distance ``d`` (pixels): linear
-    interpolation in ``filter_table``, zero beyond the radius."""
-    table, radius = ctx.b["filter_table"], ctx.b["filter_radius"].value
-    n = ir.cast(table.len, "i32") - 1
-    a = ir.minimum(ir.abs(d) / radius, 1.0) * ir.cast(n, "f32")
-    i = ir.minimum(ir.cast(ir.floor(a), "i32"), n - 1)
-    w = ir.lerp(table[i], table[i + 1], a - ir.cast(i, "f32"))
-    return ir.select(ir.abs(d) <= radius, w, 0.0)
+def filter_weights(ctx, distances: list) -> list:
+    """The reconstruction filter at each signed distance (pixels) of
+    ``distances``: ``filters.value`` of the film's filter, whose kind the
+    kernel branches on once for the list (every lane alike)."""
+    b = ctx.b
+    radius, shape = b["filter_radius"].value, (b["filter_a"].value, b["filter_b"].value)
+    return list(ir.dispatch(b["filter_kind"].value, [
+        (lambda kind=kind: [filters.value(kind, radius, shape, d, filters.IR) for d in distances])
+        for kind in filters.KINDS]))
 
 
 def splat_weights(ctx, s, footprint: int):
@@ -69,8 +71,8 @@ def weights_at(ctx, ux, uy, footprint: int):
     n = footprint // 2
     # Pixel q = p + k - n has its centre at distance (k - n) + 0.5 - u from
     # the sample: the weights depend on the offset within the pixel only.
-    wx = [filter_weight(ctx, (k - n) + 0.5 - ux) for k in range(footprint)]
-    wy = [filter_weight(ctx, (k - n) + 0.5 - uy) for k in range(footprint)]
+    w = filter_weights(ctx, [(k - n) + 0.5 - u for u in (ux, uy) for k in range(footprint)])
+    wx, wy = w[:footprint], w[footprint:]
     return [y * x for y in wy for x in wx]
 
 
