@@ -527,20 +527,26 @@ def test_few_triangles_share_the_analytic_shapes_bvh():
     assert np.isfinite(np.asarray(jaxrender.render(scene, spp=4))).all()
 
 
-@pytest.mark.parametrize("cubes", [1, 2])
-def test_few_rows_are_each_tested_as_the_walk_finds_them(cubes, monkeypatch):
+@pytest.mark.parametrize("cubes, instanced", [(1, False), (2, False), (2, True)])
+def test_few_rows_are_each_tested_as_the_walk_finds_them(cubes, instanced, monkeypatch):
     """Where the skip-link BVH holds at most geometry.ALL_ROWS_AT_MOST rows
     (every row: 14 triangles and three shapes; or, 26 triangles being in
-    the wide BVH, the three shapes), a query tests each row, all lanes
-    alike: closest hits (t, point, normals, UVs) and occlusion equal the
-    walk's bit for bit."""
+    the wide BVH, the three shapes; then with a shapegroup's rows after
+    theirs), a query tests each row, all lanes alike: closest hits (t,
+    point, normals, UVs) and occlusion equal the walk's bit for bit."""
     spec = {"plane": {"type": "rectangle", "to_world": T().translate([0.0, -0.9, 0.0]).rotate([1, 0, 0], -80)},
             "ball": {"type": "sphere", "center": [0.3, -0.2, 0.2], "radius": 0.35},
             "disk": {"type": "disk", "to_world": T().translate([-0.4, 0.3, 0.1]).rotate([0, 1, 0], 35).scale(0.4)},
             "tube": {"type": "cylinder", "p0": [0.5, 0.4, -0.6], "p1": [-0.5, 0.6, -0.2], "radius": 0.2}}
     for k in range(cubes):
         spec[f"box{k}"] = {"type": "cube", "to_world": T().translate([-0.3 + 0.5 * k, -0.4, -0.3]).scale(0.25)}
+    if instanced:
+        spec["g"] = {"type": "shapegroup", "egg": {"type": "obj", "filename": str(MESHES / "lowpoly_sphere.obj")}}
+        for k, x in enumerate((-0.6, 0.6)):
+            spec[f"egg{k}"] = {"type": "instance", "shapegroup": {"type": "ref", "id": "g"},
+                               "to_world": T().translate([x, 0.5, 0.4]).scale(0.2)}
     scene = jaxrender.load_dict({"type": "scene", "sensor": _sensor(), **spec})
+    assert scene.structure.instanced == instanced
     rows = int(scene.bvh_links[:, 2].sum())
     assert rows == (17 if cubes == 1 else 3) and rows <= geometry.ALL_ROWS_AT_MOST
     o, d = _rays(2000, seed=11)

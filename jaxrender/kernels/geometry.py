@@ -245,11 +245,13 @@ def _walk_any(bounds, links, o: Vec, inv_d: Vec, t_max, probe, accept=lambda x: 
 
 
 def _walked_rows(geo: SceneGeometry):
-    """(first, end): the rows the skip-link BVH holds, contiguous: every
-    row where the wide BVH is empty, else the analytic shapes' (the last
-    rows)."""
-    end = ir.cast(geo.tris.len, "i32")
-    return ir.select(_has_wide(geo), end - ir.cast(geo.shape_data.len, "i32"), 0), end
+    """(first, end): the rows the skip-link BVH holds, contiguous and in its
+    depth-first leaf order (the scene's own triangles where the wide BVH is
+    empty, then the analytic shapes; shapegroups' rows may follow): the
+    root's first row, and the end of the last node's (a leaf's)."""
+    last = ir.cast(geo.links.len, "i32") - 1
+    return (geo.links.read(0, layout.LINK_FIRST),
+            geo.links.read(last, layout.LINK_FIRST) + geo.links.read(last, layout.LINK_COUNT))
 
 
 def _few_rows(geo: SceneGeometry):
