@@ -26,7 +26,7 @@ from llvmlite import ir as ll
 
 from ..ir.gcpause import gc_paused
 from ..ir.kernel import Kernel
-from . import bvh_traversal, cache
+from . import bvh_traversal, cache, perfmap
 from .abi import InfoLayout
 from .codegen import ItemCodegen, PacketCodegen, build_worker, context_type, queries_bvh
 from .ffi import build_handler
@@ -364,9 +364,11 @@ def shared_object(lanes: int) -> concurrent.futures.Future:
         return fut
 
 
-def load_object(obj: bytes, shared: bytes | None = None):
+def load_object(obj: bytes, shared: bytes | None = None, label: str = "kernel"):
     """Link object code (and the ``shared`` routines' object code it calls,
-    if any) into a fresh MCJIT engine; returns (engine, handler address)."""
+    if any) into a fresh MCJIT engine; returns (engine, handler address).
+    With ``JAXRENDER_PERF_MAP=1`` its functions are named for ``perf``
+    (``perfmap.py``), the kernel's under ``label``."""
     engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _new_target_machine())
     engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
     if shared is not None:
@@ -375,6 +377,10 @@ def load_object(obj: bytes, shared: bytes | None = None):
     addr = engine.get_function_address("jaxrender_handler")
     if not addr:
         raise CompileError("handler symbol missing from object code")
+    if perfmap.enabled():
+        perfmap.record(engine, obj, label)
+        if shared is not None:
+            perfmap.record(engine, shared, "shared")
     return engine, addr
 
 
@@ -393,7 +399,7 @@ def compile_kernel(kernel: Kernel, nb: int = 0, lanes: int | None = None) -> Com
             return hit
         shared = shared_object(lanes) if lanes > 1 and queries_bvh(kernel) else None
         key, obj = object_code(kernel, nb, lanes)
-        engine, addr = load_object(obj, shared.result() if shared else None)
+        engine, addr = load_object(obj, shared.result() if shared else None, kernel.name)
         name = f"jaxrender_{kernel.name}_{key[:20]}"
         register_ffi_target(name, addr)
         ck = CompiledKernel(key, name, engine, addr)
