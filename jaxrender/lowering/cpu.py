@@ -81,12 +81,17 @@ def host_features():
     return llvm.get_host_cpu_features()
 
 
-def target_description() -> str:
+@functools.cache
+def _host_description() -> str:
+    """The host's part of :func:`target_description`, asked of LLVM once
+    (its queries took ~0.4 ms of every render's cache keys)."""
     target_machine()
-    return "|".join([llvm.get_process_triple(), llvm.get_host_cpu_name(),
-                     host_features().flatten(), llvmlite.__version__,
-                     ".".join(map(str, llvm.llvm_version_info)), CODEGEN_VERSION,
-                     repr(sorted(PIPELINE.items()))])
+    return "|".join([llvm.get_process_triple(), llvm.get_host_cpu_name(), host_features().flatten(),
+                     llvmlite.__version__, ".".join(map(str, llvm.llvm_version_info))])
+
+
+def target_description() -> str:
+    return "|".join([_host_description(), CODEGEN_VERSION, repr(sorted(PIPELINE.items()))])
 
 
 def num_threads() -> int:
