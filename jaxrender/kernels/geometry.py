@@ -245,20 +245,14 @@ def _walk_any(bounds, links, o: Vec, inv_d: Vec, t_max, probe, accept=lambda x: 
 
 
 def _walked_rows(geo: SceneGeometry):
-    """(first, end): the rows the skip-link BVH holds, contiguous and in its
-    depth-first leaf order (the scene's own triangles where the wide BVH is
+    """(first, end): the rows the skip-link BVH holds (where they are at most
+    ``ALL_ROWS_AT_MOST``, a query tests each, all lanes the same row at a
+    time), contiguous and in its depth-first leaf order (the scene's own triangles where the wide BVH is
     empty, then the analytic shapes; shapegroups' rows may follow): the
     root's first row, and the end of the last node's (a leaf's)."""
     last = ir.cast(geo.links.len, "i32") - 1
     return (geo.links.read(0, layout.LINK_FIRST),
             geo.links.read(last, layout.LINK_FIRST) + geo.links.read(last, layout.LINK_COUNT))
-
-
-def _few_rows(geo: SceneGeometry):
-    """Whether the skip-link BVH holds at most ``ALL_ROWS_AT_MOST`` rows:
-    then a query tests each of them, all lanes the same row at a time."""
-    first, end = _walked_rows(geo)
-    return end - first <= ALL_ROWS_AT_MOST
 
 
 # Rows up to which a query tests every row of the skip-link BVH instead of
@@ -289,7 +283,8 @@ def _scene_closest(geo: SceneGeometry, o: Vec, d: Vec, inv_d: Vec, t_min, t_max)
                 ir.select(closer, u, u0), ir.select(closer, v, v0))
 
     start = (ir.Float(t_max) if not isinstance(t_max, ir.Var) else t_max, ir.Int(-1), ir.Float(0.0), ir.Float(0.0))
-    near = ir.cond(_few_rows(geo), lambda: ir.fori_loop(*_walked_rows(geo), shape, start),
+    first, end = _walked_rows(geo)
+    near = ir.cond(end - first <= ALL_ROWS_AT_MOST, lambda: ir.fori_loop(first, end, shape, start),
                    lambda: _walk_nearest(geo.bounds, geo.links, o, inv_d, start, shape))
     # (no call where the wide BVH is empty: its few triangles are in the walk)
     hit = ir.cond(_has_wide(geo), lambda: ir.bvh_query.closest_hit(geo.wide, o, d, inv_d, t_min, near[0]),
@@ -354,12 +349,15 @@ def _occluded(geo: SceneGeometry, o: Vec, d: Vec, t_min, t_max):
             t = _intersect_row(geo, row, o, d, t_min)[0]
             return (t > t_min) & (t < t_max)
 
+        first, end = _walked_rows(geo)
+
         def each_row():
             # (every lane on the same row: a lane that found a hit waits for the others, untested)
-            return ir.fori_loop(*_walked_rows(geo), lambda row, found: ir.cond(
+            return ir.fori_loop(first, end, lambda row, found: ir.cond(
                 found, lambda: found, lambda: hits(row)), ir.Bool(False))
 
-        found = ir.cond(_few_rows(geo), each_row, lambda: _walk_any(geo.bounds, geo.links, o, inv_d, t_max, hits))
+        found = ir.cond(end - first <= ALL_ROWS_AT_MOST, each_row,
+                        lambda: _walk_any(geo.bounds, geo.links, o, inv_d, t_max, hits))
         found = ir.cond(found | ~_has_wide(geo), lambda: found,
                         lambda: ir.bvh_query.any_hit(geo.wide, o, d, inv_d, t_min, t_max))
     else:

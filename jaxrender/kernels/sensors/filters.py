@@ -11,8 +11,8 @@ branches on, so one compiled kernel serves every filter of a footprint),
 
 Example::
 
-    radius, p = constants("gaussian", {"stddev": 0.5})     # 2.0: cut at 4 stddev
-    value("gaussian", p, np.array([0.0, 1.0, 2.5]), NUMPY)  # its peak, e^-2 less the cut, 0
+    radius, p = constants("gaussian", {"stddev": 0.5})        # 2.0: cut at 4 stddev
+    value("gaussian", radius, p, np.array([0.0, 1.0, 2.5]))    # 1, e^-2, both less the cut; 0
 """
 from __future__ import annotations
 
