@@ -317,8 +317,128 @@ def test_volpath_gradients_match_finite_differences():
         check_gradient(*_weighted_sum(scene, key, index), step, key)
 
 
-def test_moving_cameras_are_not_differentiable_yet():
-    scene = jaxrender.load_dict(sheets([0.0]), variant="mono_polarized")
-    with pytest.raises(NotDifferentiableError, match="mono_polarized"):
+def _facing(center, normal, size) -> np.ndarray:
+    """to_world of a rectangle of half-size ``size`` at ``center`` whose +z faces ``normal``."""
+    n = np.asarray(normal, float) / np.linalg.norm(normal)
+    x = np.cross([1.0, 0.0, 0.0] if abs(n[0]) < 0.9 else [0.0, 1.0, 0.0], n)
+    x /= np.linalg.norm(x)
+    m = np.eye(4)
+    m[:3, 0], m[:3, 1], m[:3, 2], m[:3, 3] = x * size, np.cross(n, x) * size, n, center
+    return m.astype(np.float32)
+
+
+def brewster_plates(size=16, point_light=False, front_card=False) -> dict:
+    """A small light seen in two glossy plates (pplastic without its diffuse
+    layer, IOR 1.49) at Brewster's angle each, whose planes of incidence are
+    at right angles: what the first reflects is mostly s-polarized, which is
+    p at the second, and mostly stops there. A small card between the light
+    and the first plate shades part of what the camera sees (with a point
+    light, a hard shadow); ``front_card``: another between the camera and
+    the second plate, whose edge the camera sees across the light."""
+    theta = math.atan(1.49)
+    a = np.zeros(3)
+    to_light = np.array([math.sin(theta), math.cos(theta), 0.0])
+    u = np.array([-math.sin(theta), math.cos(theta), 0.0])
+    b = a + 1.5 * u
+    normal_b = math.cos(theta) * -u + math.sin(theta) * np.array([0.0, 0.0, 1.0])
+    eye = b + 2.5 * (u - 2.0 * np.dot(u, normal_b) * normal_b)
+    plate = {"type": "pplastic", "diffuse_reflectance": {"type": "rgb", "value": [0.0, 0.0, 0.0]}, "alpha": 0.15}
+    light = ({"type": "point", "position": list(a + 2.0 * to_light), "intensity": {"type": "rgb", "value": [8.0] * 3}}
+             if point_light else
+             {"type": "rectangle", "to_world": _facing(a + 2.0 * to_light, -to_light, 0.25),
+              "emitter": {"type": "area", "radiance": {"type": "rgb", "value": [50.0, 50.0, 50.0]}}})
+    extra = {}
+    if front_card:
+        forward = (b - eye) / np.linalg.norm(b - eye)
+        right = np.cross(forward, [0.0, 1.0, 0.0])
+        right /= np.linalg.norm(right)
+        extra["front"] = {"type": "rectangle", "to_world": _facing(eye + 1.5 * forward + 0.1 * right, -forward, 0.1),
+                          "bsdf": {"type": "diffuse", "reflectance": {"type": "rgb", "value": [0.2, 0.2, 0.2]}}}
+    return {**extra, "type": "scene", "integrator": {"type": "path", "max_depth": 4}, "light": light,
+            "first": {"type": "rectangle", "to_world": _facing(a, [0, 1, 0], 0.5), "bsdf": plate},
+            "second": {"type": "rectangle", "to_world": _facing(b, normal_b, 0.4), "bsdf": plate},
+            "card": {"type": "rectangle", "to_world": _facing(a + 0.6 * to_light, -to_light, 0.06),
+                     "bsdf": {"type": "diffuse", "reflectance": {"type": "rgb", "value": [0.2, 0.2, 0.2]}}},
+            "sensor": {"type": "perspective", "fov": 30.0,
+                       "to_world": T().look_at(origin=list(eye), target=list(b), up=[0, 1, 0]),
+                       "film": {"type": "hdrfilm", "width": size, "height": size}, "sampler": {"type": "independent"}}}
+
+
+def test_crossed_brewster_plates_stop_most_light():
+    """The scene of the tests below depends on polarization: without it
+    the plates pass over five times as much."""
+    plain, polarized = (float(np.sum(jaxrender.render(jaxrender.load_dict(brewster_plates(), variant=v), spp=128)))
+                        for v in ("mono", "mono_polarized"))
+    assert plain > 5.0 * polarized > 0.0, (plain, polarized)
+
+
+def _moving_matches_finite_differences(scene, key: str, axis: int, weights) -> None:
+    """The derivative of ``sum(weights * image)`` along a translation of
+    ``key`` (a to_world) on ``axis``: reverse mode within noise of central
+    differences with common random numbers (and clearly nonzero), forward
+    mode equal to it for each seed (the dot-product test)."""
+    from test_camera_gradients import _z
+    value = jnp.asarray(scene.params[key])
+    tangent = np.zeros((4, 4), np.float32)
+    tangent[axis, 3] = 1.0
+    tangent = jnp.asarray(tangent)
+
+    def loss(v, seed):
+        return jnp.sum(jaxrender.render(scene, {key: v}, spp=64, seed=seed, seed_grad=seed) * weights)
+    f = jax.jit(loss)
+    h = 0.01
+    fd = np.array([(float(f(value + h * tangent, jnp.uint32(s))) - float(f(value - h * tangent, jnp.uint32(s))))
+                   / (2 * h) for s in range(1000, 1192)])
+    reverse = jax.jit(lambda v, s: jnp.sum(jax.grad(loss)(v, s) * tangent))
+    rev = np.array([float(reverse(value, jnp.uint32(s))) for s in range(64)])
+    assert abs(_z(rev, fd)) < 4.0, (rev.mean(), fd.mean())
+    assert abs(rev.mean()) > 4.0 * rev.std() / np.sqrt(len(rev)), rev.mean()
+    forward = jax.jit(lambda v, s: jax.jvp(lambda x: loss(x, s), (v,), (tangent,))[1])
+    np.testing.assert_allclose([float(forward(value, jnp.uint32(s))) for s in range(4)], rev[:4], rtol=1e-3)
+
+
+@pytest.mark.parametrize("key, axis, point_light, variant", [
+    ("first.to_world", 1, False, "mono_polarized"), ("light.to_world", 1, False, "mono_polarized"),
+    ("sensor.to_world", 1, False, "mono_polarized"), ("card.to_world", 2, False, "mono_polarized"),
+    ("card.to_world", 2, True, "mono_polarized"), ("first.to_world", 1, False, "spectral_polarized")])
+def test_moving_geometry_and_cameras_match_finite_differences(key, axis, point_light, variant):
+    """Derivatives of moving plates, the light, the camera and the shading
+    card through the crossed plates' Mueller matrices (the previous vertex's
+    Mueller matrix towards a moving point, the edges seen after a bounce,
+    the first plate's continuation seen from a moving camera, a point
+    light's hard shadow seen after a bounce), as
+    :func:`_moving_matches_finite_differences` checks them."""
+    scene = jaxrender.load_dict(brewster_plates(point_light=point_light), variant=variant)
+    # (a ramp across the image: the card's shade moves over the plate's light, which a flat weight sums out)
+    rows, cols = np.mgrid[0:16, 0:16]
+    weights = jnp.asarray(np.random.default_rng(0).uniform(0.5, 1.5, (16, 16, 1)) + ((cols + 2 * rows) / 24.0 - 1.0)[
+        ..., None], jnp.float32)
+    _moving_matches_finite_differences(scene, key, axis, weights)
+
+
+@pytest.mark.parametrize("key, axis, scene_options", [("second.to_world", 1, {}),
+                                                      ("front.to_world", 0, {"front_card": True})])
+def test_stokes_images_of_moving_geometry_match_finite_differences(key, axis, scene_options):
+    """Stokes images (S2 weighed most) of the crossed plates under moving
+    geometry: the moving splat weights of the second plate's points carry
+    every Stokes channel; a card the camera sees in front of the polarized
+    reflection turns what lies past its edge into the sensor's frame along
+    that edge's own camera rays."""
+    d = brewster_plates(**scene_options)
+    d["integrator"] = {"type": "stokes", "nested": d["integrator"]}
+    scene = jaxrender.load_dict(d, variant="mono_polarized")
+    weights = np.random.default_rng(1).uniform(-1.0, 1.0, (16, 16, 13))
+    weights[..., 7:10] += 2.0     # S2 (mono_polarized's channels: the image, then S0..S3 thrice each)
+    _moving_matches_finite_differences(scene, key, axis, jnp.asarray(weights, jnp.float32))
+
+
+def test_stokes_images_of_moving_cameras_are_not_differentiable_yet():
+    """The stokes integrator's Stokes basis is the sensor's frame, which
+    turns with the camera (its path and direct integrators' images do not
+    depend on it)."""
+    d = brewster_plates(4)
+    d["integrator"] = {"type": "stokes", "nested": d["integrator"]}
+    scene = jaxrender.load_dict(d, variant="mono_polarized")
+    with pytest.raises(NotDifferentiableError, match="stokes integrator"):
         jax.grad(lambda m: jnp.mean(jaxrender.render(scene, {"sensor.to_world": m}, spp=1)))(
             scene.params["sensor.to_world"])

@@ -161,7 +161,9 @@ class SurfaceBsdf:
         f, pdf, s = ir.dispatch(self.kind, [branch(t) for t in self.types])
         if self.ctx.spectrum.polarized and any(t.polarizing for t in self.types):
             f = self.to_world_mueller(f, -wo_light)
-            s = dataclasses.replace(s, weight=self.to_world_mueller(s.weight, -s.wo))
+            # (the sampled direction's basis as traced: detached sampling holds
+            # the direction, and what arrives along it is in that basis)
+            s = dataclasses.replace(s, weight=self.to_world_mueller(s.weight, -ir.detach(s.wo)))
         return f, pdf, s
 
     @staticmethod

@@ -176,6 +176,11 @@ class Integrator:
         ``radiance``, linear in it: the film's colour."""
         return ctx.spectrum.to_film(radiance)
 
+    def film_values_along(self, ctx: Context, d: Vec, radiance: Vec) -> Vec:
+        """:meth:`film_values` of ``radiance`` arriving along a camera ray
+        of direction ``d`` (the film boundary's rays, which are no sample's)."""
+        return ctx.spectrum.to_film(radiance)
+
     @property
     def film_width(self) -> int:
         """How many channels :meth:`film_values` gives (alpha excluded)."""
@@ -577,8 +582,8 @@ class ReplayIntegrator(Integrator):
                     estimate = final.radiance
                 _, weights_pullback = ir.vjp(lambda: motion.attached_weights(ctx, s, footprint, first),
                                              buffer_grads=grads)
-                film_value = ctx.spectrum.to_film(estimate)
-                d_weights = [_dot(Vec(*d_block[k][:S.film_channels]), film_value) for k in range(footprint * footprint)]
+                film_value = self.film_values(ctx, s, estimate)
+                d_weights = [_dot(Vec(*d_block[k][:width]), film_value) for k in range(footprint * footprint)]
                 if self.alpha:
                     # alpha (whose own derivative is the film boundary's) moves with the weights too
                     alpha = self.sample_alpha(ctx, s)

@@ -200,7 +200,7 @@ def _sample(integrator, ctx: Context, s):
     valid = seen & behind & (length > 0.0) & (total > 0.0) & (density > 0.0)
     radiance = ir.cond(valid,
                        lambda: integrator.trace(plain, s, integrator.start_ray(plain, o, d, t_min, t_max, known)),
-                       integrator.spectrum.zero)
+                       integrator.spectrum.no_radiance)
     x_point = ir.select(si.hit, si.p, d)
 
     def velocity():
@@ -233,7 +233,7 @@ def _sample(integrator, ctx: Context, s):
     rows, weights = _footprint(ctx, sp)
     scale = ir.select(valid, total * density / (ir.cast(b["spp"].value, "f32") * ir.cast(ir.launch_size(), "f32")),
                       0.0)
-    return rows, weights, _film_value(integrator, ctx, radiance, valid, si.hit), velocity, scale
+    return rows, weights, _film_value(integrator, ctx, radiance, valid, si.hit, d), velocity, scale
 
 
 def _stratified(ctx: Context, s, u):
@@ -295,7 +295,7 @@ def _lens_edge_sample(integrator, ctx: Context, s):
     valid = ok & (~si.hit | (si.t > depth * (1.0 - 1e-3)))
     radiance = ir.cond(valid,
                        lambda: integrator.trace(plain, s, integrator.start_ray(plain, o, d, t_min, t_max, known)),
-                       integrator.spectrum.zero)
+                       integrator.spectrum.no_radiance)
     x_point = ir.select(si.hit, si.p, d)
 
     def velocity():
@@ -317,7 +317,7 @@ def _lens_edge_sample(integrator, ctx: Context, s):
     rows, weights = _footprint(ctx, sp)
     scale = ir.select(valid, ep.weight * n_len / (ir.cast(b["spp"].value, "f32") * ir.cast(ir.launch_size(), "f32")),
                       0.0)
-    return rows, weights, _film_value(integrator, ctx, radiance, valid, si.hit), velocity, scale
+    return rows, weights, _film_value(integrator, ctx, radiance, valid, si.hit, d), velocity, scale
 
 
 def _inside(ctx: Context, sp: Vec, inward: Vec, lens):
@@ -398,7 +398,7 @@ def _pixel_edge_sample(integrator, ctx: Context, s):
     si = shown_hit(ctx, o, d, t_min, t_max, first)
     radiance = ir.cond(valid,
                        lambda: integrator.trace(plain, s, integrator.start_ray(plain, o, d, t_min, t_max, known)),
-                       integrator.spectrum.zero)
+                       integrator.spectrum.no_radiance)
     x_point = ir.select(si.hit, si.p, d)
 
     def velocity():
@@ -412,7 +412,7 @@ def _pixel_edge_sample(integrator, ctx: Context, s):
     cw = b["canvas_width"].value
     row = iy * cw + ix
     rows = [row, ir.select(right, row + 1, row + cw)]
-    return (rows, [1.0, -1.0], _film_value(integrator, ctx, radiance, valid, si.hit), velocity,
+    return (rows, [1.0, -1.0], _film_value(integrator, ctx, radiance, valid, si.hit, d), velocity,
             ir.select(valid, 2.0 / ir.cast(b["spp"].value, "f32"), 0.0))
 
 
@@ -467,18 +467,19 @@ def _shadow_sample(integrator, ctx: Context, s):
     # film length per sampled length (the records are drawn by their length)
     scale = ir.select(ok, n_len * edge.density / (ir.cast(b["spp"].value, "f32") * ir.cast(ir.launch_size(), "f32")),
                       0.0)
-    value = ctx.spectrum.to_film(Vec(*(ir.select(ok, c, 0.0) for c in jump)))
+    value = integrator.film_values_along(ctx, ir.detach(-toward), Vec(*(ir.select(ok, c, 0.0) for c in jump)))
     if integrator.alpha:
         value = Vec(*value, ir.Float(0.0))      # (both sides of a shadow are opaque)
     return rows, weights, value, velocity, scale
 
 
-def _film_value(integrator, ctx: Context, radiance: Vec, valid, hit) -> Vec:
-    """The film channels of what the region's side shows: its radiance's
-    colour, then, on films with alpha, its alpha (1 where the camera ray
-    meets a surface or a visible environment, as ``sample_alpha``): a
-    silhouette against nothing moves the alpha's edge too."""
-    value = ctx.spectrum.to_film(radiance)
+def _film_value(integrator, ctx: Context, radiance: Vec, valid, hit, d: Vec) -> Vec:
+    """The film channels of what the region's side shows along the camera
+    ray of direction ``d``: its radiance's film values, then, on films with
+    alpha, its alpha (1 where the camera ray meets a surface or a visible
+    environment, as ``sample_alpha``): a silhouette against nothing moves
+    the alpha's edge too."""
+    value = integrator.film_values_along(ctx, ir.detach(d), radiance)
     if not integrator.alpha:
         return value
     alpha = ir.select(valid & (hit | integrator.camera_sees_environment(ctx)), 1.0, 0.0)

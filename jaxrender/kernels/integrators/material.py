@@ -530,9 +530,9 @@ def edge_sample(ctx, si, u, valid, incident, emission_only) -> EdgeSample:
         lambda: (ir.Bool(False), ir.Int(-1), ir.Float(0.0), ir.Float(0.0), ir.Int(-1), *_known(None)))
     # the radiance arriving from behind the edge (its first hit is the one
     # just traced), and the BSDF towards it
-    le = ir.cond(ok, lambda: incident(o, d_behind, KnownHit(*known)), S.zero)
+    le = ir.cond(ok, lambda: incident(o, d_behind, KnownHit(*known)), S.no_radiance)
     f, _, _ = SurfaceBsdf(plain, si).query(si.frame.to_local(w), ir.Float(0.5), Vec(ir.Float(0.5), ir.Float(0.5)))
-    coef = Vec(*(ir.select(ok, f[k] * le[k] * weight, 0.0) for k in range(S.channels)))
+    coef = Vec(*(ir.select(ok, c * weight, 0.0) for c in S.apply(f, le)))    # (polarized: a Stokes vector)
     return EdgeSample(tri_a, s0, s1, t, shape, which, normal, behind, c1, c2, d_behind, coef, ok, ep.instance,
                       None if ep.instance is None else behind_instance)
 
@@ -628,8 +628,8 @@ def horizon_sample(ctx, si, u, valid, incident) -> HorizonSample:
             hit = intersect(plain, o, d, ir.Float(0.0))
             return (hit.prim, *material_coords(plain, hit), instance_of(hit), incident(o, d, KnownHit(*_known(hit))))
         prim, c1, c2, inst, le = ir.cond(smooth, trace, lambda: (ir.Int(-1), ir.Float(0.0), ir.Float(0.0),
-                                                                 ir.Int(-1), S.zero()))
-        coef = Vec(*(ir.select(smooth, f[k] * le[k] * (2.0 * 3.141592653589793), 0.0) for k in range(S.channels)))
+                                                                 ir.Int(-1), S.no_radiance()))
+        coef = Vec(*(ir.select(smooth, c * (2.0 * 3.141592653589793), 0.0) for c in S.apply(f, le)))
         sides.append((prim, c1, c2, d, coef, inst if ctx.structure.instanced else None))
     return HorizonSample(w, -si.ng, tuple(sides), smooth)
 
@@ -696,6 +696,30 @@ def pair_factor(ctx, si, fixed, measure, prev) -> Vec:
     hit, the ray that found it and the hit before it): that vertex's BSDF
     (times cosine) towards this point and the area this point's solid
     angle covers there; a miss keeps its direction."""
+    f, r = _reached(ctx, si, fixed, measure, prev)
+    return Vec(*(relative(c) * r for c in f))
+
+
+def mueller_pair(ctx, si, fixed, measure, prev, weight00) -> Vec:
+    """(polarized) :func:`pair_factor` as a Mueller matrix to add to the
+    previous vertex's continuation weight, whose (0, 0) entries (per
+    channel) are ``weight00``: 0 in value, with the derivative of that
+    vertex's BSDF (times cosine) towards this point, scaled as the area
+    factor and the weight scale it. A matrix's relative change would need
+    its inverse, which a polarizer's lacks; each channel's weight over its
+    BSDF value is instead a number, 1 / pdf where the weight is f cos / pdf
+    (a mixture's sampled lobe: its own ratio, unbiased as the scalar form)."""
+    f, r = _reached(ctx, si, fixed, measure, prev)
+    n = ctx.spectrum.channels
+    f00 = [ir.detach(f[c]) for c in range(n)]
+    scale = [ir.select(a != 0.0, w / ir.select(a != 0.0, a, 1.0), 0.0) for w, a in zip(weight00, f00)]
+    return Vec(*((x * r - ir.detach(x)) * scale[i % n] for i, x in enumerate(f)))
+
+
+def _reached(ctx, si, fixed, measure, prev):
+    """(the previous vertex's BSDF times cosine towards ``si``, following
+    both, and the relative change of the area ``si``'s solid angle covers
+    there): :func:`pair_factor`'s parts."""
     from ..bsdfs.surface import SurfaceBsdf
     prim, b1, b2, o, d, t, prim2, b1_2, b2_2 = prev[:9]
     inst, inst2 = instances_of(prev)
@@ -712,5 +736,4 @@ def pair_factor(ctx, si, fixed, measure, prev) -> Vec:
     wo = Vec(*(ir.select(si.hit, a, c) for a, c in zip(wo, fixed.d)))
     f, _, _ = SurfaceBsdf(ctx, before).query(before.frame.to_local(wo), ir.Float(0.5), Vec(ir.Float(0.5), ir.Float(0.5)))
     j = ir.select(si.hit, area_jacobian(before.p, si.p, si.ng, measure), 1.0)
-    r = relative(j)
-    return Vec(*(relative(c) * r for c in f))
+    return f, relative(j)

@@ -59,6 +59,8 @@ class PathState:
                         # camera ray's, traced once for the film as well; PRB's first pass's), else None
     known_shadow: Any = None  # PRB's replay: the next vertex's shadow ray as its first pass traced it
                               # (interaction.KnownOcclusion), else None
+    before: Any = None  # polarized kernels for moving geometry: (the throughput before the last vertex's
+                        # continuation weight, times roulette's factor; that weight's (0, 0) entries)
 
 
 @dataclasses.dataclass
@@ -73,7 +75,8 @@ class Shading:
     null: Any = None    # scenes with null samples (else None): the BSDF sample passes through (mask),
     choice: Any = None  # and the probability of the choices that made it null or not
     pair: Any = None    # moving meshes: 1, with the derivative of the previous vertex's continuation
-                        # (its BSDF towards this point, the area this point's solid angle covers)
+                        # (its BSDF towards this point, the area this point's solid angle covers);
+                        # polarized: 0, with that derivative, added to that vertex's weight (mueller_pair)
     boundary: Any = None  # moving meshes: 0, with the derivative of the edges seen from this point
 
 
@@ -87,6 +90,7 @@ class Vertex:
                          # whether the path counts (kept), else 0
     rr_scale: Any = None  # polarized: Russian roulette's factor (1 / its probability, or 1) on the continuation
     queries: Any = None  # what its ray queries answered, keyed by their rays, for a replay to reuse (_logged)
+    before: Any = None  # polarized, moving geometry: the throughput before the previous vertex's weight
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,8 +143,17 @@ class PathIntegrator(ReplayIntegrator):
         if ctx.geometry_motion:
             prev = (*none, o, d, ir.Float(0.0), *none) + ((ir.Int(-1), ir.Int(-1)) if ctx.structure.instanced else ())
         single = ir.Bool(False) if ctx.structure.dispersion else None
+        before = None
+        if ctx.geometry_motion and S.polarized:
+            if ctx.structure.dispersion:
+                # (a dispersive refraction's hero projection would have to follow the weight in
+                # `before`; dispersion is only a smooth dielectric's, a Dirac lobe, which these
+                # kernels do not take: render.py says so first)
+                raise NotImplementedError("polarized moving geometry with dispersion")
+            before = (S.one(), S.full(1.0))
         return PathState(ir.Int(0), o, d, t_min, t_max, S.one(), S.no_radiance(), ir.Float(1.0), ir.Bool(True),
-                         ir.Bool(True), ir.Float(1.0), valid=valid, single=single, prev=prev, known=known)
+                         ir.Bool(True), ir.Float(1.0), valid=valid, single=single, prev=prev, known=known,
+                         before=before)
 
     def no_queries(self, ctx):
         return (ir.UInt(0), ir.Float(0.0), ir.Int(-1), ir.Float(0.0), ir.Float(0.0), ir.UInt(0)) + (
@@ -165,7 +178,7 @@ class PathIntegrator(ReplayIntegrator):
         valid = state.valid
         if valid is None and samples_null(ctx.structure):
             valid = ir.Bool(True)
-        return dataclasses.replace(state, prev=None, valid=valid,
+        return dataclasses.replace(state, prev=None, before=None, valid=valid,
                                    known=KnownHit.none() if state.known is None else state.known)
 
     def kept(self, final: PathState):
@@ -184,11 +197,12 @@ class PathIntegrator(ReplayIntegrator):
                    ir.select(final.valid, 1.0, 0.0))
 
     def shade(self, ctx, si, es, u, depth, prev_pdf, prev_delta, show_emitters, prev=None, edge=None,
-              es_u=None) -> Shading:
+              es_u=None, prev_weight=None) -> Shading:
         """Everything at a vertex that reads differentiable parameters;
         multiplying by the path throughput is left to the caller. Kernels
         for moving meshes also get the previous hit, the edge sample of the
-        camera's point and the emitter sample's random numbers."""
+        camera's point and the emitter sample's random numbers (polarized:
+        the (0, 0) entries of the previous vertex's continuation weight)."""
         pair = boundary = None
         if ctx.geometry_motion:
             fixed = si
@@ -202,8 +216,12 @@ class PathIntegrator(ReplayIntegrator):
             si = dataclasses.replace(si, wi=Vec(*(ir.select(si.hit, a, b)
                                                   for a, b in zip(si.frame.to_local(toward), si.wi))))
             es, nee = material.followed_emitter_sample(ctx, fixed, si, es, es_u)
-            pair = ir.cond(depth > 0, lambda: material.pair_factor(ctx, si, fixed, measure, prev),
-                           self.spectrum.one)
+            if self.spectrum.polarized:
+                pair = ir.cond(depth > 0, lambda: material.mueller_pair(ctx, si, fixed, measure, prev, prev_weight),
+                               self.spectrum.zero)
+            else:
+                pair = ir.cond(depth > 0, lambda: material.pair_factor(ctx, si, fixed, measure, prev),
+                               self.spectrum.one)
             edge, horizon, shadow = edge
             boundary = material.edge_term(ctx, edge, si.p)
             if horizon is not None:
@@ -296,8 +314,13 @@ class PathIntegrator(ReplayIntegrator):
                 # the hard shadows seen from here: the next vertex must sample emitters
                 shadow = shadows.vertex_sample(ctx, si, ctx.rand(s, shadows.GROUP + st.depth), continues & ~last)
             edge = ctx.detach((edge, horizon, shadow))
-            sh = shade(si, es, u, st.depth, st.prev_pdf, st.prev_delta, show_emitters, st.prev, edge, es_u)
-            beta = S.mul(beta, sh.pair)  # 1, carrying the derivative of reaching this point
+            if st.before is None:
+                sh = shade(si, es, u, st.depth, st.prev_pdf, st.prev_delta, show_emitters, st.prev, edge, es_u)
+                beta = S.mul(beta, sh.pair)  # 1, carrying the derivative of reaching this point
+            else:
+                sh = shade(si, es, u, st.depth, st.prev_pdf, st.prev_delta, show_emitters, st.prev, edge, es_u,
+                           st.before[1])
+                beta = beta + S.mul(st.before[0], sh.pair)
         else:
             sh = shade(si, es, u, st.depth, st.prev_pdf, st.prev_delta, show_emitters)
         radiance = st.radiance + S.apply(beta, sh.emitted)
@@ -352,6 +375,10 @@ class PathIntegrator(ReplayIntegrator):
             if ctx.diff:
                 radiance = ir.select(deciding, radiance * _relative(sh.choice), radiance)
         passed = si.p + st.d * si.scale
+        before = st.before
+        if before is not None and ctx.geometry_motion:
+            before = (ir.select(pass_through, before[0], beta * rr_scale),
+                      ir.select(pass_through, before[1], Vec(*sh.weight[:S.channels])))
         prev = None
         if st.prev is not None:
             # (what a pass-through step meets is no vertex: the next one's predecessor stays the camera)
@@ -366,11 +393,12 @@ class PathIntegrator(ReplayIntegrator):
                         ir.select(pass_through, st.prev_pdf, sh.pdf), ir.select(pass_through, st.prev_delta, sh.delta),
                         active_next | pass_through, ir.select(pass_through, st.eta, eta), valid, single,
                         st.rr_prefix, prev, None if st.known is None else KnownHit.none(),
-                        None if st.known_shadow is None else KnownOcclusion.none())
+                        None if st.known_shadow is None else KnownOcclusion.none(), before)
         return new, Vertex(st.throughput, ~blocked, active_next & ~pass_through, pending,
                            rr_scale if S.polarized else None,
                            _logged(ctx, si, hit_key, shadow_key | ir.select(useful, ir.UInt(_TRACED), ir.UInt(0))
-                                   | ir.select(blocked, ir.UInt(_BLOCKED), ir.UInt(0))))
+                                   | ir.select(blocked, ir.UInt(_BLOCKED), ir.UInt(0))),
+                           None if st.before is None else st.before[0])
 
     def _incident(self, ctx, s, depth, o, d, known: KnownHit) -> Vec:
         """Radiance arriving at ``o`` from direction ``-d``: a path traced
@@ -391,6 +419,13 @@ class PathIntegrator(ReplayIntegrator):
                               S.no_radiance())
             direct = ir.select(vertex.visible, S.apply(vertex.throughput, sh.direct), S.no_radiance())
             local = S.apply(vertex.throughput, sh.emitted) + direct + later
+            if sh.pair is not None:
+                # what this point sends back towards the previous one, through
+                # that one's weight's derivative (mueller_pair); the edges' term
+                sent = (sh.emitted + ir.select(vertex.visible, sh.direct, S.no_radiance())
+                        + ir.select(vertex.continues, S.apply(sh.weight, rest) * vertex.rr_scale, S.no_radiance()))
+                local = local + S.apply(vertex.before, S.apply(sh.pair, ir.detach(sent))) \
+                    + S.apply(vertex.throughput, sh.boundary)
             return local if vertex.pending is None else local + vertex.pending * _relative(sh.choice)
         # The continuation weight scales everything the path gathers later:
         # rest * weight / weight, with the denominator a constant.

@@ -223,7 +223,7 @@ def vertex_sample(ctx, si, u, valid) -> ShadowTerm:
     side = ir.dot(n, shadowed)
     n = n * (ir.copysign(1.0, side) / ir.select(n_len > 0.0, n_len, 1.0))
     ok = ok & (n_len > 0.0) & (side != 0.0)
-    coef = Vec(*(ir.select(ok, a * c * dw_len * edge.density, 0.0) for a, c in zip(f, jmp)))
+    coef = Vec(*(ir.select(ok, c * dw_len * edge.density, 0.0) for c in ctx.spectrum.apply(f, jmp)))
     return ShadowTerm(edge.at, n, coef, ok)
 
 

@@ -55,10 +55,13 @@ class StokesFilm:
     def film_values(self, ctx, s, radiance: Vec) -> Vec:
         """The intensity's colour, then S0..S3 turned into the sensor's
         frame, each as the film's colour (a mono value thrice)."""
+        _, d, _, _ = sensors.sample_ray(ctx, s)
+        return self.film_values_along(ctx, d, radiance)
+
+    def film_values_along(self, ctx, d: Vec, radiance: Vec) -> Vec:
         if not self.spectrum.polarized:
             raise ValueError("the stokes integrator needs a polarized variant")
         S = ctx.spectrum
-        _, d, _, _ = sensors.sample_ray(ctx, s)
         cam = ctx.b["camera"]
         up = Vec(*(cam.read(0, layout.CAMERA_TO_WORLD + k) for k in (1, 5, 9)))  # the sensor's y axis in the world
         towards = -d
