@@ -16,7 +16,8 @@ from .kernels.integrators.aov import channel_names, parse_aovs
 from .primitives.boundary import edge_topology as boundary_topology, instance_edges, moving_items
 from .primitives.bsdf_tables import bsdf_table
 from .primitives.film import FilmGeometry, has_alpha, to_pixel_format
-from .primitives.render_rules import MovingRows, PixelSplit, RenderConfig, nondifferentiable, render_image
+from .primitives.render_rules import MovingRows, PixelSplit, RenderConfig, nondifferentiable
+from .primitives import render_rules
 from .kernels import spectrum
 from .kernels import textures as ktex
 from .scene.arrays import is_traced, xla_aligned
@@ -346,7 +347,7 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
            ("instances", _GEOMETRY_WHY))
     film = FilmGeometry(grid=cam.grid_size[::-1], border=cam.border, footprint=cam.footprint, rfilter=cam.filter_spec)
     config = RenderConfig(film, method, why, structure, integrator, split, scene.delta_lights, motion)
-    image = render_image(config, inputs)
+    image = render_rules.render(config, inputs)
     # mono: the film's one colour channel is the luminance, whatever the format (as Mitsuba's)
     if scene.integrator["type"] == "stokes" or variants.color_base(scene.variant) == "mono":
         return image  # (mono: the film's one colour channel is the luminance, whatever the format, as Mitsuba's)

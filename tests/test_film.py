@@ -216,7 +216,6 @@ def test_expected_film_weights_are_the_weight_kernels_mean(rfilter, crop, monkey
     window's borders too; and for the tent filter (radius 1) the closed
     form: per axis 0.75 + 0.125 + 0.125 in the interior, 0.875 at the
     samples' edge."""
-    import sys
     from jaxrender.primitives import render_rules
     from jaxrender.primitives.film import expected_weights
     seen = []
@@ -224,7 +223,7 @@ def test_expected_film_weights_are_the_weight_kernels_mean(rfilter, crop, monkey
     def capture(config, inputs):
         seen.append((config, inputs))
         raise StopIteration
-    monkeypatch.setattr(sys.modules["jaxrender.render"], "render_image", capture)
+    monkeypatch.setattr(render_rules, "render", capture)
     d = {"type": "scene", "ball": {"type": "sphere"},
          "sensor": {"type": "perspective", "film": {"type": "hdrfilm", "width": 12, "height": 9, "rfilter": rfilter,
                                                     **crop}}}
