@@ -322,10 +322,6 @@ def render(scene, params: Mapping[str, Any] | None = None, *, sensor: int = 0, s
             _decide(nondiff, geometry_keys, _geometry_why(scene, cam, integrator, settings, structure))
         if uv_keys:
             _decide(nondiff, uv_keys, _texcoords_why(scene, cam, integrator, settings, structure))
-        if polarized:
-            why_pol = _polarized_camera_why(integrator)
-            if why_pol is not None:
-                nondiff.update({k: f"{k}: {why_pol}" for k in camera_keys if k not in nondiff})
         params = {k: nondifferentiable(v, nondiff[k]) if k in nondiff else v for k, v in params.items()}
     inputs = kernel_inputs(scene, params, sensor, media="medium_data" in integrator.inputs())
     inputs.update(settings, spp=np.uint32(spp), seed=seed, seed_grad=seed_grad, spp_grad=np.uint32(spp_grad),
@@ -430,17 +426,6 @@ def _check_polarized(scene, cam) -> None:
                          "(path, direct, volpath, prbvolpath, stokes, aov)")
     if kind == "stokes" and cam.pixel_format != "rgb":
         raise SceneError(f"pixel_format {cam.pixel_format!r} with the stokes integrator is not supported yet (rgb)")
-
-
-def _polarized_camera_why(integrator) -> str | None:
-    """Why a polarized render cannot differentiate its moving camera, or
-    None (the path and direct integrators can)."""
-    if integrator.name.startswith("stokes"):
-        return ("derivatives of moving cameras under the stokes integrator are not implemented yet (its Stokes "
-                "images are in the sensor's frame, which turns with the camera and with the direction towards "
-                "each point it sees); its moving geometry is differentiable, and so is the nested integrator's "
-                "image under a moving camera")
-    return None
 
 
 def _decide(nondiff: dict, keys: list, why: str | None) -> None:

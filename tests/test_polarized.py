@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 import jaxrender
-from jaxrender import NotDifferentiableError, SceneError
+from jaxrender import SceneError
 from jaxrender.scene.transform import Transform as T
 
 HERE = Path(__file__).resolve().parent
@@ -372,16 +372,21 @@ def test_crossed_brewster_plates_stop_most_light():
     assert plain > 5.0 * polarized > 0.0, (plain, polarized)
 
 
-def _moving_matches_finite_differences(scene, key: str, axis: int, weights) -> None:
-    """The derivative of ``sum(weights * image)`` along a translation of
-    ``key`` (a to_world) on ``axis``: reverse mode within noise of central
-    differences with common random numbers (and clearly nonzero), forward
-    mode equal to it for each seed (the dot-product test)."""
-    from test_camera_gradients import _z
-    value = jnp.asarray(scene.params[key])
+def _shift(axis: int) -> np.ndarray:
+    """The tangent of a to_world translated along ``axis``."""
     tangent = np.zeros((4, 4), np.float32)
     tangent[axis, 3] = 1.0
-    tangent = jnp.asarray(tangent)
+    return tangent
+
+
+def _moving_matches_finite_differences(scene, key: str, tangent, weights) -> None:
+    """The derivative of ``sum(weights * image)`` along ``tangent`` of
+    ``key`` (a to_world): reverse mode within noise of central differences
+    with common random numbers (and clearly nonzero), forward mode equal to
+    it for each seed (the dot-product test)."""
+    from test_camera_gradients import _z
+    value = jnp.asarray(scene.params[key])
+    tangent = jnp.asarray(tangent, jnp.float32)
 
     def loss(v, seed):
         return jnp.sum(jaxrender.render(scene, {key: v}, spp=64, seed=seed, seed_grad=seed) * weights)
@@ -413,32 +418,33 @@ def test_moving_geometry_and_cameras_match_finite_differences(key, axis, point_l
     rows, cols = np.mgrid[0:16, 0:16]
     weights = jnp.asarray(np.random.default_rng(0).uniform(0.5, 1.5, (16, 16, 1)) + ((cols + 2 * rows) / 24.0 - 1.0)[
         ..., None], jnp.float32)
-    _moving_matches_finite_differences(scene, key, axis, weights)
+    _moving_matches_finite_differences(scene, key, _shift(axis), weights)
 
 
-@pytest.mark.parametrize("key, axis, scene_options", [("second.to_world", 1, {}),
-                                                      ("front.to_world", 0, {"front_card": True})])
-def test_stokes_images_of_moving_geometry_match_finite_differences(key, axis, scene_options):
+def _roll(to_world) -> np.ndarray:
+    """The tangent of ``to_world`` turned about its own z axis (a camera's
+    view direction)."""
+    turn = np.zeros((4, 4), np.float32)
+    turn[0, 1], turn[1, 0] = -1.0, 1.0
+    return np.asarray(to_world, np.float32) @ turn
+
+
+@pytest.mark.parametrize("key, motion, scene_options", [("second.to_world", 1, {}),
+                                                        ("front.to_world", 0, {"front_card": True}),
+                                                        ("sensor.to_world", 1, {}),
+                                                        ("sensor.to_world", "roll", {})])
+def test_stokes_images_of_moving_geometry_and_cameras_match_finite_differences(key, motion, scene_options):
     """Stokes images (S2 weighed most) of the crossed plates under moving
-    geometry: the moving splat weights of the second plate's points carry
-    every Stokes channel; a card the camera sees in front of the polarized
-    reflection turns what lies past its edge into the sensor's frame along
-    that edge's own camera rays."""
+    geometry and cameras: the moving splat weights of the second plate's
+    points carry every Stokes channel; a card the camera sees in front of
+    the polarized reflection turns what lies past its edge into the
+    sensor's frame along that edge's own camera rays; the sensor's frame
+    follows the camera and the direction it sees each point from (a roll
+    turns it outright)."""
     d = brewster_plates(**scene_options)
     d["integrator"] = {"type": "stokes", "nested": d["integrator"]}
     scene = jaxrender.load_dict(d, variant="mono_polarized")
     weights = np.random.default_rng(1).uniform(-1.0, 1.0, (16, 16, 13))
     weights[..., 7:10] += 2.0     # S2 (mono_polarized's channels: the image, then S0..S3 thrice each)
-    _moving_matches_finite_differences(scene, key, axis, jnp.asarray(weights, jnp.float32))
-
-
-def test_stokes_images_of_moving_cameras_are_not_differentiable_yet():
-    """The stokes integrator's Stokes basis is the sensor's frame, which
-    turns with the camera (its path and direct integrators' images do not
-    depend on it)."""
-    d = brewster_plates(4)
-    d["integrator"] = {"type": "stokes", "nested": d["integrator"]}
-    scene = jaxrender.load_dict(d, variant="mono_polarized")
-    with pytest.raises(NotDifferentiableError, match="stokes integrator"):
-        jax.grad(lambda m: jnp.mean(jaxrender.render(scene, {"sensor.to_world": m}, spp=1)))(
-            scene.params["sensor.to_world"])
+    tangent = _roll(scene.params[key]) if motion == "roll" else _shift(motion)
+    _moving_matches_finite_differences(scene, key, tangent, weights)

@@ -106,6 +106,10 @@ class Integrator:
     adjoint_methods: ClassVar[tuple] = ()
     # Why an integrator without differentiable inputs has no derivatives (for the error saying so).
     primal_only: ClassVar[str] = "it has no derivative kernels"
+    # Whether film_values depends on where the camera sees a sample's point
+    # from (not only on its radiance): its derivative under motion then has
+    # a term of its own (the adjoint's, _adjoint_body).
+    film_moves: ClassVar[bool] = False
     spectrum: SpectrumType = dataclasses.field(default=RGB, kw_only=True)
     # One more channel: the sample's alpha (films with an alpha channel).
     alpha: bool = dataclasses.field(default=False, kw_only=True)
@@ -163,17 +167,21 @@ class Integrator:
         """Whether camera rays that miss every surface see an emitter."""
         return ctx.b["env_emitter"].value >= 0
 
-    def _value(self, ctx: Context, s, known=None) -> Vec:
+    def _value(self, ctx: Context, s, known=None, first=None) -> Vec:
         """What one sample contributes to the image's channels (``known``:
-        its camera ray's first hit, already traced, as :meth:`start`'s)."""
+        its camera ray's first hit, already traced, as :meth:`start`'s;
+        ``first``: the same as ``interaction.first_hit`` gives it)."""
         ctx = ctx.spectrum.bind(ctx, s)
         radiance = self.sample(ctx, s) if known is None else self.trace(ctx, s, self.start(ctx, s, known))
-        value = self.film_values(ctx, s, radiance)
+        value = self.film_values(ctx, s, radiance, first)
         return Vec(*value, self.sample_alpha(ctx, s)) if self.alpha else value
 
-    def film_values(self, ctx: Context, s, radiance: Vec) -> Vec:
+    def film_values(self, ctx: Context, s, radiance: Vec, first=None) -> Vec:
         """The image channels (before alpha) of sample ``s``'s estimated
-        ``radiance``, linear in it: the film's colour."""
+        ``radiance``, linear in it: the film's colour. ``first``: in
+        kernels of a moving camera or geometry, the camera ray's first hit
+        (a film whose values depend on the direction the camera sees the
+        point from follows it: ``film_moves``)."""
         return ctx.spectrum.to_film(radiance)
 
     def film_values_along(self, ctx: Context, d: Vec, radiance: Vec) -> Vec:
@@ -224,7 +232,7 @@ class Integrator:
             if not camera:
                 return self._value(ctx, s), None
             first, known = motion.camera_hit(ctx, s)
-            return self._value(ctx, s, known), first
+            return self._value(ctx, s, known, first), first
 
         if structure.footprint == 1:
             def add(s, acc):
@@ -494,6 +502,7 @@ class ReplayIntegrator(Integrator):
             # re-estimates) run the plain form: the same values without
             # evaluating every BSDF once more per vertex.
             plain = ctx.primal()
+            d_film = d_l
             d_l = self.film_transpose(ctx, s, d_l)
             camera = ctx.camera_motion or ctx.geometry_motion
             # (the camera ray's first hit, traced once for the passes and the moving splat weights)
@@ -589,6 +598,11 @@ class ReplayIntegrator(Integrator):
                     alpha = self.sample_alpha(ctx, s)
                     d_weights = [d + d_block[k][width] * alpha for k, d in enumerate(d_weights)]
                 weights_pullback(d_weights)
+                if self.film_moves:
+                    # the film's own dependence on the camera and the point it sees
+                    _, film_pullback = ir.vjp(lambda: self.film_values(ctx, s, ir.detach(estimate), first),
+                                              buffer_grads=grads)
+                    film_pullback(d_film)
             return carry
 
         ir.fori_loop(ir.UInt(0), spp, one_sample, ir.Int(0))

@@ -188,13 +188,13 @@ class PathIntegrator(ReplayIntegrator):
         camera sees an environment. Only scenes with such BSDFs track it."""
         return final.valid
 
-    def _value(self, ctx, s, known=None) -> Vec:
+    def _value(self, ctx, s, known=None, first=None) -> Vec:
         if not (self.alpha and samples_null(ctx.structure)):
-            return super()._value(ctx, s, known)
+            return super()._value(ctx, s, known, first)
         ctx = ctx.spectrum.bind(ctx, s)
         final = self.run(ctx, s, self.start(ctx, s, known))
-        return Vec(*self.film_values(ctx, s, ir.select(final.valid, final.radiance, self.spectrum.no_radiance())),
-                   ir.select(final.valid, 1.0, 0.0))
+        return Vec(*self.film_values(ctx, s, ir.select(final.valid, final.radiance, self.spectrum.no_radiance()),
+                                     first), ir.select(final.valid, 1.0, 0.0))
 
     def shade(self, ctx, si, es, u, depth, prev_pdf, prev_delta, show_emitters, prev=None, edge=None,
               es_u=None, prev_weight=None) -> Shading:

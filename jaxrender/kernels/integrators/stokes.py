@@ -26,6 +26,7 @@ from typing import Any, Mapping
 from ... import ir
 from ...ir import Vec
 from .. import layout, mueller, sensors
+from ..sensors import film, motion
 from ..context import Structure
 from .path import PathIntegrator
 from .volpath import VolpathIntegrator
@@ -52,11 +53,12 @@ class StokesFilm:
     def kernel_name(self, structure: Structure) -> str:
         return self.name + self._variant(structure)
 
-    def film_values(self, ctx, s, radiance: Vec) -> Vec:
+    film_moves = True
+
+    def film_values(self, ctx, s, radiance: Vec, first=None) -> Vec:
         """The intensity's colour, then S0..S3 turned into the sensor's
         frame, each as the film's colour (a mono value thrice)."""
-        _, d, _, _ = sensors.sample_ray(ctx, s)
-        return self.film_values_along(ctx, d, radiance)
+        return self.film_values_along(ctx, _seen_along(ctx, s, first), radiance)
 
     def film_values_along(self, ctx, d: Vec, radiance: Vec) -> Vec:
         if not self.spectrum.polarized:
@@ -79,6 +81,25 @@ class StokesFilm:
         zero = Vec(*(ir.Float(0.0) for _ in range(self.spectrum.radiance_width)))
         _, pullback = ir.vjp(lambda radiance: self.film_values(ctx, s, radiance), zero)
         return pullback(d_values)[0]
+
+
+def _seen_along(ctx, s, first) -> Vec:
+    """The direction of sample ``s``'s camera ray; in kernels of a moving
+    camera or geometry (``first``: that ray's first hit) the direction
+    from the camera to the point it sees, following both: the path's
+    Stokes vector arrives in that direction's basis (its first vertex's
+    incident direction follows the camera, ``motion.attach_primary_wi``),
+    and the sensor's frame turns with the camera."""
+    _, d, _, _ = sensors.sample_ray(ctx, s)
+    if first is None:
+        return d
+    hit, x, _, _ = motion.primary_point(ctx, s, first)
+    cam = motion.CameraRow(ctx.b["camera"])
+    eye = motion.eye_of_sample(ctx, cam, ctx.rand(s, film.POSITION_DIM)[2:])
+    seen = -ir.normalize(motion.to_camera(ctx, x, cam, eye))
+    # (a miss: a perspective camera's direction stays, an orthographic one's is its axis)
+    missed = ir.normalize(motion.axis(cam)) if motion.orthographic(ctx) else ir.detach(x)
+    return Vec(*(ir.select(hit, a, b) for a, b in zip(seen, missed)))
 
 
 @dataclasses.dataclass(frozen=True)
