@@ -11,7 +11,10 @@ nothing is read from or written to the user's cache):
 * warm primal: the same in a new process, the kernel's object code on disk;
 * cold grad: the first ``jax.value_and_grad`` of a loss of
   ``red.reflectance.value`` (primal and adjoint kernels), empty cache;
-* warm grad: the same in a new process with the cache the cold run filled.
+* warm grad: the same in a new process with the cache the cold run filled;
+* cold / warm geometry: the first ``jax.value_and_grad`` of a loss of the
+  small box's ``vertex_positions`` (the kernels of moving geometry: primal,
+  adjoint with edge samples, film boundary).
 
 The first call is split into phases by timing wrappers around the functions
 that do each job (time spent in a nested phase counts for the inner one).
@@ -47,6 +50,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = "red.reflectance.value"
+GEOMETRY_KEY = "small-box.vertex_positions"
 
 PHASES = [
     ("import_jax", "Python import: jax"),
@@ -184,11 +188,12 @@ def child(mode: str, size: int, spp: int) -> dict:
         def call(seed):
             return jaxrender.render(scene, spp=spp, seed=seed).block_until_ready()
     else:
-        x0 = jnp.asarray(scene.params[KEY], jnp.float32)
+        key = GEOMETRY_KEY if mode == "geometry" else KEY
+        x0 = jnp.asarray(scene.params[key], jnp.float32)
 
         def call(seed):
             def loss(x):
-                return jnp.mean(jaxrender.render(scene, {KEY: x}, spp=spp, seed=seed) ** 2)
+                return jnp.mean(jaxrender.render(scene, {key: x}, spp=spp, seed=seed) ** 2)
             v, g = jax.value_and_grad(loss)(x0)
             return g.block_until_ready()
 
@@ -264,7 +269,8 @@ def main() -> None:
     ap.add_argument("--runtime-size", type=int, default=256)
     ap.add_argument("--runtime-spp", type=int, default=64)
     ap.add_argument("--runtime-grad-spp", type=int, default=16)
-    ap.add_argument("--scenarios", default="cold_primal,warm_primal,cold_grad,warm_grad")
+    ap.add_argument("--scenarios", default="cold_primal,warm_primal,cold_grad,warm_grad",
+                    help="comma list of cold_/warm_ primal, grad, geometry")
     ap.add_argument("--json", help="also write the raw results here")
     ap.add_argument("--cpu", action="store_true",
                     help="also print CPU seconds per phase (steadier than wall time on a busy machine)")
@@ -296,7 +302,7 @@ def main() -> None:
     scenarios = args.scenarios.split(",")
     runs: dict[str, list[dict]] = defaultdict(list)
     for rep in range(args.reps):
-        for kind in ("primal", "grad"):
+        for kind in ("primal", "grad", "geometry"):
             if not any(s.endswith(kind) for s in scenarios):
                 continue
             d = tempfile.mkdtemp(prefix="jaxrender-bench-cache-")

@@ -415,13 +415,17 @@ def _moving_edges(config: RenderConfig, prim, moved):
     if config.structure.analytic:
         n_items += int(np.shape(prim["shape_data"])[0])
     n_leaf = max(int(np.shape(prim["tris"])[0]), 1)
+    # (host arrays: all of it is known on the host, and eager JAX operations
+    # here were a few dozen XLA compilations, ~0.6 s, per scene's sizes)
     if moved is None:
         items = np.arange(n_items, dtype=np.int32)
-        leaf = jnp.ones(n_leaf, jnp.int32)
+        leaf = np.ones(n_leaf, np.int32)
     else:
         items = moved.items
-        leaf = jnp.zeros(n_leaf, jnp.int32).at[np.concatenate([moved.leaf, moved.shape_leaf])].set(1)
-    flags = jnp.zeros(max(n_items, 1), jnp.int32).at[items].set(1)
+        leaf = np.zeros(n_leaf, np.int32)
+        leaf[np.concatenate([moved.leaf, moved.shape_leaf]).astype(np.int64)] = 1
+    flags = np.zeros(max(n_items, 1), np.int32)
+    flags[np.asarray(items, np.int64)] = 1
     # (never an empty buffer: one item that does not move)
     return (items if len(items) else np.zeros(1, np.int32)), flags, leaf
 
@@ -459,7 +463,10 @@ def _film_boundary(config: RenderConfig, inputs, prim, tangents: dict, moved=Non
     hidden = None
     if "hide_emitters" in prim:
         # (camera rays pass through emitters under hide_emitters: they have no silhouettes)
-        hidden = (jnp.asarray(prim["tri_attr"])[:, layout.ATTR_EMITTER] >= 0) & (jnp.asarray(prim["hide_emitters"]) != 0)
+        # (numpy where both are host values, as they are unless a user's jit passes them traced)
+        xp = np if all(isinstance(prim[k], (np.ndarray, np.generic, int)) for k in ("tri_attr", "hide_emitters")) \
+            else jnp
+        hidden = (xp.asarray(prim["tri_attr"])[:, layout.ATTR_EMITTER] >= 0) & (xp.asarray(prim["hide_emitters"]) != 0)
     lens = {}
     instanced = _instanced(inputs, prim)
     corners = None      # (of the moving shared instances)
