@@ -7,13 +7,16 @@ kernels compiled as one computation also when called eagerly.
 * it runs as it would inside a user's ``jax.jit``: JAX arrays traced,
   numpy arrays constants (shapes may depend on them);
 * an eager gradient of moving geometry traces the film's silhouette code
-  once, not on every call, and equals the jitted gradient.
+  once, not on every call, and equals the jitted gradient;
+* called eagerly, its executable is kept in the disk cache and loaded by
+  the next process instead of compiled.
 """
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import jaxrender
 from jaxrender.primitives import boundary
@@ -104,3 +107,29 @@ def test_only_the_last_computations_are_kept():
     assert len(traces) == 12
     _gather_scaled(x, np.array([0]), 1.0)       # (dropped: traced again)
     assert len(traces) == 13
+
+
+def test_eager_executables_are_kept_on_disk(monkeypatch, tmp_path):
+    """Called eagerly, a staged computation's executable goes to the disk
+    cache, and a process that meets the same computation loads it instead
+    of compiling (here: the in-memory computations cleared); an entry that
+    does not load is compiled again. Values are the same each way."""
+    from jax import stages
+    monkeypatch.setenv("JAXRENDER_CACHE_DIR", str(tmp_path))
+    x, rows = jnp.arange(6.0), np.array([5, 0])
+    _gather_scaled.clear_cache()
+    first = np.asarray(_gather_scaled(x, rows, 2.0))
+    entries = list(tmp_path.rglob("*.xla"))
+    assert len(entries) == 1
+    _gather_scaled.clear_cache()
+    compile_ = stages.Lowered.compile
+    monkeypatch.setattr(stages.Lowered, "compile", lambda *a, **k: pytest.fail("compiled, not loaded"))
+    np.testing.assert_array_equal(_gather_scaled(x + 1.0, rows, 2.0), first + 2.0)
+    # (a corrupt payload under a valid header, as another XLA's would be: compiled again)
+    monkeypatch.setattr(stages.Lowered, "compile", compile_)
+    from jaxrender.lowering import cache
+    key = entries[0].name[:-len(".xla")]
+    cache.store(key, b"not an executable", ".xla")
+    _gather_scaled.clear_cache()
+    np.testing.assert_array_equal(_gather_scaled(x, rows, 2.0), first)
+    assert cache.load(key, ".xla") != b"not an executable"

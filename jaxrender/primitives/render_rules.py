@@ -50,6 +50,7 @@ from .film import FilmGeometry, crop_canvas, develop, expected_weights, normaliz
 from .film import canvas_shape as film_canvas_shape
 from .kernel_call import launch, prefetch
 from .levels import register, sum_unmapped, vmap_levels
+from .staged import staged
 
 
 class NotDifferentiableError(ValueError):
@@ -285,8 +286,9 @@ def _develop(config: RenderConfig, blocks, weights, extra=None, extra_weights=No
                                    extra_weights))
 
 
-# One compiled step instead of dozens of dispatches when rendering eagerly.
-_develop_jit = jax.jit(develop, static_argnums=(2, 3, 4))
+# One compiled step instead of dozens of dispatches when rendering eagerly
+# (its executable kept on disk: staged.py).
+_develop_jit = staged(develop)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
