@@ -67,6 +67,12 @@ def _traced(x) -> bool:
     return isinstance(x, (jax.Array, jax.core.Tracer))
 
 
+# Executables larger than this are not kept on disk: the numpy constants of
+# a large mesh (its edge topology, tens of MB) are baked into its film
+# boundary's, one per mesh, where a Cornell box's is 0.4 MB.
+MAX_STORED_BYTES = 16 << 20
+
+
 def _eager_on_cpu(arrays: list) -> bool:
     """Whether ``arrays`` are concrete arrays (not traced) in a process of
     one device, a CPU: a call that runs a computation compiled here, for
@@ -98,7 +104,9 @@ def _compiled(jitted, arrays: list):
         except Exception:   # noqa: BLE001 (whatever an unloadable entry raises: compile instead)
             pass
     compiled = lowered.compile()
-    cache.store(key, serialize_executable.serialize(compiled)[0], ".xla")
+    payload = serialize_executable.serialize(compiled)[0]
+    if len(payload) <= MAX_STORED_BYTES:
+        cache.store(key, payload, ".xla")
     return compiled
 
 
