@@ -113,8 +113,9 @@ def test_eager_executables_are_kept_on_disk(monkeypatch, tmp_path):
     """Called eagerly, a staged computation's executable goes to the disk
     cache, and a process that meets the same computation loads it instead
     of compiling (here: the in-memory computations cleared); an entry that
-    does not load is compiled again, and one larger than MAX_STORED_BYTES
-    is not stored. Values are the same each way."""
+    does not load is compiled again, another host CPU or XLA_FLAGS makes
+    another entry, and one larger than MAX_STORED_BYTES is not stored.
+    Values are the same each way."""
     from jax import stages
     monkeypatch.setenv("JAXRENDER_CACHE_DIR", str(tmp_path))
     x, rows = jnp.arange(6.0), np.array([5, 0])
@@ -134,8 +135,18 @@ def test_eager_executables_are_kept_on_disk(monkeypatch, tmp_path):
     _gather_scaled.clear_cache()
     np.testing.assert_array_equal(_gather_scaled(x, rows, 2.0), first)
     assert cache.load(key, ".xla") != b"not an executable"
+    # (another host CPU or XLA_FLAGS: another entry, never this machine code)
+    from jaxrender.lowering import cpu
+    description = cpu.target_description()
+    monkeypatch.setattr(cpu, "target_description", lambda: description + "|another-cpu")
+    _gather_scaled.clear_cache()
+    _gather_scaled(x, rows, 2.0)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false")
+    _gather_scaled.clear_cache()
+    _gather_scaled(x, rows, 2.0)
+    assert len(list(tmp_path.rglob("*.xla"))) == 3
     # (nothing larger than MAX_STORED_BYTES is stored)
     from jaxrender.primitives import staged as staged_module
     monkeypatch.setattr(staged_module, "MAX_STORED_BYTES", 0)
     _gather_scaled(x, np.array([1, 2]), 2.0)
-    assert len(list(tmp_path.rglob("*.xla"))) == 1
+    assert len(list(tmp_path.rglob("*.xla"))) == 3

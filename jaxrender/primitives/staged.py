@@ -20,7 +20,9 @@ key the compiled function by their contents (a digest), never by identity.
 
 Called eagerly on the CPU, the compiled computation's executable is kept in
 the kernels' disk cache (``lowering/cache.py``), keyed by the lowered
-module's text and the JAX, jaxlib and XLA versions: XLA keeps none of its
+module's text, the JAX, jaxlib and XLA versions, the host CPU and its
+features and ``XLA_FLAGS`` (a cache shared by several machines must not
+hand one another's machine code to another): XLA keeps none of its
 own here, and the staged computations of a moving box's first eager
 gradient were 2.2 s of XLA compilation in every new process.
 """
@@ -29,6 +31,7 @@ from __future__ import annotations
 import collections
 import functools
 import hashlib
+import os
 import threading
 from typing import Any, Callable
 
@@ -37,7 +40,7 @@ import jaxlib
 import numpy as np
 from jax.experimental import serialize_executable
 
-from ..lowering import cache
+from ..lowering import cache, cpu
 
 
 class _Constant:
@@ -95,8 +98,11 @@ def _compiled(jitted, arrays: list):
     a corrupt one."""
     lowered = jitted.lower(*arrays)
     device = jax.devices("cpu")[0]
+    # (XLA's CPU code is the host's: its CPU and features, as the kernels'
+    # keys have them, and the flags XLA reads)
     key = hashlib.sha256("\0".join((lowered.as_text(), jax.__version__, jaxlib.__version__,
-                                     device.client.platform_version, "staged-xla-1")).encode()).hexdigest()
+                                     device.client.platform_version, cpu.target_description(),
+                                     os.environ.get("XLA_FLAGS", ""), "staged-xla-1")).encode()).hexdigest()
     payload = cache.load(key, ".xla")
     if payload is not None:
         try:
