@@ -309,9 +309,12 @@ def render(config: RenderConfig, inputs: dict) -> jax.Array:
     transformation traces ``inputs`` (eagerly nothing can ask for its
     derivative, and ``custom_jvp``'s per-call bookkeeping, the names of
     every input leaf, was a third of an eager render's host time)."""
-    if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(inputs)):
-        return render_image(config, inputs)
-    return render_image.fun(config, inputs)
+    return render_image(config, inputs) if _traces(inputs) else render_image.fun(config, inputs)
+
+
+def _traces(*values) -> bool:
+    """Whether any leaf of ``values`` is traced by a JAX transformation."""
+    return any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(values))
 
 
 def _prefetch_film_kernels(config: RenderConfig, transpose: bool = False) -> None:
@@ -465,9 +468,8 @@ def _film_boundary(config: RenderConfig, inputs, prim, tangents: dict, moved=Non
     hidden = None
     if "hide_emitters" in prim:
         # (camera rays pass through emitters under hide_emitters: they have no silhouettes)
-        # (numpy where both are host values, as they are unless a user's jit passes them traced)
-        xp = np if all(isinstance(prim[k], (np.ndarray, np.generic, int)) for k in ("tri_attr", "hide_emitters")) \
-            else jnp
+        # (numpy unless traced: eager JAX operations here compiled one by one)
+        xp = jnp if _traces(prim["tri_attr"], prim["hide_emitters"]) else np
         hidden = (xp.asarray(prim["tri_attr"])[:, layout.ATTR_EMITTER] >= 0) & (xp.asarray(prim["hide_emitters"]) != 0)
     lens = {}
     instanced = _instanced(inputs, prim)

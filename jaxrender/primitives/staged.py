@@ -155,7 +155,10 @@ def staged(fn: Callable, kept: int = 8) -> Callable:
             else:
                 computations.move_to_end(key)
         arrays = [x for x in leaves if _traced(x)]
-        if cache.cache_dir() is None or not _eager_on_cpu(arrays):
+        # (constants past the size cap would be baked into an executable too
+        # large to store: not even its key's text is made)
+        baked = sum(c.value.nbytes for c in constants if c is not None and isinstance(c.value, np.ndarray))
+        if baked > MAX_STORED_BYTES or cache.cache_dir() is None or not _eager_on_cpu(arrays):
             return f(*arrays)
         types = tuple((x.shape, x.dtype, x.weak_type) for x in arrays)
         with lock:

@@ -591,7 +591,12 @@ class ReplayIntegrator(Integrator):
                     estimate = final.radiance
                 _, weights_pullback = ir.vjp(lambda: motion.attached_weights(ctx, s, footprint, first),
                                              buffer_grads=grads)
-                film_value = self.film_values(ctx, s, estimate)
+                if self.film_moves:
+                    # (the film's own dependence on the camera and the point it sees: its pullback below)
+                    film_value, film_pullback = ir.vjp(
+                        lambda: self.film_values(ctx, s, ir.detach(estimate), first), buffer_grads=grads)
+                else:
+                    film_value = self.film_values(ctx, s, estimate)
                 d_weights = [_dot(Vec(*d_block[k][:width]), film_value) for k in range(footprint * footprint)]
                 if self.alpha:
                     # alpha (whose own derivative is the film boundary's) moves with the weights too
@@ -599,9 +604,6 @@ class ReplayIntegrator(Integrator):
                     d_weights = [d + d_block[k][width] * alpha for k, d in enumerate(d_weights)]
                 weights_pullback(d_weights)
                 if self.film_moves:
-                    # the film's own dependence on the camera and the point it sees
-                    _, film_pullback = ir.vjp(lambda: self.film_values(ctx, s, ir.detach(estimate), first),
-                                              buffer_grads=grads)
                     film_pullback(d_film)
             return carry
 

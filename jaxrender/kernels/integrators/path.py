@@ -314,13 +314,10 @@ class PathIntegrator(ReplayIntegrator):
                 # the hard shadows seen from here: the next vertex must sample emitters
                 shadow = shadows.vertex_sample(ctx, si, ctx.rand(s, shadows.GROUP + st.depth), continues & ~last)
             edge = ctx.detach((edge, horizon, shadow))
-            if st.before is None:
-                sh = shade(si, es, u, st.depth, st.prev_pdf, st.prev_delta, show_emitters, st.prev, edge, es_u)
-                beta = S.mul(beta, sh.pair)  # 1, carrying the derivative of reaching this point
-            else:
-                sh = shade(si, es, u, st.depth, st.prev_pdf, st.prev_delta, show_emitters, st.prev, edge, es_u,
-                           st.before[1])
-                beta = beta + S.mul(st.before[0], sh.pair)
+            sh = shade(si, es, u, st.depth, st.prev_pdf, st.prev_delta, show_emitters, st.prev, edge, es_u,
+                       None if st.before is None else st.before[1])
+            # 1, carrying the derivative of reaching this point (polarized: 0, added to the previous weight)
+            beta = S.mul(beta, sh.pair) if st.before is None else beta + S.mul(st.before[0], sh.pair)
         else:
             sh = shade(si, es, u, st.depth, st.prev_pdf, st.prev_delta, show_emitters)
         radiance = st.radiance + S.apply(beta, sh.emitted)

@@ -39,6 +39,8 @@ class StokesFilm:
     channels, their values from a sample's radiance and back (mixed into
     the nested integrator's class, ahead of it)."""
 
+    film_moves = True     # (the sensor's frame: _seen_along)
+
     def settings(self, props: Mapping[str, Any]) -> dict:
         return super().settings(props["nested"])
 
@@ -52,8 +54,6 @@ class StokesFilm:
 
     def kernel_name(self, structure: Structure) -> str:
         return self.name + self._variant(structure)
-
-    film_moves = True
 
     def film_values(self, ctx, s, radiance: Vec, first=None) -> Vec:
         """The intensity's colour, then S0..S3 turned into the sensor's
@@ -90,9 +90,8 @@ def _seen_along(ctx, s, first) -> Vec:
     Stokes vector arrives in that direction's basis (its first vertex's
     incident direction follows the camera, ``motion.attach_primary_wi``),
     and the sensor's frame turns with the camera."""
-    _, d, _, _ = sensors.sample_ray(ctx, s)
     if first is None:
-        return d
+        return sensors.sample_ray(ctx, s)[1]
     hit, x, _, _ = motion.primary_point(ctx, s, first)
     cam = motion.CameraRow(ctx.b["camera"])
     eye = motion.eye_of_sample(ctx, cam, ctx.rand(s, film.POSITION_DIM)[2:])
