@@ -31,7 +31,7 @@ import llvmlite.binding as llvm
 
 from ..ir.kernel import Kernel
 from . import cache, cuda_ffi, ptx
-from .cpu import CompileError, codegen_digest, optimize_module, target_description, _new_target_machine
+from .cpu import CompileError, codegen_digest, target_description, _new_target_machine, _optimize_and_emit
 
 stats = {"compiled": 0, "memory_hits": 0, "modules_loaded": 0}
 
@@ -151,20 +151,12 @@ def handler_object(kernel: Kernel, nb: int, xla_stream: bool = True) -> bytes:
     if obj is not None:
         return obj
     text = cuda_ffi.generate_handler_ir(kernel, nb, llvm.get_process_triple(), xla_stream)
-    context = llvm.create_context()  # private: optimize_module runs without llvmlite's lock
-    try:
-        mod = llvm.parse_assembly(text, context=context)
-        mod.verify()
-    except RuntimeError as exc:
-        raise CompileError(f"jaxrender generated an invalid CUDA handler: {exc}") from exc
-    tm = _new_target_machine()  # its own, as a kernel's (cpu._unlocked)
-    # The kernels' short pipeline, not -O2: the handler runs once per
-    # launch (its checks cost microseconds either way), and -O2's inliner
-    # and unroller made it 3x the machine code and 8x the compile time
-    # (PRB adjoint's handler: 0.85 -> 0.10 s, one per kernel).
-    optimize_module(mod, tm)
-    obj = tm.emit_object(mod)
-    mod.close()  # before its context
+    # Compiled as a CPU kernel is, with the kernels' short pipeline, not
+    # -O2: the handler runs once per launch (its checks cost microseconds
+    # either way), and -O2's inliner and unroller made it 3x the machine
+    # code and 8x the compile time (PRB adjoint's handler: 0.85 -> 0.10 s,
+    # one per kernel).
+    obj = _optimize_and_emit(text)
     cache.store(key, obj)
     return obj
 
